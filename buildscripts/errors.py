@@ -1,0 +1,80 @@
+"""One error hierarchy. Only the top level (cli.main) catches FatalError, prints it and exits.
+
+A message says what happened, where, and the next command to run; no traceback unless --debug.
+"""
+
+from __future__ import annotations
+
+
+class FatalError(Exception):
+    """An error that ends the run. Subclasses fix the exit code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class ConfigError(FatalError):
+    """matrix.yaml (or another input file) is malformed or inconsistent."""
+
+    exit_code = 2
+
+
+class SelectionError(FatalError):
+    """--only/--skip matched no cell."""
+
+    exit_code = 3
+
+
+class EngineError(FatalError):
+    """Docker engine unreachable, too old, or buildx missing."""
+
+    exit_code = 4
+
+
+class ToolMissingError(FatalError):
+    """An external program (debootstrap, uv, ...) is not installed."""
+
+    exit_code = 5
+
+
+class DiskSpaceError(FatalError):
+    """Not enough free disk space to build."""
+
+    exit_code = 6
+
+
+class LockError(FatalError):
+    """A lockfile is missing, stale, tampered with, or cannot be resolved."""
+
+    exit_code = 7
+
+
+class ResultsError(FatalError):
+    """A results file is corrupt or from an unsupported schema."""
+
+    exit_code = 8
+
+
+class RegistryError(FatalError):
+    """The registry is unreachable or refuses a push/pull."""
+
+    exit_code = 9
+
+
+class RunFailed(FatalError):
+    """Some cells ended with an unexpected outcome (the summary says which)."""
+
+    exit_code = 10
+
+
+class Interrupted(FatalError):
+    """Ctrl-C: the run was stopped; no good tag was moved."""
+
+    exit_code = 130

@@ -1,0 +1,59 @@
+"""What builds borrow from the host: its CA bundle and its pip index settings.
+
+Both reach builds only as BuildKit secrets (never an image layer): TLS to package indexes may be
+intercepted here, so containers need the host's CA bundle, and the host may use a private index.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+
+    def uv_env(self) -> dict[str, str]:
+        """The same settings for uv, which does not read pip.conf."""
+        env: dict[str, str] = {}
+        if self.index_url:
+            env["UV_DEFAULT_INDEX"] = self.index_url
+        if self.extra_index_urls:
+            env["UV_INDEX"] = " ".join(self.extra_index_urls)
+        return env
+
+    def pip_conf(self) -> str:
+        """A pip.conf for use inside a build (only network indexes: host file:// paths mean nothing there)."""
+        lines = ["[global]"]
+        if self.index_url:
+            lines.append(f"index-url = {self.index_url}")
+        if self.extra_index_urls:
+            lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
+        return "\n".join(lines) + "\n"
+
+
+def ca_bundle(env: Mapping[str, str]) -> Path | None:
+    for candidate in (env.get("SSL_CERT_FILE"), env.get("PIP_CERT"), *CA_CANDIDATES):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def index_settings(env: Mapping[str, str]) -> IndexSettings:
+    """Index URLs from PIP_INDEX_URL/PIP_EXTRA_INDEX_URL, else pip.conf files; network URLs only."""
+    parser = configparser.ConfigParser()
+    parser.read([os.path.expanduser(p) for p in PIP_CONFIGS])
+    index = env.get("PIP_INDEX_URL") or parser.get("global", "index-url", fallback=None)
+    extra = env.get("PIP_EXTRA_INDEX_URL") or parser.get("global", "extra-index-url", fallback="")
+    usable = [u for u in extra.split() if u.startswith(("http://", "https://"))]
+    if index and not index.startswith(("http://", "https://")):
+        index = None
+    return IndexSettings(index, tuple(usable))

@@ -1,0 +1,51 @@
+"""Output people read: quiet on screen (one line per cell step), complete on disk.
+
+rich handles colour, NO_COLOR and non-TTY output; on GitHub Actions steps fold into ::group::.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+ON_GITHUB = os.environ.get("GITHUB_ACTIONS") == "true"
+MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]"}
+
+
+def step(cell_id: str, what: str, status: str, seconds: float | None = None, detail: str = "") -> None:
+    """One line per cell step: `✓ sglang0.5.16-… build 63.2s`."""
+    took = f" [dim]{seconds:.1f}s[/]" if seconds is not None else ""
+    extra = f" [dim]{detail}[/]" if detail else ""
+    console.print(f"{MARK.get(status, '?')} [bold]{cell_id}[/] {what}{took}{extra}")
+
+
+def info(message: str) -> None:
+    console.print(f"[dim]{message}[/]")
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {message}")
+
+
+def error(message: str) -> None:
+    err.print(f"[red bold]error:[/] {message}")
+
+
+@contextmanager
+def group(title: str) -> Iterator[None]:
+    """A foldable group on GitHub Actions, a plain heading elsewhere."""
+    if ON_GITHUB:
+        print(f"::group::{title}", flush=True)
+    else:
+        console.rule(f"[bold]{title}", align="left")
+    try:
+        yield
+    finally:
+        if ON_GITHUB:
+            print("::endgroup::", flush=True)

@@ -1,0 +1,46 @@
+"""python -m probe --archs sm_90a,sm_100a --lane-cuda 13.0 [--stages a,b] [--out FILE] [--mode host]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import core
+
+# Importing the stage modules registers their stages.
+from . import cpu_stages  # noqa: F401
+try:
+    from . import gpu_stages  # noqa: F401
+except ImportError:  # pragma: no cover - while the GPU half is absent
+    pass
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="probe")
+    ap.add_argument("--archs", default="sm_90a,sm_100a,sm_120a")
+    ap.add_argument("--lane-cuda", default=None, help="CUDA major.minor of the torch lane, e.g. 13.0")
+    ap.add_argument("--stages", default=",".join(core.ORDER))
+    ap.add_argument("--mode", choices=["container", "host"], default="container")
+    ap.add_argument("--workdir", default="/tmp/probe")
+    ap.add_argument("--stage-timeout", type=float, default=900.0)
+    ap.add_argument("--server-args", default="[]", help="JSON list of sglang.launch_server flags")
+    ap.add_argument("--server-env", default="{}", help="JSON object of env vars for the server")
+    ap.add_argument("--model-path", default=None)
+    ap.add_argument("--out", default=None, help="also write all results as JSON to this file")
+    a = ap.parse_args(argv)
+    ctx = core.Context(
+        archs=[x for x in a.archs.split(",") if x], lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
+        stage_timeout=a.stage_timeout, server_args=json.loads(a.server_args),
+        server_env=json.loads(a.server_env), model_path=a.model_path,
+    )
+    unknown = [s for s in a.stages.split(",") if s and s not in core.REGISTRY]
+    if unknown:
+        sys.stderr.write(f"probe: unknown stage(s) {', '.join(unknown)}; known: {', '.join(core.REGISTRY)}\n")
+        return 2
+    core.run_all(ctx, [s for s in a.stages.split(",") if s], a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Stage registry, ordering, prerequisites and the result format of the probe (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+RESULT_PREFIX = "@@probe-result "
+PASSED, FAILED, SKIPPED, ABORTED = "passed", "failed", "skipped", "aborted"
+
+
+@dataclass
+class Context:
+    """What every stage may read. `results` holds the outcomes of stages run so far, by name."""
+
+    archs: List[str]                      # target archs, e.g. ["sm_90a", "sm_100a", "sm_120a"]
+    lane_cuda: Optional[str] = None       # CUDA major.minor the torch lane promises, e.g. "13.0"
+    mode: str = "container"               # "container" or "host"
+    workdir: str = "/tmp/probe"
+    stage_timeout: float = 900.0
+    server_args: List[str] = field(default_factory=list)
+    server_env: Dict[str, str] = field(default_factory=dict)
+    model_path: Optional[str] = None      # a user model; default: a tiny model made in the image
+    results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
+
+    def passed(self, name: str) -> bool:
+        return self.results.get(name, {}).get("status") == PASSED
+
+
+class StageFailed(Exception):
+    """Raised by a stage to fail with evidence and a log excerpt."""
+
+    def __init__(self, reason: str, evidence: Optional[Dict[str, Any]] = None, log: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.evidence, self.log = reason, evidence or {}, log
+
+
+class StageSkipped(Exception):
+    """Raised by a stage that cannot run here (e.g. needs a GPU); never counts as passed."""
+
+
+@dataclass
+class Stage:
+    name: str
+    func: Callable[[Context], Dict[str, Any]]  # returns evidence; raises StageFailed/StageSkipped
+    needs: tuple = ()
+    gpu: bool = False
+
+
+REGISTRY: Dict[str, Stage] = {}
+ORDER = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
+         "gpu-visible", "kernel-smoke", "server", "first-generation"]
+
+
+def stage(name: str, needs: tuple = (), gpu: bool = False) -> Callable[[Callable[[Context], Dict[str, Any]]], Callable[[Context], Dict[str, Any]]]:
+    def register(func: Callable[[Context], Dict[str, Any]]) -> Callable[[Context], Dict[str, Any]]:
+        REGISTRY[name] = Stage(name, func, needs, gpu)
+        return func
+    return register
+
+
+def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
+    result: Dict[str, Any] = {"name": st.name, "status": PASSED, "duration_s": 0.0, "evidence": {},
+                              "where": f"{ctx.mode} ({'gpu' if ctx.gpu else 'cpu'})"}
+    missing = [n for n in st.needs if not ctx.passed(n)]
+    if missing:
+        result.update(status=ABORTED, reason="prerequisite did not pass: " + ", ".join(missing))
+        return result
+    if st.gpu and not ctx.gpu:
+        why = ctx.results.get("gpu-visible", {}).get("reason") or "no GPU visible"
+        result.update(status=SKIPPED, reason=f"needs a GPU: {why}")
+        return result
+    started = time.monotonic()
+    try:
+        result["evidence"] = st.func(ctx) or {}
+    except StageSkipped as exc:
+        result.update(status=SKIPPED, reason=str(exc))
+    except StageFailed as exc:
+        result.update(status=FAILED, reason=exc.reason, evidence=exc.evidence, log_excerpt=exc.log[-6000:])
+    except Exception as exc:  # a bug or surprise inside the stage is a failed stage, not a crashed probe
+        result.update(status=FAILED, reason=f"{type(exc).__name__}: {exc}",
+                      log_excerpt=traceback.format_exc()[-6000:])
+    result["duration_s"] = round(time.monotonic() - started, 2)
+    if ctx.gpu and st.gpu:
+        result.update(gpu=ctx.gpu.get("name"), arch=ctx.gpu.get("arch"))
+    return result
+
+
+def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[Dict[str, Any]]:
+    results = []
+    for name in [n for n in ORDER if n in names]:
+        res = run_stage(ctx, REGISTRY[name])
+        ctx.results[name] = res
+        results.append(res)
+        emit(res)
+        if out:
+            with open(out, "w") as fh:
+                json.dump(results, fh, indent=1)
+    return results
+
+
+def emit(result: Dict[str, Any]) -> None:
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def sh(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
+       cwd: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
+    """Run a command with a timeout; output (stdout+stderr) in .stdout. Never raises on exit codes."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", timeout=timeout, env=full_env, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        raise StageFailed(f"timed out after {timeout:.0f}s: {' '.join(argv)[:200]}", log=out) from None
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, stdout=f"{argv[0]}: not found")
+
+
+def python_snippet(code: str, timeout: float, env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
+    """Run `code` in a fresh interpreter of the image (so one crash cannot take the probe down)."""
+    return sh([sys.executable, "-c", code], timeout=timeout, env=env)

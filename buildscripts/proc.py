@@ -1,0 +1,135 @@
+"""The one wrapper for external commands (docker buildx, debootstrap, uv, ...).
+
+List arguments only (never a shell); the command is logged shell-quoted first; output is teed to
+a log file; explicit timeouts; Ctrl-C escalates interrupt -> terminate -> kill (as nox does).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ToolMissingError
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    output: str          # the last lines (the whole output is in the log file)
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def which(program: str, *, hint: str) -> str:
+    """Absolute path of `program`, or a ToolMissingError naming the PATH searched and how to install it."""
+    found = shutil.which(program)
+    if found is None:
+        path = os.environ.get("PATH", "")
+        msg = f"{program!r} was not found on PATH ({path})"
+        raise ToolMissingError(msg, hint=hint)
+    return found
+
+
+def quote(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    log: Path | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+    keep_lines: int = 400,
+    stdin: bytes | None = None,
+) -> Completed:
+    """Run `argv`, teeing stdout+stderr to `log`. Never raises on a non-zero exit: callers decide."""
+    argv = tuple(str(a) for a in argv)
+    full_env = {**os.environ, **env} if env is not None else None
+    started = time.monotonic()
+    tail: deque[str] = deque(maxlen=keep_lines)
+    log_handle = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log_handle = log.open("a", encoding="utf-8")
+        log_handle.write(f"$ {quote(argv)}\n")
+        log_handle.flush()
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin else None,
+            env=full_env, cwd=cwd, start_new_session=True,
+        )
+    except FileNotFoundError:
+        if log_handle:
+            log_handle.close()
+        msg = f"{argv[0]!r} could not be started: not found"
+        raise ToolMissingError(msg, hint="install it, or check PATH") from None
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            tail.append(line)
+            if log_handle:
+                log_handle.write(line + "\n")
+                log_handle.flush()
+            if on_line:
+                on_line(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    if stdin and proc.stdin:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        shutdown(proc)
+    except KeyboardInterrupt:
+        shutdown(proc)
+        raise
+    finally:
+        reader.join(timeout=10)
+        duration = time.monotonic() - started
+        if log_handle:
+            note = " (timed out)" if timed_out else ""
+            log_handle.write(f"# exit {proc.returncode} after {duration:.1f}s{note}\n")
+            log_handle.close()
+    return Completed(argv, proc.returncode if proc.returncode is not None else -1, "\n".join(tail),
+                     duration, timed_out)
+
+
+def shutdown(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """Interrupt, then terminate, then kill the process group (nox's popen.shutdown_process)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue

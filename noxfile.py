@@ -1,0 +1,74 @@
+"""Thin nox sessions over the `buildscripts` package (`nox -l` lists them)."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+PYTHON = "3.11"
+
+
+def _cli(session: nox.Session, command: str) -> None:
+    session.install("-e", ".")
+    session.run("python", "-m", "buildscripts", command, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Main job: select cells, build them with BuildKit, verify inside containers, tag, report."""
+    _cli(session, "build")
+
+
+@nox.session(python=PYTHON)
+def matrix(session: nox.Session) -> None:
+    """List the selected cell ids (`-- --json` for machines, `-- --all` to show excluded cells)."""
+    _cli(session, "matrix")
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Resolve hash-pinned lockfiles per layer (`-- --check` in CI, `-- --upgrade` on purpose)."""
+    _cli(session, "lock")
+
+
+@nox.session(python=PYTHON)
+def verify(session: nox.Session) -> None:
+    """Run the verification ladder on an image (`-- IMAGE`) or this Python environment (`-- --host`)."""
+    _cli(session, "verify")
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Rebuild console, Markdown (README table), HTML, JUnit and JSON reports from saved results."""
+    _cli(session, "report")
+
+
+@nox.session(python=PYTHON)
+def promote(session: nox.Session) -> None:
+    """Push cells that earned good tags to the configured registry, by digest."""
+    _cli(session, "promote")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict over the package, the tests and this file."""
+    session.install("-e", ".[test,lint]")
+    session.run("ruff", "check", "buildscripts", "tests", "noxfile.py", "benchmarks")
+    session.run("mypy", "buildscripts", "tests", "noxfile.py", "benchmarks")
+
+
+@nox.session(python=PYTHON)
+def benchmark(session: nox.Session) -> None:
+    """Measure cold/warm builds and locking; writes benchmarks/results.md."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/build_speed.py", *session.posargs)
