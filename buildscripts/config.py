@@ -125,6 +125,15 @@ class Tags(Strict):
     good: tuple[str, ...] = ("{sglang}-{lane}-{toolkit}", "{sglang}-{lane}-{toolkit}-verified-{arch}")
     repository: str = "sglang-images"
 
+    @model_validator(mode="after")
+    def _known_fields(self) -> Tags:
+        from .tags import template_problems  # late import: tags.py reads these models
+
+        problems = template_problems(self.candidate, self.good, self.repository)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
 
 class Registry(Strict):
     url: str | None = Field(default=None, description="host[:port] of a registry to promote to")

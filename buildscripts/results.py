@@ -56,6 +56,9 @@ class StageResult(Record):
     where: str = "container (cpu)"           # e.g. "container (cpu)", "host: NVIDIA H200 (sm_90)"
     gpu: str | None = None                    # GPU name when it ran on one
     arch: str | None = None                   # sm_XX of that GPU
+    run_id: str | None = None                 # provenance, filled when results of several runs merge
+    runner: str | None = None
+    finished: str | None = None
 
 
 class ImageInfo(Record):
@@ -87,6 +90,8 @@ class CellResult(Record):
     verdict: Verdict = Verdict.SKIPPED
     verdict_reason: str | None = None
     tags: list[str] = Field(default_factory=list)           # good tags earned in this run
+    locks: dict[str, str] = Field(default_factory=dict)     # lockfile path -> sha256 (good-tag labels)
+    promoted: dict[str, str] = Field(default_factory=dict)  # registry ref -> manifest digest, all pushed
     run_id: str | None = None                                # provenance after merging
     runner: str | None = None
     finished: str | None = None
