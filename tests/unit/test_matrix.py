@@ -1,0 +1,112 @@
+"""matrix.yaml: strict validation with messages that say where and how to fix; cells and selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from buildscripts import matrix
+from buildscripts.errors import ConfigError, SelectionError
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = (ROOT / "matrix.yaml").read_text()
+
+
+def parse(text: str) -> matrix.Matrix:
+    return matrix.parse(text, Path("matrix.yaml"))
+
+
+def edited(change: dict[str, object]) -> str:
+    data = yaml.safe_load(DEFAULT)
+    data.update(change)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse(text)
+    return str(exc.value)
+
+
+def test_default_matrix_is_valid_and_has_the_required_cells() -> None:
+    m = matrix.load(ROOT / "matrix.yaml", {})
+    ids = {c.id for c in m.buildable()}
+    for sglang, lane in (("0.5.10", "torch2.9.1-cu128"), ("0.5.16", "torch2.11.0-cu130"),
+                         ("0.5.23", "torch2.14.1-cu130")):
+        for toolkit in ("none", "pip"):
+            assert f"sglang{sglang}-{lane}-{toolkit}-bookworm" in ids
+    assert {"sm_90a", "sm_100a", "sm_120a"} <= set(m.spec.archs)
+
+
+def test_cells_whose_sglang_pins_another_torch_are_excluded_with_the_reason() -> None:
+    m = parse(DEFAULT)
+    cell = next(c for c in m.cells if c.id == "sglang0.5.16-torch2.9.1-cu128-pip-bookworm")
+    assert cell.excluded == "sglang 0.5.16 pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1"
+    assert cell not in m.buildable()
+
+
+def test_ids_are_unique_and_stable() -> None:
+    ids = [c.id for c in parse(DEFAULT).cells]
+    assert len(ids) == len(set(ids))
+    assert ids == [c.id for c in parse(DEFAULT).cells]
+
+
+def test_layers_are_shared_across_toolkits() -> None:
+    cells = [c for c in parse(DEFAULT).buildable() if c.sglang.version == "0.5.16"]
+    assert len(cells) == 2
+    assert len({c.sglang_layer_id for c in cells}) == 1
+    assert len({c.lane_layer_id for c in cells}) == 1
+
+
+def test_malformed_yaml_names_the_line() -> None:
+    message = error_of("schema: 1\nbases: [unclosed\n")
+    assert "matrix.yaml:3" in message or "matrix.yaml:2" in message
+    assert "malformed YAML" in message
+
+
+def test_unknown_key_gives_path_line_and_did_you_mean() -> None:
+    text = DEFAULT.replace("toolkits:\n", "toolkit_layers: {}\ntoolkits:\n", 1)
+    message = error_of(text)
+    assert "unknown key 'toolkit_layers'" in message
+    assert "did you mean 'toolkits'" in message
+    nested = DEFAULT.replace("  - {torch: 2.9.1, cuda: cu128}", "  - {torch: 2.9.1, cuda: cu128, idx: x}")
+    message = error_of(nested)
+    assert "torch_lanes.0.idx" in message and "did you mean 'index'" in message
+    line = DEFAULT.splitlines().index("  - {torch: 2.9.1, cuda: cu128}") + 1
+    assert f"line {line}:" in message
+
+
+def test_wrong_type_and_empty_axis() -> None:
+    assert "archs" in error_of(edited({"archs": "sm_90a"}))
+    message = error_of(edited({"sglang": []}))
+    assert "sglang" in message and "must not be empty" in message
+
+
+def test_unknown_torch_flavour_lists_the_known_ones() -> None:
+    message = error_of(edited({"torch_lanes": [{"torch": "2.11.0", "cuda": "cu999"}]}))
+    assert "unknown torch CUDA flavour 'cu999'" in message and "cu128" in message
+
+
+@pytest.mark.parametrize("arch", ["sm90", "compute_90", "sm_100x", "hopper"])
+def test_arch_names_must_be_gpu_targets(arch: str) -> None:
+    message = error_of(edited({"archs": ["sm_90a", arch]}))
+    assert f"{arch!r} is not a GPU target" in message
+
+
+def test_expected_failures_attach_to_matching_cells() -> None:
+    cell = next(c for c in parse(DEFAULT).cells if c.id == "sglang0.5.16-torch2.11.0-cu130-none-bookworm")
+    assert cell.expected is not None and cell.expected.failure_class == "cuda-home-missing"
+
+
+def test_selection_globs_and_errors() -> None:
+    cells = parse(DEFAULT).cells
+    chosen = matrix.select(cells, only=["sglang0.5.16-*"])
+    assert [c.toolkit_name for c in chosen] == ["none", "pip"]
+    assert [c.id for c in matrix.select(cells, only=["sglang0.5.16-*"], skip=["*-none-*"])] == [
+        "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]
+    with pytest.raises(SelectionError, match="matches no buildable cell"):
+        matrix.select(cells, only=["sglang9.9*"])
+    with pytest.raises(SelectionError, match="excluded cell"):
+        matrix.select(cells, only=["sglang0.5.16-torch2.9.1-*"])
