@@ -192,6 +192,9 @@ def layer_times(log_file: Path) -> dict[str, float]:
         if m := _STEP.match(line):
             stage_of[line.split()[0]] = m["stage"]
             times.setdefault(m["stage"], 0.0)
+        elif line.endswith(" exporting to image"):  # writing layers into the image store
+            stage_of[line.split()[0]] = "export"
+            times.setdefault("export", 0.0)
         elif (m := _DONE.match(line)) and (stage := stage_of.get(line.split()[0])):
             times[stage] = round(times[stage] + float(m["secs"] or 0), 1)
     return times

@@ -21,7 +21,6 @@ for pkg in "$nvidia"/*/; do
   done
 done
 [ -x "$home/bin/nvcc" ] || { echo "no nvcc among the CUDA wheels: is the toolkit lock installed?" >&2; exit 1; }
-# nvcc resolves its own location through the symlink; give it a profile that points at $home.
 cd "$home/lib64"
 for lib in libcudart libnvrtc libcublas libcublasLt; do
   real=$(ls $lib.so.[0-9]* 2>/dev/null | sort | head -n1 || true)
