@@ -209,9 +209,12 @@ def apply_good_tags(
         msg = f"{cell.cell_id}: asked to tag {image_id}, but the verified image is {cell.image.id}"
         raise RegistryError(msg, hint="tag the image id recorded in the results, nothing else")
     all_labels = {**good_labels(cell), **(labels or {})}
-    dockerfile = f"FROM {image_id}\n".encode()
-    # The classic builder (docker-py has no BuildKit) is fine here: FROM + labels adds no layer.
-    child, _ = client.images.build(fileobj=io.BytesIO(dockerfile), labels=all_labels, pull=False, rm=True)
+    # One LABEL instruction: no intermediate images. The classic builder (docker-py has no
+    # BuildKit) is fine here: FROM + LABEL adds no layer, only config.
+    dockerfile = f"FROM {image_id}\nLABEL " + " ".join(
+        f"{_quoted(k)}={_quoted(v)}" for k, v in sorted(all_labels.items())
+    ) + "\n"
+    child, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), pull=False, rm=True, forcerm=True)
     tested = client.images.get(image_id)
     if child.attrs["RootFS"] != tested.attrs["RootFS"]:
         msg = f"{cell.cell_id}: the labelled image {child.id} has other layers than the tested {image_id}"
@@ -220,3 +223,9 @@ def apply_good_tags(
         repository, tag = ref.rsplit(":", 1)
         client.api.tag(child.id, repository, tag)
     return refs
+
+
+def _quoted(value: str) -> str:
+    """A Dockerfile double-quoted string: backslash, quote and `$` escaped, one line."""
+    flat = " ".join(str(value).splitlines())
+    return '"' + flat.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'

@@ -1,0 +1,89 @@
+"""What every renderer shares: stage columns, status marks, and where GPU stages ran.
+
+Renderers only present what the results say: verdicts come from `results.judge` (re-judged here,
+so a hand-edited verdict can never show as "verified"), stage outcomes from the stage records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..probe.core import ORDER
+from ..results import GPU_STAGES, CellResult, RunResults, Status, Verdict, judge
+
+BUILD = "build"
+MARKS = {"passed": "✓", "failed": "✕", "skipped": "–", "aborted": "·"}
+LEGEND = ("✓ passed · ✕ failed · – skipped (could not run here) · · aborted (a prerequisite failed) · "
+          "blank: not run")
+VERDICT_ICONS = {
+    Verdict.VERIFIED: "✅", Verdict.CPU_CHECKED: "☑️", Verdict.BUILT: "📦", Verdict.FAILED: "❌",
+    Verdict.EXPECTED_FAILURE: "⚠️", Verdict.UNEXPECTED_PASS: "❗", Verdict.INCOMPATIBLE: "🚫",
+    Verdict.SKIPPED: "⏭️",
+}
+
+
+def stage_columns(run: RunResults) -> list[str]:
+    """`build`, then the probe's stages in ladder order, then any other stage names seen."""
+    seen = [s.name for c in run.cells for s in c.stages]
+    known = [name for name in ORDER if name in seen]
+    extra = list(dict.fromkeys(n for n in seen if n not in ORDER))
+    return [BUILD, *known, *extra]
+
+
+def verdict_of(cell: CellResult) -> tuple[Verdict, str]:
+    """The verdict as `judge` makes it now; a stored verdict that disagrees is not shown."""
+    return judge(cell)
+
+
+def outcome(cell: CellResult, column: str) -> tuple[str, str]:
+    """(status word, reason) of one cell × column; ("", "") when it never ran."""
+    if column == BUILD:
+        if cell.build is None:
+            return ("skipped", cell.excluded) if cell.excluded else ("", "")
+        reason = cell.build.reason or ("cached" if cell.build.cached else "")
+        return cell.build.status.value, reason
+    stage = cell.stage(column)
+    if stage is None:
+        return "", ""
+    if stage.status is Status.FAILED:
+        reason = "; ".join(p for p in (stage.failure_class, stage.reason) if p)
+        return "failed", reason
+    return stage.status.value, stage.reason or ""
+
+
+def mark(status: str) -> str:
+    return MARKS.get(status, "")
+
+
+def gpu_summary(cell: CellResult) -> str:
+    """Where the GPU stages ran: 'NVIDIA H200 (sm_90): gpu-visible, server, …' or 'not run on a GPU'."""
+    places: dict[str, list[str]] = {}
+    for stage in cell.stages:
+        if stage.name in GPU_STAGES and stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
+            where = f"{stage.gpu} ({stage.arch or 'arch unknown'})"
+            places.setdefault(where, []).append(stage.name)
+    if not places:
+        return "not run on a GPU"
+    return "; ".join(
+        f"{where}: {'all GPU stages' if len(names) == len(GPU_STAGES) else ', '.join(names)}"
+        for where, names in places.items()
+    )
+
+
+def gpu_stage_places(cell: CellResult) -> list[tuple[str, str]]:
+    """(stage, where it ran) for every GPU stage of the ladder, 'not run on a GPU' when it did not."""
+    rows = []
+    for name in GPU_STAGES:
+        stage = cell.stage(name)
+        if stage is None:
+            rows.append((name, "not run on a GPU (no result)"))
+        elif stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
+            rows.append((name, f"{stage.where}: {stage.gpu} ({stage.arch or 'arch unknown'})"))
+        else:
+            why = f"{stage.status.value}: {stage.reason or 'no reason given'}"
+            rows.append((name, f"not run on a GPU ({why})"))
+    return rows
+
+
+def sort_cells(cells: Iterable[CellResult]) -> list[CellResult]:
+    return sorted(cells, key=lambda c: c.cell_id)

@@ -1,0 +1,69 @@
+"""JUnit XML: one test case per cell × stage (the build counts as a stage), for CI test views.
+
+An expected failure is reported as skipped with its reason (pytest's xfail convention), so a
+documented failure does not turn CI red; an unexpected pass is a failure of the cell's last stage.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..results import CellResult, RunResults, Status, Verdict
+from . import common
+
+
+def _case(suite: ET.Element, cell: CellResult, name: str, seconds: float) -> ET.Element:
+    return ET.SubElement(suite, "testcase", classname=cell.cell_id, name=name, time=f"{seconds:.3f}")
+
+
+def _add_cell(suite: ET.Element, cell: CellResult) -> None:
+    verdict, why = common.verdict_of(cell)
+    build = _case(suite, cell, common.BUILD, cell.build.duration_s if cell.build else 0.0)
+    if cell.build is None or cell.build.status is not Status.PASSED:
+        status = cell.build.status.value if cell.build else "skipped"
+        reason = (cell.build.reason if cell.build else None) or cell.excluded or "not built"
+        if status == "failed":
+            failure = ET.SubElement(build, "failure", message=reason, type="build")
+            failure.text = f"build log: {cell.build.log}" if cell.build and cell.build.log else ""
+        else:
+            ET.SubElement(build, "skipped", message=f"{verdict.value}: {reason}")
+    for stage in cell.stages:
+        case = _case(suite, cell, stage.name, stage.duration_s)
+        where = ET.SubElement(case, "properties")
+        ET.SubElement(where, "property", name="where", value=stage.where)
+        if stage.gpu:
+            ET.SubElement(where, "property", name="gpu", value=f"{stage.gpu} ({stage.arch or '?'})")
+        if stage.status is Status.FAILED:
+            if verdict is Verdict.EXPECTED_FAILURE and cell.first_failure() is stage:
+                ET.SubElement(case, "skipped", message=f"expected failure: {why}")
+                continue
+            failure = ET.SubElement(case, "failure", message=stage.reason or "failed",
+                                    type=stage.failure_class or "unclassified")
+            hint = f"hint: {stage.hint}" if stage.hint else None
+            failure.text = "\n".join(p for p in (hint, stage.log_excerpt) if p)
+        elif stage.status in (Status.SKIPPED, Status.ABORTED):
+            why = stage.reason or "no reason given"
+            ET.SubElement(case, "skipped", message=f"{stage.status.value}: {why}")
+    if verdict is Verdict.UNEXPECTED_PASS:
+        case = _case(suite, cell, "expectation", 0.0)
+        ET.SubElement(case, "failure", message=why, type="unexpected-pass")
+
+
+def render(run: RunResults) -> str:
+    root = ET.Element("testsuites", name=f"sglang-images {run.run_id}")
+    suite = ET.SubElement(root, "testsuite", name="compatibility", timestamp=run.finished or run.started,
+                          hostname=run.runner)
+    for cell in common.sort_cells(run.cells):
+        _add_cell(suite, cell)
+    cases = suite.findall("testcase")
+    counts = {
+        "tests": len(cases),
+        "failures": sum(1 for c in cases if c.find("failure") is not None),
+        "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+        "errors": 0,
+    }
+    for element in (root, suite):
+        for key, value in counts.items():
+            element.set(key, str(value))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

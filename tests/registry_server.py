@@ -1,0 +1,79 @@
+"""A real distribution registry (Debian's `docker-registry`) on loopback, for integration tests.
+
+Plain HTTP on 127.0.0.1 works because the engine allows 127.0.0.0/8 as insecure by default. The
+storage folder outlives a stop, so a test can stop it mid-promote, or restart it read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+BINARY = "docker-registry"
+
+
+def binary_or_skip() -> str:
+    found = shutil.which(BINARY)
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs the registry server: apt-get install docker-registry (.ci/install-engine)")
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RegistryServer:
+    def __init__(self, folder: Path) -> None:
+        self.binary = binary_or_skip()
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, readonly: bool = False) -> None:
+        config = self.folder / "config.yml"
+        config.write_text(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.folder / 'data'}\n"
+            "  delete:\n    enabled: true\n"
+            f"  maintenance:\n    readonly:\n      enabled: {str(readonly).lower()}\n"
+            f"http:\n  addr: {self.url}\n"
+        )
+        log = (self.folder / "registry.log").open("ab")
+        self.proc = subprocess.Popen([self.binary, "serve", str(config)], stdout=log, stderr=log,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"registry exited: {(self.folder / 'registry.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://{self.url}/v2/", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        pytest.fail(f"registry on {self.url} did not answer /v2/ within 20 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

@@ -1,0 +1,101 @@
+"""Results records for report and tag tests, built from the real pydantic models (no JSON by hand).
+
+Five kinds of cell: verified on an H200 (sm_90), cpu-checked (GPU stages skipped), an expected
+failure, a failure with class and hint, and an incompatible (excluded) cell.
+"""
+
+from __future__ import annotations
+
+from buildscripts.results import (
+    GPU_STAGES,
+    BuildResult,
+    CellResult,
+    ImageInfo,
+    RunResults,
+    StageResult,
+    Status,
+    judge,
+)
+
+CPU_STAGES = ("facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile")
+H200 = "NVIDIA H200"
+COORDINATES = {  # kind -> (torch, cuda, toolkit); distinct cell ids for one SGLang version
+    "verified": ("2.11.0", "cu130", "pip"),
+    "cpu-checked": ("2.11.0", "cu130", "apt"),
+    "expected-failure": ("2.11.0", "cu130", "none"),
+    "failed": ("2.11.0", "cu130", "pip-nocccl"),
+    "incompatible": ("2.9.1", "cu128", "none"),
+}
+
+
+def axes(sglang: str, torch: str, cuda: str, toolkit: str) -> dict[str, str]:
+    cell = f"sglang{sglang}-torch{torch}-{cuda}-{toolkit}-bookworm"
+    return {"cell": cell, "base": "bookworm", "python": "3.11", "torch": torch, "cuda": cuda,
+            "lane": f"torch{torch}-{cuda}", "sglang": sglang, "toolkit": toolkit,
+            "archs": "sm_90a sm_100a sm_120a"}
+
+
+def cpu_passed() -> list[StageResult]:
+    return [StageResult(name=n, status=Status.PASSED, duration_s=1.5) for n in CPU_STAGES]
+
+
+def gpu_passed(gpu: str = H200, arch: str = "sm_90") -> list[StageResult]:
+    return [StageResult(name=n, status=Status.PASSED, duration_s=12.0, where=f"container: {gpu} ({arch})",
+                        gpu=gpu, arch=arch) for n in GPU_STAGES]
+
+
+def gpu_skipped() -> list[StageResult]:
+    return [StageResult(name=n, status=Status.SKIPPED, reason="no GPU on this machine") for n in GPU_STAGES]
+
+
+def finish(cell: CellResult) -> CellResult:
+    cell.verdict, cell.verdict_reason = judge(cell)
+    return cell
+
+
+def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") -> CellResult:
+    """One cell of `kind`: verified | cpu-checked | expected-failure | failed | incompatible."""
+    ax = axes(sglang, *COORDINATES[kind])
+    cell = CellResult(cell_id=ax["cell"], axes=ax)
+    if kind == "incompatible":
+        cell.excluded = f"sglang {sglang} pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1"
+        return finish(cell)
+    cell.build = BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log")
+    cell.image = ImageInfo(ref=f"sglang-images:{ax['cell']}-0123456789ab",
+                           id=image_id or "sha256:" + "ab" * 32, size_bytes=9_876_543_210)
+    cell.versions = {"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"}
+    cell.locks = {"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32}
+    if kind == "verified":
+        cell.stages = cpu_passed() + gpu_passed()
+    elif kind == "cpu-checked":
+        cell.stages = cpu_passed() + gpu_skipped()
+    elif kind == "expected-failure":
+        cell.expected = {"stage": "import", "class": "cuda-home-missing", "reason": "pip's nvcc is not found"}
+        cell.stages = [
+            StageResult(name="facts", status=Status.PASSED),
+            StageResult(name="import", status=Status.FAILED, failure_class="cuda-home-missing",
+                        reason="import deep_gemm: assert cuda_home is not None",
+                        hint="install the pip toolkit layer", log_excerpt="AssertionError: cuda_home"),
+            *[StageResult(name=n, status=Status.ABORTED, reason="import failed") for n in CPU_STAGES[2:]],
+            *[StageResult(name=n, status=Status.ABORTED, reason="import failed") for n in GPU_STAGES],
+        ]
+    elif kind == "failed":
+        cell.stages = [
+            *cpu_passed()[:5],
+            StageResult(name="jit-compile", status=Status.FAILED, failure_class="nvcc-arch-unsupported",
+                        reason="nvcc fatal: Unsupported gpu architecture 'compute_120a'",
+                        hint="use a CUDA toolkit >= 12.8 for sm_120a",
+                        log_excerpt="<script>alert('x')</script>\nnvcc fatal : Unsupported gpu architecture"),
+            *[StageResult(name=n, status=Status.ABORTED, reason="jit-compile failed") for n in GPU_STAGES],
+        ]
+    return finish(cell)
+
+
+ALL_KINDS = ("verified", "cpu-checked", "expected-failure", "failed", "incompatible")
+
+
+def make_run(run_id: str = "run-1", finished: str = "2025-01-02T03:04:05+00:00",
+             kinds: tuple[str, ...] = ALL_KINDS) -> RunResults:
+    return RunResults(run_id=run_id, started=finished, finished=finished, runner="ci-runner-1",
+                      host={"platform": "Linux-6.1-x86_64-with-glibc2.36"},
+                      cells=[make_cell(k) for k in kinds])

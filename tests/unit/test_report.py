@@ -1,0 +1,213 @@
+"""Report rendering from results records: every format, merging, and bad input."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from buildscripts import report, results
+from buildscripts.errors import ConfigError, ResultsError
+from buildscripts.report import common, console, github, html, junit, markdown, merge
+from buildscripts.results import RunResults, StageResult, Status, Verdict
+from tests.results_factory import gpu_passed, make_run
+
+VERIFIED_ID = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
+CPU_ID = "sglang0.5.16-torch2.11.0-cu130-apt-bookworm"
+
+
+def test_gpu_places_say_where_each_gpu_stage_ran_or_that_it_did_not() -> None:
+    run = make_run()
+    verified, cpu = run.cell(VERIFIED_ID), run.cell(CPU_ID)
+    assert verified is not None and cpu is not None
+    assert common.gpu_summary(verified) == "NVIDIA H200 (sm_90): all GPU stages"
+    assert common.gpu_summary(cpu) == "not run on a GPU"
+    assert all("NVIDIA H200 (sm_90)" in where for _, where in common.gpu_stage_places(verified))
+    assert all(where.startswith("not run on a GPU") for _, where in common.gpu_stage_places(cpu))
+
+
+def test_console_summary_marks_and_verdicts() -> None:
+    out = Console(record=True, width=250, color_system=None)
+    console.summary(make_run(), out)
+    text = out.export_text()
+    assert "✓" in text and "✕" in text and "–" in text
+    assert "verified" in text and "cpu-checked" in text and "expected-failure" in text
+    assert "NVIDIA H200 (sm_90): all GPU stages" in text and "not run on a GPU" in text
+    assert "hint: use a CUDA toolkit >= 12.8 for sm_120a" in text
+    narrow = Console(record=True, width=80, color_system=None)
+    console.summary(make_run(), narrow)
+    assert "✓✓✓✓✓✓✓––––" in narrow.export_text()
+
+
+def test_nothing_says_verified_unless_judge_does() -> None:
+    run = make_run(kinds=("cpu-checked",))
+    run.cells[0].verdict = Verdict.VERIFIED  # hand-edited: must not show
+    page = _Collector()
+    page.feed(html.render(run))
+    shown = "".join(page.text).replace("“verified” means", "")
+    for text in (markdown.table(run), shown, junit.render(run)):
+        assert "verified" not in text
+    assert 'data-verdict="cpu-checked"' in html.render(run)
+
+
+def test_markdown_table_rows_and_escaping() -> None:
+    run = make_run()
+    run.cells[0].excluded = None
+    run.cells[0].stages[0].reason = "a | b"
+    text = markdown.table(run)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(run.cells)
+    header = text.splitlines()[0]
+    assert all(row.count(" | ") == header.count(" | ") for row in rows)
+    verified = next(r for r in rows if VERIFIED_ID in r)
+    assert "✅ verified" in verified and "NVIDIA H200 (sm_90)" in verified
+
+
+def test_readme_table_rewritten_only_between_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nintro\n\n{markdown.START}\nold table\n{markdown.END}\n\n## Usage\nnox\n")
+    assert markdown.update_readme(readme, make_run())
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nintro\n\n") and text.endswith(f"{markdown.END}\n\n## Usage\nnox\n")
+    assert "old table" not in text and VERIFIED_ID in text
+    assert not markdown.update_readme(readme, make_run())  # idempotent
+
+
+def test_readme_without_markers_is_a_clear_error(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n")
+    with pytest.raises(ConfigError, match="no compatibility-table markers"):
+        markdown.update_readme(readme, make_run())
+    assert readme.read_text() == "# Title\n"
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []  # what a reader sees: not the style or script
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        if self.tags[-1:] not in (["style"], ["script"]) or data.strip() == "":
+            self.text.append(data)
+
+
+def test_html_is_self_contained_escaped_and_complete() -> None:
+    run = make_run()
+    page = html.render(run)
+    parsed = _Collector()
+    parsed.feed(page)
+    assert parsed.tags.count("script") == 1  # ours; the <script> in a log excerpt is text
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert page.count('class="cell-row"') == len(run.cells)
+    for needle in ('id="f-verdict"', 'id="f-sglang"', 'id="f-lane"', 'id="f-toolkit"'):
+        assert needle in page
+    text = "".join(parsed.text)
+    for needle in ("nvcc-arch-unsupported", "use a CUDA toolkit >= 12.8", "9.88 GB", "321.0 s",
+                   "sha256:" + "ab" * 32, "flashinfer", "NVIDIA H200 (sm_90)", "not run on a GPU"):
+        assert needle in text, needle
+
+
+def test_junit_one_case_per_cell_and_stage() -> None:
+    run = make_run()
+    root = ET.fromstring(junit.render(run))
+    cases = root.findall(".//testcase")
+    assert len(cases) == sum(1 + len(c.stages) for c in run.cells)
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failed] == [
+        ("sglang0.5.16-torch2.11.0-cu130-pip-nocccl-bookworm", "jit-compile")]
+    assert failed[0].find("failure").get("type") == "nvcc-arch-unsupported"  # type: ignore[union-attr]
+    expected = next(c for c in cases if c.get("name") == "import"
+                    and c.get("classname") == "sglang0.5.16-torch2.11.0-cu130-none-bookworm")
+    assert "expected failure" in str(expected.find("skipped").get("message"))  # type: ignore[union-attr]
+    assert root.get("tests") == str(len(cases)) and root.get("failures") == "1"
+
+
+def test_github_summary_only_when_the_variable_is_set(tmp_path: Path) -> None:
+    assert github.write_summary(make_run(), {}) is None
+    target = tmp_path / "summary.md"
+    assert github.write_summary(make_run(), {"GITHUB_STEP_SUMMARY": str(target)}) == target
+    assert "## SGLang image compatibility" in target.read_text() and VERIFIED_ID in target.read_text()
+
+
+def test_render_all_writes_every_format_and_json_round_trips(tmp_path: Path) -> None:
+    run = make_run()
+    written = report.render_all(run, tmp_path / "out", env={"GITHUB_STEP_SUMMARY": str(tmp_path / "s.md")})
+    assert set(written) == {"json", "schema", "markdown", "html", "junit", "github"}
+    assert results.load(written["json"]) == run
+    schema = json.loads(written["schema"].read_text())
+    assert "schema_version" in schema["properties"] and "StageResult" in schema["$defs"]
+
+
+def _stage(name: str, status: Status, **extra: object) -> StageResult:
+    return StageResult.model_validate({"name": name, "status": status, **extra})
+
+
+def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
+    cpu_run = make_run("ci-run", "2025-01-01T00:00:00+00:00", kinds=("cpu-checked",))
+    gpu_run = make_run("gpu-run", "2025-01-03T00:00:00+00:00", kinds=("cpu-checked",))
+    gpu_run.runner = "h200-test-machine"
+    gpu_run.cells[0].stages = gpu_passed()  # this run only ran the GPU stages
+    merged = merge.merge([gpu_run, cpu_run])  # order of the arguments does not matter
+    cell = merged.cell(CPU_ID)
+    assert cell is not None
+    by_name = {s.name: s for s in cell.stages}
+    assert by_name["facts"].run_id == "ci-run" and by_name["facts"].runner == "ci-runner-1"
+    assert by_name["server"].run_id == "gpu-run" and by_name["server"].status is Status.PASSED
+    assert by_name["server"].runner == "h200-test-machine"
+    assert cell.run_id == "gpu-run"
+    assert cell.verdict is Verdict.VERIFIED  # judged again from the merged stages
+    assert merged.run_id == "merged:ci-run+gpu-run"
+
+
+def test_merge_newer_failure_replaces_older_pass() -> None:
+    old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
+    new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
+    new.cells[0].stages[1] = _stage("import", Status.FAILED, failure_class="cuda-home-missing")
+    merged = merge.merge([old, new])
+    assert merged.cells[0].verdict is Verdict.FAILED
+
+
+def test_corrupted_and_old_schema_files_are_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken" / "results.json"
+    broken.parent.mkdir()
+    broken.write_text('{"schema_version": 1, "run_id": ')
+    with pytest.raises(ResultsError, match=str(broken)):
+        merge.load_all([broken])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema_version": 0, "run_id": "x"}))
+    with pytest.raises(ResultsError, match=f"{old}.*schema 0"):
+        merge.load_all([old])
+    wrong = tmp_path / "wrong.json"
+    data = json.loads(make_run().model_dump_json())
+    data["cells"][0]["stages"][0]["status"] = "great"
+    wrong.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=f"{wrong}: corrupted results"):
+        merge.load_all([wrong])
+
+
+def test_main_merges_runs_and_rewrites_the_readme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
+    evidence = make_run("h200", "2025-01-05T00:00:00+00:00", kinds=("cpu-checked",))
+    results.save(evidence, tmp_path / "evidence" / "h200" / "2025" / "results.json")
+    (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
+    assert report.main([]) == 0
+    merged = results.load(tmp_path / "reports" / "results.json")
+    assert isinstance(merged, RunResults) and merged.run_id == "merged:run-a+h200"
+    assert CPU_ID in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "reports" / "compat.html").is_file() and (tmp_path / "reports" / "junit.xml").is_file()
+
+
+def test_main_without_results_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ResultsError, match="no results files found"):
+        report.main([])
