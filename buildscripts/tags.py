@@ -194,17 +194,19 @@ def good_labels(cell: CellResult) -> dict[str, str]:
 
 
 def apply_good_tags(
-    client: docker.DockerClient, image_id: str, cell: CellResult, cfg: Tags,
-    labels: Mapping[str, str] | None = None,
+    client: docker.DockerClient, cell: CellResult, cfg: Tags, *,
+    image_id: str | None = None, labels: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Point the cell's good tags at a labelled child of `image_id`; return the refs tagged.
+    """Point the cell's good tags at a labelled child of the tested image; return the refs tagged.
 
-    Nothing is touched unless the cell earned its tags and `image_id` is the image that was tested.
-    The child is built completely before the first tag moves (tagging is the only visible step).
+    The tested image is `cell.image.id` (by id, never by a tag that may have moved); `image_id`,
+    when given, must be that same id. Nothing is touched unless the cell earned its tags. The
+    child is built completely before the first tag moves (tagging is the only visible step).
     """
     refs = good_tags(cell, cfg)
     if not refs:
         return []
+    image_id = image_id or str(cell.image.id)
     if image_id != cell.image.id:
         msg = f"{cell.cell_id}: asked to tag {image_id}, but the verified image is {cell.image.id}"
         raise RegistryError(msg, hint="tag the image id recorded in the results, nothing else")

@@ -100,7 +100,7 @@ def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResul
     cell.image.ref = ref
     repository, tag = ref.rsplit(":", 1)
     client.api.tag(image_id, repository, tag)
-    cell.tags = tags.apply_good_tags(client, image_id, cell, cfg)
+    cell.tags = tags.apply_good_tags(client, cell, cfg)
     return cell
 
 
@@ -137,10 +137,10 @@ def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
     for kind in ("failed", "cpu-checked"):
         cell = make_cell(kind, image_id=rebuilt)
         cell.axes = good.axes  # the same cell, rebuilt: same good tag names
-        assert tags.apply_good_tags(client, rebuilt, cell, cfg) == []
+        assert tags.apply_good_tags(client, cell, cfg) == []
     assert {ref: client.images.get(ref).id for ref in good.tags} == before
     with pytest.raises(RegistryError, match="verified image is"):
-        tags.apply_good_tags(client, rebuilt, good, cfg)  # not the image that was tested
+        tags.apply_good_tags(client, good, cfg, image_id=rebuilt)  # not the image that was tested
     assert {ref: client.images.get(ref).id for ref in good.tags} == before
 
 
