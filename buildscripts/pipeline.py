@@ -8,6 +8,7 @@ what it finished; good tags are only applied after a cell's verification passed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import time
 import uuid
@@ -120,6 +121,8 @@ def run_cell(
         return _finish(record)
     base = bases[cell.base_name]
     locks = lock.paths_for(cell, ROOT)
+    record.locks = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
     inputs = build.inputs_hash(cell, base, locks)
     tag = tags.candidate_tag(cell, inputs, spec.spec.tags)
     with log.group(f"build {cell.id}"):

@@ -8,7 +8,7 @@ derived from stage results here, in one place, never set by hand elsewhere.
 from __future__ import annotations
 
 import json
-import platform
+import os
 import socket
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -109,7 +109,7 @@ class RunResults(Record):
     started: str
     finished: str | None = None
     runner: str = Field(default_factory=lambda: socket.gethostname())
-    host: dict[str, str] = Field(default_factory=lambda: {"platform": platform.platform()})
+    host: dict[str, str] = Field(default_factory=lambda: {"platform": " ".join(os.uname()[0:3:2])})
     matrix: str | None = None
     cells: list[CellResult] = Field(default_factory=list)
 
@@ -144,11 +144,19 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
         return Verdict.FAILED, f"failed at {failed.name}: {detail}"
     if expected:
         return Verdict.UNEXPECTED_PASS, f"declared to fail at {expected.get('stage')}, but nothing failed"
-    gpu = [s for s in cell.stages if s.name in GPU_STAGES]
-    if gpu and all(s.status is Status.PASSED for s in gpu):
-        archs = sorted({s.arch for s in gpu if s.arch})
-        return Verdict.VERIFIED, "verified on " + ", ".join(archs or ["a GPU"])
-    return Verdict.CPU_CHECKED, "every CPU stage passed; GPU stages did not run on a GPU"
+    not_run = [s.name for s in cell.stages if s.name not in GPU_STAGES and s.status is not Status.PASSED]
+    if not_run:
+        return Verdict.BUILT, "stages did not run: " + ", ".join(not_run)
+    gpu = {s.name: s for s in cell.stages if s.name in GPU_STAGES}
+    if set(gpu) != set(GPU_STAGES) or any(s.status is not Status.PASSED or not s.arch for s in gpu.values()):
+        why = next((s.reason for s in gpu.values() if s.reason), None) or "GPU stages did not run on a GPU"
+        return Verdict.CPU_CHECKED, f"every CPU stage passed; {why}"
+    archs = sorted({s.arch for s in gpu.values() if s.arch})
+    targets = {t.rstrip("af") for t in cell.axes.get("archs", "").split()}
+    if targets and not set(archs) & targets:
+        return Verdict.CPU_CHECKED, f"GPU stages passed on {', '.join(archs)}, which is not a target arch"
+    gpus = sorted({s.gpu for s in gpu.values() if s.gpu})
+    return Verdict.VERIFIED, f"verified on {', '.join(archs)} ({', '.join(gpus) or 'GPU'})"
 
 
 def is_unexpected(verdict: Verdict) -> bool:

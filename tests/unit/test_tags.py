@@ -65,8 +65,9 @@ def test_gpu_of_another_arch_earns_nothing() -> None:
     cell = make_cell("verified")
     cell.stages = cell.stages[:6] + gpu_passed("NVIDIA A100", "sm_80")
     finish(cell)
-    assert cell.verdict is Verdict.VERIFIED  # judge alone does not know the targets
-    assert "not a target arch" in (tags.not_good_because(cell) or "")
+    assert cell.verdict is Verdict.CPU_CHECKED  # judge knows the targets from the cell's axes
+    assert "not a target arch" in (cell.verdict_reason or "")
+    assert tags.not_good_because(cell)
     assert tags.good_tags(cell, CFG) == []
 
 

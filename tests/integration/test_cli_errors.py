@@ -1,0 +1,80 @@
+"""Bad input through the real CLI: a clear message, a non-zero exit, no traceback, nothing built."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts import base, build, config
+from buildscripts.errors import DiskSpaceError, EngineError, ToolMissingError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "buildscripts", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=120)
+
+
+def images() -> set[str]:
+    return {str(i.id) for i in docker.from_env().images.list()}
+
+
+def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+def test_bad_matrix_file_builds_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text((ROOT / "matrix.yaml").read_text().replace("archs: [sm_90a,", "archs: [sm_9x,"))
+    before = images()
+    assert_clean_failure(cli("build", "--matrix", str(bad)), 2, "'sm_9x' is not a GPU target", "line ")
+    assert images() == before
+
+
+def test_selection_matching_nothing() -> None:
+    assert_clean_failure(cli("build", "--only", "nothing-*"), 3, "matches no buildable cell", "hint:")
+    assert_clean_failure(cli("matrix", "--only", "nothing-*"), 3, "matches no buildable cell")
+
+
+def test_unreachable_engine_is_one_clear_error() -> None:
+    done = cli("build", "--only", "sglang0.5.16-*-pip-*", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_clean_failure(done, 4, "Docker engine is not reachable", "hint:")
+
+
+def test_missing_buildx_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "docker"  # a docker CLI that knows no buildx, first on PATH
+    fake.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(EngineError, match="buildx plugin is missing"):
+        build.check_engine()
+
+
+def test_missing_debootstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
+    spec = config.Base(debootstrap=config.Debootstrap(suite="bookworm", include=("nonexistent-pkg-for-test",)),
+                       python="3.11", platform="x86_64-manylinux_2_36")
+    before = images()
+    with pytest.raises(ToolMissingError, match="'debootstrap' was not found"):
+        base.ensure("missing-tool-test", spec, client=docker.from_env(), logs=tmp_path)
+    assert images() == before
+
+
+def test_no_space_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, engine = build.check_engine()
+
+    class Usage:
+        free = 1024**3
+
+    monkeypatch.setattr(build.shutil, "disk_usage", lambda path: Usage)
+    with pytest.raises(DiskSpaceError, match="only 1.0 GB free"):
+        build.check_disk(engine, cells=1)
