@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 from .errors import ToolMissingError
 
@@ -85,15 +86,16 @@ def run(
         raise ToolMissingError(msg, hint="install it, or check PATH") from None
 
     def pump() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            tail.append(line)
-            if log_handle:
-                log_handle.write(line + "\n")
-                log_handle.flush()
-            if on_line:
-                on_line(line)
+        # `with` closes the pipe: else a ResourceWarning per command (an error under pytest -W error)
+        with cast(IO[bytes], proc.stdout) as stream:
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                tail.append(line)
+                if log_handle:
+                    log_handle.write(line + "\n")
+                    log_handle.flush()
+                if on_line:
+                    on_line(line)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
