@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
@@ -35,7 +36,7 @@ def wipe() -> None:
     subprocess.run(["docker", "builder", "prune", "-af"], check=True, capture_output=True)
 
 
-def build(run_id: str, *only: str) -> tuple[float, dict[str, object]]:
+def build(run_id: str, *only: str) -> tuple[float, dict[str, Any]]:
     argv = [sys.executable, "-m", "buildscripts", "build", "--no-verify", "--run-id", run_id,
             "--runs", str(ROOT / "runs")]
     for pattern in only:
@@ -47,10 +48,10 @@ def build(run_id: str, *only: str) -> tuple[float, dict[str, object]]:
     return seconds, results
 
 
-def unique_layer_floor(results: dict[str, object]) -> float:
+def unique_layer_floor(results: dict[str, Any]) -> float:
     """Sum of layer times, each distinct stage-of-a-layer counted once (what sharing makes possible)."""
     seen: dict[tuple[str, str], float] = {}
-    for cell in results["cells"]:  # type: ignore[attr-defined]
+    for cell in results["cells"]:
         build_result = cell.get("build") or {}
         axes = cell["axes"]
         for stage, secs in (build_result.get("layers") or {}).items():

@@ -111,8 +111,8 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path) ->
             labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest}
             changes = [f"LABEL {k}={v}" for k, v in labels.items()]
             changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            image_id = client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}",
-                                                         changes=changes)
+            image_id = client.api.import_image_from_data(
+                fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
     image = client.images.get(ref)
     log.info(f"base {ref} = {image.id} ({image_id!s:.40})")
     return BaseImage(ref, str(image.id), digest, built=True)
@@ -138,5 +138,6 @@ def _registry_base(ref: str, client: docker.DockerClient) -> BaseImage:
             image = client.images.pull(ref)
         except docker.errors.APIError as exc:
             msg = f"base image {ref!r} is not present and cannot be pulled: {exc.explanation}"
-            raise ToolMissingError(msg, hint="docker pull it (or docker load it) first, or use `debootstrap:`") from None
+            hint = "docker pull it (or docker load it) first, or use `debootstrap:`"
+            raise ToolMissingError(msg, hint=hint) from None
     return BaseImage(ref, str(image.id), str(image.id).removeprefix("sha256:")[:16], built=False)

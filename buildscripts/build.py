@@ -21,6 +21,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from . import hostenv, proc
 from .base import BaseImage
@@ -57,7 +58,8 @@ def check_engine() -> tuple[docker.DockerClient, Engine]:
         version = str(client.version().get("Version", "0"))
     except docker.errors.DockerException as exc:
         msg = f"the Docker engine is not reachable ({exc})"
-        raise EngineError(msg, hint="start it (`dockerd &`, or `bash .ci/install-engine`) and check DOCKER_HOST") from None
+        hint = "start it (`dockerd &`, or `bash .ci/install-engine`) and check DOCKER_HOST"
+        raise EngineError(msg, hint=hint) from None
     numbers = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
     if numbers < MIN_ENGINE:
         msg = f"Docker engine {version} is too old; BuildKit secrets and cache mounts need >= 20.10"
@@ -172,7 +174,7 @@ def build_cell(
                        cached=all(v == 0 for v in layers.values())), image_info(image, tag)
 
 
-def image_info(image: docker.models.images.Image, tag: str) -> ImageInfo:
+def image_info(image: Image, tag: str) -> ImageInfo:
     attrs = image.attrs
     return ImageInfo(ref=tag, id=str(image.id), size_bytes=int(attrs.get("Size", 0)),
                      labels=dict((attrs.get("Config") or {}).get("Labels") or {}))

@@ -52,7 +52,7 @@ def index_settings(env: Mapping[str, str]) -> IndexSettings:
     parser = configparser.ConfigParser()
     parser.read([os.path.expanduser(p) for p in PIP_CONFIGS])
     index = env.get("PIP_INDEX_URL") or parser.get("global", "index-url", fallback=None)
-    extra = env.get("PIP_EXTRA_INDEX_URL") or parser.get("global", "extra-index-url", fallback="")
+    extra = env.get("PIP_EXTRA_INDEX_URL") or parser.get("global", "extra-index-url", fallback="") or ""
     usable = [u for u in extra.split() if u.startswith(("http://", "https://"))]
     if index and not index.startswith(("http://", "https://")):
         index = None

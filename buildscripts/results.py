@@ -108,7 +108,7 @@ class RunResults(Record):
     run_id: str
     started: str
     finished: str | None = None
-    runner: str = Field(default_factory=lambda: socket.gethostname())
+    runner: str = Field(default_factory=socket.gethostname)
     host: dict[str, str] = Field(default_factory=lambda: {"platform": " ".join(os.uname()[0:3:2])})
     matrix: str | None = None
     cells: list[CellResult] = Field(default_factory=list)

@@ -6,17 +6,11 @@ import argparse
 import json
 import sys
 
-from . import core
-
 # Importing the stage modules registers their stages.
-from . import cpu_stages  # noqa: F401
-try:
-    from . import gpu_stages  # noqa: F401
-except ImportError:  # pragma: no cover - while the GPU half is absent
-    pass
+from . import core, cpu_stages, gpu_stages  # noqa: F401
 
 
-def main(argv=None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(prog="probe")
     ap.add_argument("--archs", default="sm_90a,sm_100a,sm_120a")
     ap.add_argument("--lane-cuda", default=None, help="CUDA major.minor of the torch lane, e.g. 13.0")

@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RESULT_PREFIX = "@@probe-result "
 PASSED, FAILED, SKIPPED, ABORTED = "passed", "failed", "skipped", "aborted"
@@ -50,7 +50,7 @@ class StageSkipped(Exception):
 class Stage:
     name: str
     func: Callable[[Context], Dict[str, Any]]  # returns evidence; raises StageFailed/StageSkipped
-    needs: tuple = ()
+    needs: Tuple[str, ...] = ()
     gpu: bool = False
 
 
@@ -59,8 +59,11 @@ ORDER = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
          "gpu-visible", "kernel-smoke", "server", "first-generation"]
 
 
-def stage(name: str, needs: tuple = (), gpu: bool = False) -> Callable[[Callable[[Context], Dict[str, Any]]], Callable[[Context], Dict[str, Any]]]:
-    def register(func: Callable[[Context], Dict[str, Any]]) -> Callable[[Context], Dict[str, Any]]:
+StageFunc = Callable[[Context], Dict[str, Any]]
+
+
+def stage(name: str, needs: Tuple[str, ...] = (), gpu: bool = False) -> Callable[[StageFunc], StageFunc]:
+    def register(func: StageFunc) -> StageFunc:
         REGISTRY[name] = Stage(name, func, needs, gpu)
         return func
     return register
@@ -69,13 +72,15 @@ def stage(name: str, needs: tuple = (), gpu: bool = False) -> Callable[[Callable
 def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
     result: Dict[str, Any] = {"name": st.name, "status": PASSED, "duration_s": 0.0, "evidence": {},
                               "where": f"{ctx.mode} ({'gpu' if ctx.gpu else 'cpu'})"}
+    # No GPU here (gpu-visible skipped or not run): every GPU stage is SKIPPED with that reason,
+    # before prerequisites are looked at; a *failed* gpu-visible aborts them like any prerequisite.
+    if st.gpu and not ctx.gpu and ctx.results.get("gpu-visible", {}).get("status") in (None, SKIPPED):
+        why = ctx.results.get("gpu-visible", {}).get("reason") or "no GPU visible"
+        result.update(status=SKIPPED, reason=f"needs a GPU: {why}")
+        return result
     missing = [n for n in st.needs if not ctx.passed(n)]
     if missing:
         result.update(status=ABORTED, reason="prerequisite did not pass: " + ", ".join(missing))
-        return result
-    if st.gpu and not ctx.gpu:
-        why = ctx.results.get("gpu-visible", {}).get("reason") or "no GPU visible"
-        result.update(status=SKIPPED, reason=f"needs a GPU: {why}")
         return result
     started = time.monotonic()
     try:
@@ -122,11 +127,13 @@ def sh(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
                               errors="replace", timeout=timeout, env=full_env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        raise StageFailed(f"timed out after {timeout:.0f}s: {' '.join(argv)[:200]}", log=out) from None
+        reason = f"timed out after {timeout:.0f}s: {' '.join(argv)[:200]}"
+        raise StageFailed(reason, log=out) from None
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, stdout=f"{argv[0]}: not found")
 
 
-def python_snippet(code: str, timeout: float, env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
+def python_snippet(code: str, timeout: float,
+                   env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
     """Run `code` in a fresh interpreter of the image (so one crash cannot take the probe down)."""
     return sh([sys.executable, "-c", code], timeout=timeout, env=env)

@@ -75,6 +75,6 @@ def test_no_space_left(monkeypatch: pytest.MonkeyPatch) -> None:
     class Usage:
         free = 1024**3
 
-    monkeypatch.setattr(build.shutil, "disk_usage", lambda path: Usage)
-    with pytest.raises(DiskSpaceError, match="only 1.0 GB free"):
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
+    with pytest.raises(DiskSpaceError, match=r"only 1\.0 GB free"):
         build.check_disk(engine, cells=1)
