@@ -78,3 +78,9 @@ class Interrupted(FatalError):
     """Ctrl-C: the run was stopped; no good tag was moved."""
 
     exit_code = 130
+
+
+class GpuError(FatalError):
+    """A requested GPU does not exist, or GPUs were required and none can be used."""
+
+    exit_code = 11

@@ -1,0 +1,69 @@
+"""A stand-in server process for readiness tests: real sockets, real HTTP, chosen misbehaviour.
+
+  python fake_server.py MODE PORT
+MODE: slow (listens after 2 s, then 200), crash (prints a traceback, exits 1 after 1 s),
+hang (accepts connections, never answers), flaky (503 for the first 3 requests, then 200),
+die-later (answers 503, then exits 3 after 2 s), forks (like slow, plus a child process that
+would outlive a careless stop).
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MODE, PORT = sys.argv[1], int(sys.argv[2])
+hits = {"n": 0}
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        hits["n"] += 1
+        code = 503 if MODE in ("flaky", "die-later") and (MODE == "die-later" or hits["n"] <= 3) else 200
+        body = b'{"status": "starting"}' if code == 503 else b'{"status": "ok"}'
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        print("request", self.path, flush=True)
+
+
+def crash() -> None:
+    time.sleep(1)
+    def load_weights() -> None:
+        raise RuntimeError("Assertion error (compiler.hpp:175): std::filesystem::exists(nvcc_path)")
+    load_weights()
+
+
+def main() -> None:
+    print(f"fake server {MODE} on {PORT}", flush=True)
+    if MODE == "crash":
+        crash()
+    if MODE == "hang":
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", PORT))
+        sock.listen(8)
+        held = []
+        while True:
+            conn, _ = sock.accept()
+            held.append(conn)  # never answer
+    if MODE in ("slow", "forks"):
+        time.sleep(2)
+    if MODE == "forks":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+    if MODE == "die-later":
+        threading.Timer(2.0, lambda: (print("scheduler died", flush=True), sys.stdout.flush(),
+                                      __import__("os")._exit(3))).start()
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

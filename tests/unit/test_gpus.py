@@ -1,0 +1,80 @@
+"""GPU discovery parsing and the container options that request GPUs (no Docker, no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from buildscripts import gpus
+from buildscripts.errors import GpuError
+
+SMI = """0, NVIDIA H200, GPU-aaaa, 9.0, 580.159.04, 143771
+1, NVIDIA H200, GPU-bbbb, 9.0, 580.159.04, 143771
+"""
+
+
+def two_gpus(runtime: str | None = "nvidia") -> gpus.Discovery:
+    return gpus.Discovery(gpus=gpus.parse_nvidia_smi(SMI), runtime=runtime,
+                          problem=None if runtime else "no nvidia runtime")
+
+
+def test_parse_nvidia_smi_reads_every_gpu_and_its_arch() -> None:
+    found = gpus.parse_nvidia_smi(SMI + "No devices were found\n")
+    assert [g.index for g in found] == [0, 1]
+    assert found[0].arch == "sm_90" and found[0].driver == "580.159.04" and found[0].memory_mib == 143771
+    assert gpus.parse_nvidia_smi("12.0 garbage") == ()
+    blackwell = gpus.parse_nvidia_smi("0, NVIDIA RTX PRO 6000, GPU-c, 12.0, 590.1, 97887")
+    assert blackwell[0].arch == "sm_120"
+
+
+def test_runtime_from_docker_info_or_cdi_specs() -> None:
+    assert gpus.container_runtime({"Runtimes": {"runc": {}, "nvidia": {}}}, []) == "nvidia"
+    assert gpus.container_runtime({"Runtimes": {"runc": {}}}, ["/etc/cdi/nvidia.yaml"]) == "cdi"
+    assert gpus.container_runtime({"Runtimes": {"runc": {}}}, ["/etc/cdi/other.json"]) is None
+    assert gpus.container_runtime({}, []) is None
+
+
+def test_one_gpu_per_container_with_shm_and_limits() -> None:
+    opts = gpus.container_options(two_gpus(), gpu=1)
+    (request,) = opts["device_requests"]
+    assert request["DeviceIDs"] == ["1"] and request["Capabilities"] == [["gpu"]]
+    assert opts["shm_size"] == "16g"
+    limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in opts["ulimits"]}
+    assert limits["memlock"] == (-1, -1) and limits["stack"][0] >= 64 * 1024 * 1024
+    assert gpus.NO_GPU_ENV not in opts["environment"]
+
+
+def test_all_gpus_and_cdi_requests() -> None:
+    assert gpus.container_options(two_gpus(), all_gpus=True)["device_requests"][0]["DeviceIDs"] == ["0", "1"]
+    cdi = gpus.container_options(two_gpus("cdi"), gpu=0)["device_requests"][0]
+    assert cdi["Driver"] == "cdi" and cdi["DeviceIDs"] == ["nvidia.com/gpu=0"]
+
+
+def test_no_runtime_means_no_request_and_the_reason_reaches_the_probe() -> None:
+    opts = gpus.container_options(two_gpus(None), gpu=0)
+    assert "device_requests" not in opts
+    assert opts["environment"][gpus.NO_GPU_ENV] == "no nvidia runtime"
+    bare = gpus.container_options(gpus.Discovery(problem="nvidia-smi not found"), gpu=None)
+    assert bare["environment"][gpus.NO_GPU_ENV] == "nvidia-smi not found"
+    assert "device_requests" not in bare and bare["shm_size"] == "16g"
+
+
+def test_unknown_gpu_index_is_a_clear_error() -> None:
+    with pytest.raises(GpuError, match="GPU 5 does not exist"):
+        gpus.container_options(two_gpus(), gpu=5)
+
+
+def test_per_gpu_runs_side_by_side_in_gpu_order() -> None:
+    import threading
+    import time
+
+    seen: set[str] = set()
+
+    def verify(gpu: gpus.Gpu) -> str:
+        seen.add(threading.current_thread().name)
+        time.sleep(0.2)  # both must be in flight at once for two thread names to show up
+        return gpu.uuid
+
+    assert gpus.per_gpu(two_gpus(), verify) == ["GPU-aaaa", "GPU-bbbb"]
+    assert len(seen) == 2
+    assert gpus.per_gpu(gpus.Discovery(), verify) == []
+    assert gpus.host_env(two_gpus().gpus[1]) == {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}
