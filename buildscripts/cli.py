@@ -20,6 +20,7 @@ COMMANDS = {
     "verify": ("buildscripts.verify", "run the verification ladder on an image, or on this Python (--host)"),
     "report": ("buildscripts.report", "render console/Markdown/HTML/JUnit reports from saved results"),
     "promote": ("buildscripts.promote", "push good tags to a registry, by digest"),
+    "import-probe": ("buildscripts.hostrun", "turn host-mode probe JSON into results.json + summary.md"),
 }
 
 

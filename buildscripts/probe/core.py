@@ -93,7 +93,8 @@ def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
         result.update(status=FAILED, reason=f"{type(exc).__name__}: {exc}",
                       log_excerpt=traceback.format_exc()[-6000:])
     result["duration_s"] = round(time.monotonic() - started, 2)
-    if ctx.gpu and st.gpu:
+    if ctx.gpu and (st.gpu or st.name == "gpu-visible"):  # gpu-visible found it: it ran on it too
+        result["where"] = f"{ctx.mode} (gpu)"
         result.update(gpu=ctx.gpu.get("name"), arch=ctx.gpu.get("arch"))
     return result
 

@@ -1,0 +1,140 @@
+"""Host-mode probe output -> results: read the JSON that `python -m buildscripts.probe --out FILE`
+wrote on a machine where this package's dependencies may be missing (a GPU test machine, an LXC
+container), then classify failures, judge verdicts and write results.json plus a summary.md.
+
+  python -m buildscripts import-probe --cell ID=FILE [--cell ID=FILE ...] --out DIR [--title TEXT]
+      [--axis KEY=VALUE ...] [--expect ID=STAGE:CLASS:REASON] [--note TEXT ...]
+
+There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
+verdict comes from the stages alone, by the same `results.judge` as every other run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import classify, results
+from .errors import ResultsError
+from .results import BuildResult, CellResult, RunResults, StageResult, Status
+
+HOST_BUILD = "host mode: the current Python environment, no image was built"
+
+
+def stage_results(raw: Sequence[dict[str, Any]]) -> list[StageResult]:
+    """Probe result dicts -> StageResults, with GPU placement spelled out and failures classified."""
+    stages = []
+    for item in raw:
+        fields = {k: item[k] for k in ("name", "status", "duration_s", "reason", "evidence", "log_excerpt",
+                                       "gpu", "arch") if item.get(k) is not None}
+        mode = str(item.get("where", "host")).split(" ")[0]
+        fields["where"] = f"{mode}: {item['gpu']} ({item['arch']})" if item.get("gpu") else f"{mode} (cpu)"
+        stages.append(classify.label(StageResult.model_validate(fields)))
+    return stages
+
+
+def read_probe(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        msg = f"cannot read probe output {path}: {exc}"
+        raise ResultsError(msg, hint="pass the file the probe wrote with --out") from None
+    if not isinstance(data, list) or not all(isinstance(d, dict) and "name" in d for d in data):
+        msg = f"{path} is not probe output (a JSON list of stage results)"
+        raise ResultsError(msg, hint="pass the file the probe wrote with --out")
+    return data
+
+
+def versions_from(stages: Sequence[StageResult]) -> dict[str, str]:
+    """Key versions as the stages saw them (torch from gpu-visible, the rest from facts/import if any)."""
+    found: dict[str, str] = {}
+    for stage in stages:
+        for key in ("torch", "sglang", "flashinfer", "deep_gemm", "cuda_runtime", "driver", "nvcc"):
+            value = stage.evidence.get(key)
+            if isinstance(value, str | int | float) and key not in found:
+                found[key] = str(value)
+        versions = stage.evidence.get("versions")
+        if isinstance(versions, dict):
+            for key, value in versions.items():
+                found.setdefault(str(key), str(value))
+    return found
+
+
+def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
+                    expected: dict[str, str] | None = None) -> CellResult:
+    stages = stage_results(read_probe(path))
+    cell = CellResult(cell_id=cell_id, axes=axes, expected=expected, stages=stages,
+                      build=BuildResult(status=Status.PASSED, reason=HOST_BUILD),
+                      versions=versions_from(stages), finished=results.now())
+    verdict, why = results.judge(cell)
+    return cell.model_copy(update={"verdict": verdict, "verdict_reason": why})
+
+
+def summary_markdown(run: RunResults, title: str, notes: Sequence[str]) -> str:
+    """A short human summary: verdict per cell, then each GPU stage's time and outcome."""
+    lines = [f"# {title}", "", f"Run `{run.run_id}` on `{run.runner}`, finished {run.finished}.", ""]
+    lines += [f"- {note}" for note in notes]
+    lines += ["", "| cell | verdict | why |", "| --- | --- | --- |"]
+    for cell in run.cells:
+        lines.append(f"| `{cell.cell_id}` | **{cell.verdict}** | {cell.verdict_reason or ''} |")
+    for cell in run.cells:
+        lines += ["", f"## `{cell.cell_id}`", "", "| stage | status | seconds | detail |",
+                  "| --- | --- | --- | --- |"]
+        for stage in cell.stages:
+            lines.append(f"| {stage.name} | {stage.status} | {stage.duration_s:.1f} | {_detail(stage)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _detail(stage: StageResult) -> str:
+    ev = stage.evidence
+    if stage.status is Status.FAILED:
+        text = f"`{stage.failure_class}`: {stage.reason}"
+    elif stage.name == "server" and ev.get("seconds_to_ready") is not None:
+        text = f"HTTP up {ev.get('seconds_to_http')} s, ready {ev['seconds_to_ready']} s"
+    elif stage.name == "first-generation":
+        text = str(ev.get("reference", {}).get("verdict", ""))
+    elif stage.name == "gpu-visible" and stage.status is Status.PASSED:
+        text = f"{ev.get('name')} capability {ev.get('capability')}, driver {ev.get('driver')}"
+    else:
+        text = stage.reason or ""
+    return text.replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            msg = f"{what} {value!r} must look like KEY=VALUE"
+            raise ResultsError(msg, hint=f"e.g. {what} host-a=/path/a.json")
+        out[key] = rest
+    return out
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m buildscripts import-probe", description=__doc__)
+    ap.add_argument("--cell", action="append", required=True, help="CELL_ID=PROBE_JSON (repeatable)")
+    ap.add_argument("--out", type=Path, required=True, help="folder for results.json and summary.md")
+    ap.add_argument("--run-id", default=None)
+    ap.add_argument("--runner", default=None, help="where the probe ran, e.g. 'an H200 test machine'")
+    ap.add_argument("--title", default="Host-mode verification")
+    ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE shown with every cell")
+    ap.add_argument("--expect", action="append", default=[], help="CELL_ID=STAGE:CLASS:REASON")
+    ap.add_argument("--note", action="append", default=[])
+    a = ap.parse_args(list(argv))
+    axes = _pairs(a.axis, "--axis")
+    expects = {cid: dict(zip(("stage", "class", "reason"), spec.split(":", 2), strict=False))
+               for cid, spec in _pairs(a.expect, "--expect").items()}
+    cells = [cell_from_probe(cid, Path(path), axes, expects.get(cid)) for cid, path in _pairs(a.cell, "--cell").items()]
+    run = RunResults(run_id=a.run_id or f"host-{results.now()}", started=min(c.finished or "" for c in cells),
+                     finished=results.now(), cells=cells)
+    if a.runner:
+        run = run.model_copy(update={"runner": a.runner})
+    results.save(run, a.out / "results.json")
+    (a.out / "summary.md").write_text(summary_markdown(run, a.title, a.note))
+    for cell in cells:
+        print(f"{cell.cell_id}: {cell.verdict} ({cell.verdict_reason})")
+    return 0

@@ -1,0 +1,82 @@
+"""Host-mode probe output becomes classified, judged results (no processes, no Docker)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from buildscripts import hostrun, results
+from buildscripts.errors import ResultsError
+from buildscripts.results import Status, Verdict
+
+GPU = {"gpu": "NVIDIA H200", "arch": "sm_90", "where": "host (gpu)"}
+
+
+def probe_file(tmp_path: Path, name: str, stages: list[dict[str, object]]) -> Path:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(stages))
+    return path
+
+
+def passing() -> list[dict[str, object]]:
+    return [
+        {"name": "gpu-visible", "status": "passed", "duration_s": 3.0, **GPU,
+         "evidence": {"name": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0+cu130", "driver": "580.1"}},
+        {"name": "kernel-smoke", "status": "passed", "duration_s": 60.0, **GPU, "evidence": {}},
+        {"name": "server", "status": "passed", "duration_s": 121.0, **GPU,
+         "evidence": {"seconds_to_http": 51.0, "seconds_to_ready": 121.0}},
+        {"name": "first-generation", "status": "passed", "duration_s": 2.0, **GPU,
+         "evidence": {"reference": {"verdict": "all 16 tokens equal"}}},
+    ]
+
+
+def test_all_gpu_stages_passed_is_verified_on_the_arch(tmp_path: Path) -> None:
+    cell = hostrun.cell_from_probe("host-a", probe_file(tmp_path, "a", passing()), {"sglang": "0.5.16"})
+    assert cell.verdict is Verdict.VERIFIED and cell.verdict_reason == "verified on sm_90 (NVIDIA H200)"
+    assert cell.stage("server").where == "host: NVIDIA H200 (sm_90)"  # type: ignore[union-attr]
+    assert cell.stage("gpu-visible").arch == "sm_90"  # type: ignore[union-attr]
+    assert cell.versions["torch"] == "2.11.0+cu130"
+
+
+def test_a_server_that_dies_without_nvcc_fails_with_a_class_and_hint(tmp_path: Path) -> None:
+    stages = passing()
+    stages[2] = {"name": "server", "status": "failed", "duration_s": 47.0, **GPU,
+                 "reason": "server process exited with code 1 after 47s, before it was ready",
+                 "log_excerpt": "RuntimeError: ninja exited with status 127\n"
+                                "/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found"}
+    stages[3] = {"name": "first-generation", "status": "aborted", "reason": "prerequisite did not pass: server"}
+    cell = hostrun.cell_from_probe("host-b", probe_file(tmp_path, "b", stages), {})
+    assert cell.verdict is Verdict.FAILED
+    server = cell.stage("server")
+    assert server is not None and server.status is Status.FAILED
+    assert server.failure_class == "sglang-jit-kernel-needs-nvcc" and server.hint
+    assert "failed at server" in (cell.verdict_reason or "")
+
+
+def test_without_gpu_the_cell_is_only_cpu_checked(tmp_path: Path) -> None:
+    stages: list[dict[str, object]] = [
+        {"name": "gpu-visible", "status": "skipped", "reason": "no GPU visible: no /dev/nvidia* device"},
+              {"name": "server", "status": "skipped", "reason": "needs a GPU: no GPU visible"}]
+    cell = hostrun.cell_from_probe("host-cpu", probe_file(tmp_path, "cpu", stages), {})
+    assert cell.verdict is Verdict.CPU_CHECKED
+
+
+def test_main_writes_results_and_summary(tmp_path: Path) -> None:
+    a = probe_file(tmp_path, "a", passing())
+    out = tmp_path / "evidence"
+    assert hostrun.main(["--cell", f"host-a={a}", "--out", str(out), "--title", "H200", "--note", "n1"]) == 0
+    run = results.load(out / "results.json")
+    assert [c.verdict for c in run.cells] == [Verdict.VERIFIED]
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# H200") and "HTTP up 51.0 s, ready 121.0 s" in summary and "- n1" in summary
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"not": "a list"}')
+    with pytest.raises(ResultsError, match="is not probe output"):
+        hostrun.cell_from_probe("x", bad, {})
+    with pytest.raises(ResultsError, match="must look like KEY=VALUE"):
+        hostrun.main(["--cell", "nonsense", "--out", str(tmp_path)])
