@@ -193,11 +193,11 @@ def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:
     if cell.sglang.torch != cell.lane.torch:
         return (f"sglang {cell.sglang.version} pins torch {cell.sglang.torch}; "
                 f"lane {cell.lane.id} has torch {cell.lane.torch}")
-    if cell.toolkit.pip and cell.lane.cuda not in cell.toolkit.pip:
-        return f"toolkit {cell.toolkit_name!r} has no recipe for {cell.lane.cuda}"
     for rule in spec.exclude:
         if fnmatch.fnmatchcase(cell.id, rule.match):
             return rule.reason
+    if cell.toolkit.pip and cell.lane.cuda not in cell.toolkit.pip:
+        return f"toolkit {cell.toolkit_name!r} has no recipe for {cell.lane.cuda}"
     return None
 
 
