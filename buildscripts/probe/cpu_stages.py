@@ -1,0 +1,228 @@
+"""The stages that need no GPU: facts, import, flavour, arch-audit, toolchain, jit-compile.
+
+Standard library only, Python >= 3.8. The image's own packages (torch, sglang, ...) are imported
+only in child interpreters (core.python_snippet), so a crash or a hang there cannot take the probe
+down. Prerequisites are chosen so that later stages still add evidence after an earlier failure:
+flavour needs torch to import (not deep_gemm), and toolchain, arch-audit and jit-compile need
+nothing but their own inputs. The import stage records each module as `import:<module>` in
+ctx.results so that stages can name a single module as their prerequisite.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata, util
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import core, cudatools, fatbin, jitcompile, toolchain
+
+# module -> (distributions that provide it, required). Optional modules that are not installed
+# are reported as absent; an installed module that fails to import fails the stage.
+MODULES: Dict[str, Tuple[Tuple[str, ...], bool]] = {
+    "torch": (("torch",), True),
+    "sglang": (("sglang",), True),
+    "flashinfer": (("flashinfer-python", "flashinfer"), False),
+    "deep_gemm": (("sgl-deep-gemm", "deep-gemm", "deep_gemm"), False),
+    "triton": (("triton",), False),
+    "sgl_kernel": (("sglang-kernel", "sgl-kernel"), False),
+}
+KEY_DISTRIBUTIONS = ("torch", "sglang", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
+                     "sgl-deep-gemm", "triton", "sglang-kernel", "sgl-kernel", "nvidia-cuda-nvcc",
+                     "nvidia-cuda-runtime", "cuda-toolkit", "xgrammar")
+ENV_KEYS = ("CUDA_HOME", "CUDA_PATH", "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "NVCC_CCBIN",
+            "VIRTUAL_ENV", "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST")
+# Import errors that only mean "no NVIDIA driver here" (sgl_kernel picks its per-arch library from
+# the GPU; without one it ends in "No module named 'common_ops'").
+NEEDS_DRIVER = re.compile(r"libcuda\.so\.1: cannot open shared object file|No module named 'common_ops'|"
+                          r"Found no NVIDIA driver|no CUDA-capable device")
+OTHER_LOAD_ERROR = re.compile(r"(?<!libcuda)\.so[.\d]*: cannot open shared object file|undefined symbol")
+IMPORT_SNIPPET = ("import importlib, json, time; t = time.time(); m = importlib.import_module({name!r}); "
+                  "print('@@import ' + json.dumps({{'version': str(getattr(m, '__version__', '') or ''), "
+                  "'file': getattr(m, '__file__', None), 'seconds': round(time.time() - t, 2)}}))")
+LIBRARIES = ("torch", "sgl_kernel", "flashinfer", "flashinfer_jit_cache", "deep_gemm")
+TORCH_ARCHS = ("import json, torch; print('@@archs ' + json.dumps({'flags': torch._C._cuda_getArchFlags(), "
+               "'cuda': torch.version.cuda, 'torch': torch.__version__}))")
+
+
+def _versions() -> Dict[str, str]:
+    out = {}
+    for name in KEY_DISTRIBUTIONS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+@core.stage("facts")
+def facts(ctx: core.Context) -> Dict[str, Any]:
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                      if d.metadata["Name"])
+    os_release = {}
+    if os.path.exists("/etc/os-release"):
+        with open("/etc/os-release") as fh:
+            os_release = dict(ln.rstrip().split("=", 1) for ln in fh if "=" in ln)
+    return {
+        "python": {"version": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
+                   "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)},
+        "os": os_release.get("PRETTY_NAME", "").strip('"') or platform.platform(),
+        "libc": "-".join(platform.libc_ver()), "cpus": os.cpu_count(), "mode": ctx.mode,
+        "env": {k: os.environ.get(k) for k in ENV_KEYS if os.environ.get(k) is not None},
+        "packages": packages, "distributions": _versions(),
+    }
+
+
+def _gpu_present() -> bool:
+    return os.path.exists("/dev/nvidiactl") or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _import_one(name: str, deadline: cudatools.Deadline) -> Dict[str, Any]:
+    _dists, required = MODULES[name]
+    if util.find_spec(name) is None:
+        return {"status": core.FAILED if required else "absent",
+                "summary": "failed: not installed" if required else "absent: not installed", "log": ""}
+    try:
+        proc = core.python_snippet(IMPORT_SNIPPET.format(name=name), timeout=deadline.left())
+    except core.StageFailed as exc:   # this import hung: say so, and keep the other modules' results
+        return {"status": core.FAILED, "summary": f"failed: {exc.reason}", "log": exc.log}
+    out = proc.stdout or ""
+    line = next((ln for ln in out.splitlines() if ln.startswith("@@import ")), None)
+    if proc.returncode == 0 and line:
+        info = json.loads(line[len("@@import "):])
+        return {"status": core.PASSED, "summary": f"ok {info['version']}".strip(), "log": "",
+                "version": info["version"], "seconds": info["seconds"]}
+    error = cudatools.error_line(out)
+    if not _gpu_present() and NEEDS_DRIVER.search(out) and not OTHER_LOAD_ERROR.search(out):
+        return {"status": core.SKIPPED, "summary": f"skipped: needs a GPU ({error})", "log": out}
+    return {"status": core.FAILED, "summary": f"failed: {error}", "log": out}
+
+
+@core.stage("import")
+def import_modules(ctx: core.Context) -> Dict[str, Any]:
+    deadline = cudatools.Deadline(ctx.stage_timeout)
+    with ThreadPoolExecutor(max_workers=2) as pool:   # each import is its own interpreter
+        futures = {n: pool.submit(_import_one, n, deadline) for n in MODULES}
+        done = {n: f.result() for n, f in futures.items()}
+    for name, res in done.items():
+        ctx.results["import:" + name] = {"status": res["status"]}
+    ev: Dict[str, Any] = {"modules": {n: r["summary"] for n, r in done.items()},
+                          "seconds": {n: r["seconds"] for n, r in done.items() if "seconds" in r},
+                          "versions": {n: r["version"] for n, r in done.items() if r.get("version")}}
+    failed = [n for n, r in done.items() if r["status"] == core.FAILED]
+    if failed:
+        log = "\n".join(f"== import {n} ==\n{done[n]['log'][-3000:]}" for n in failed)
+        raise core.StageFailed("; ".join(f"{n}: {done[n]['summary'][len('failed: '):]}" for n in failed), ev, log)
+    return ev
+
+
+@core.stage("flavour", needs=("import:torch",))
+def flavour(ctx: core.Context) -> Dict[str, Any]:
+    proc = core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout))
+    info = _tagged(proc.stdout or "", "@@archs ")
+    if info is None:
+        msg = "torch does not report its CUDA version"
+        raise core.StageFailed(msg, log=proc.stdout or "")
+    ev = {"torch": info["torch"], "torch_cuda": info["cuda"], "lane_cuda": ctx.lane_cuda,
+          "versions": {"torch.version.cuda": str(info["cuda"])}}
+    if info["cuda"] is None:
+        msg = f"torch is a CPU-only build ({info['torch']}: torch.version.cuda is None)"
+        raise core.StageFailed(msg, ev)
+    if ctx.lane_cuda is None:
+        msg = (
+            f"no lane CUDA version to compare with (torch.version.cuda = {info['cuda']}); "
+                                "pass --lane-cuda"
+        )
+        raise core.StageSkipped(msg)
+    if ".".join(info["cuda"].split(".")[:2]) != ctx.lane_cuda:
+        msg = (
+            f"torch {info['torch']} is built for CUDA {info['cuda']}, but the lane promises "
+                               f"{ctx.lane_cuda}"
+        )
+        raise core.StageFailed(msg, ev)
+    return ev
+
+
+def _tagged(out: str, tag: str) -> Optional[Dict[str, Any]]:
+    line = next((ln for ln in out.splitlines() if ln.startswith(tag)), None)
+    return json.loads(line[len(tag):]) if line else None
+
+
+@core.stage("arch-audit")
+def arch_audit(ctx: core.Context) -> Dict[str, Any]:
+    ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None}
+    if ctx.results.get("import:torch", {}).get("status") != core.FAILED:
+        info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
+                       "@@archs ")
+        ev["torch_arch_list"] = info["flags"].split() if info else None
+        ev["torch_arch_list_covers"] = {
+            a: any(f.split("_")[-1].rstrip("af") == str(fatbin.parse_arch(a)[0])
+                   for f in ev["torch_arch_list"] or []) for a in ctx.archs}
+    lacking: List[str] = []
+    for lib in LIBRARIES:
+        spec = util.find_spec(lib)
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        if not roots:
+            continue
+        files = fatbin.shared_objects(roots[0])
+        entries: List[fatbin.Entry] = []
+        with_code = {}
+        for path in files:
+            try:
+                found = fatbin.read_file(path)
+            except (fatbin.NotElf, OSError):
+                continue
+            if found:
+                entries += found
+                with_code[os.path.relpath(path, roots[0])] = sorted({e.name for e in found})
+        cover = fatbin.coverage(entries, ctx.archs)
+        ev["libraries"][lib] = {"files_scanned": len(files), "files_with_gpu_code": with_code,
+                                "per_arch": {a: c["status"] for a, c in cover.items()},
+                                "detail": cover}
+        if not entries:
+            ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
+            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in ctx.archs}
+            continue
+        lacking += [f"{lib} has no code for {a}" for a, c in cover.items() if c["status"] == "missing"]
+    ev["cuobjdump"] = _cross_check(ev)
+    if lacking:
+        raise core.StageFailed("; ".join(lacking), ev)
+    return ev
+
+
+def _cross_check(ev: Dict[str, Any]) -> Dict[str, Any]:
+    """When cuobjdump exists, compare its SASS list for one small file per library with ours."""
+    home, _ = cudatools.find_cuda_home(dict(os.environ))
+    tool = next((p for p in ([os.path.join(home, "bin", "cuobjdump")] if home else []) if os.path.exists(p)),
+                None) or shutil.which("cuobjdump")
+    if tool is None:
+        return {"available": False}
+    out: Dict[str, Any] = {"available": True, "tool": tool}
+    for lib, info in ev["libraries"].items():
+        files = info["files_with_gpu_code"]
+        if not files:
+            continue
+        spec = util.find_spec(lib)
+        root = next(iter(spec.submodule_search_locations or [])) if spec else ""
+        rel = min(files, key=lambda f: os.path.getsize(os.path.join(root, f)))
+        proc = core.sh([tool, "--list-elf", os.path.join(root, rel)], timeout=120)
+        theirs = sorted(set(re.findall(r"\bsm_\d+[af]?\b", proc.stdout or "")))
+        ours = sorted(n for n in files[rel] if n.startswith("sm_"))
+        out[lib] = {"file": rel, "cuobjdump": theirs, "agrees": theirs == ours}
+    return out
+
+
+@core.stage("toolchain")
+def toolchain_stage(ctx: core.Context) -> Dict[str, Any]:
+    return toolchain.run(ctx)
+
+
+@core.stage("jit-compile")
+def jit_compile(ctx: core.Context) -> Dict[str, Any]:
+    return jitcompile.run(ctx)

@@ -1,0 +1,121 @@
+"""Find the CUDA toolkit the way torch, deep_gemm and flashinfer do, and drive nvcc (stdlib only)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import core, fatbin
+
+# Oldest nvcc (major, minor) that can target an arch; "f" (family) targets need 12.9.
+MIN_NVCC = {90: (12, 0), 100: (12, 8), 101: (12, 8), 103: (12, 9), 110: (13, 0), 120: (12, 8), 121: (12, 9)}
+RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
+# Lines that name a cause beat lines that only say something failed ("ld returned 1 exit status").
+CAUSE_LINE_RE = re.compile(r"fatal|cannot|not found|No such file|undefined|Unsupported|Assertion|Error:")
+ERROR_LINE_RE = re.compile(r"error|failed", re.I)
+BARE_EXCEPTION_RE = re.compile(r"^\w+(Error|Exception)$")
+
+
+class Deadline:
+    """One stage's time budget, shared by the commands it runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(1.0, self.end - time.monotonic())
+
+
+def find_cuda_home(env: Dict[str, str]) -> Tuple[Optional[str], str]:
+    """(CUDA home, how it was found). torch.utils.cpp_extension._find_cuda_home, deep_gemm's
+    find_cuda_home and flashinfer's get_cuda_path all search the same order, reproduced here."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            return env[var], f"${var}"
+    nvcc = shutil.which("nvcc", path=env.get("PATH", os.defpath))
+    if nvcc:
+        return os.path.dirname(os.path.dirname(nvcc)), f"`which nvcc` = {nvcc}"
+    if os.path.exists("/usr/local/cuda"):
+        return "/usr/local/cuda", "/usr/local/cuda exists"
+    return None, "CUDA_HOME and CUDA_PATH unset, no nvcc on PATH, no /usr/local/cuda"
+
+
+def stray_nvccs() -> List[str]:
+    """nvcc binaries that pip wheels put under site-packages/nvidia, which nothing may point at."""
+    found = []
+    for entry in sys.path:
+        found += glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc"))
+        found += glob.glob(os.path.join(entry, "nvidia", "cuda_nvcc", "bin", "nvcc"))
+    return sorted(set(found))
+
+
+def release(text: str) -> Optional[Tuple[int, int]]:
+    m = RELEASE_RE.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def min_nvcc(arch: str) -> Tuple[int, int]:
+    number, suffix = fatbin.parse_arch(arch)
+    need = MIN_NVCC.get(number, (12, 8) if number >= 100 else (11, 8))
+    return max(need, (12, 9)) if suffix == "f" else need
+
+
+def gencode(arch: str) -> List[str]:
+    """`-gencode arch=compute_100a,code=sm_100a` for sm_100a."""
+    return ["-gencode", f"arch={arch.replace('sm_', 'compute_')},code={arch}"]
+
+
+def flashinfer_arch(arch: str) -> str:
+    """sm_100a -> 10.0a, the spelling FLASHINFER_CUDA_ARCH_LIST uses."""
+    number, suffix = fatbin.parse_arch(arch)
+    return f"{number // 10}.{number % 10}{suffix}"
+
+
+def host_compiler(env: Dict[str, str]) -> Optional[str]:
+    """The C++ compiler nvcc will use: NVCC_CCBIN if set, else the first of g++/c++ on PATH."""
+    if env.get("NVCC_CCBIN"):
+        return shutil.which(env["NVCC_CCBIN"], path=env.get("PATH")) or None
+    for name in ("g++", "c++"):
+        found = shutil.which(name, path=env.get("PATH", os.defpath))
+        if found:
+            return found
+    return None
+
+
+def ninja(env: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
+    """(ninja on PATH, ninja next to this Python): the JIT builders need the first."""
+    beside = os.path.join(os.path.dirname(sys.executable), "ninja")
+    return shutil.which("ninja", path=env.get("PATH", os.defpath)), beside if os.path.exists(beside) else None
+
+
+def link_dirs(home: str) -> List[str]:
+    """The -L flags flashinfer's JIT links with (lib64 and lib64/stubs of the CUDA home)."""
+    return [f"-L{home}/lib64", f"-L{home}/lib64/stubs"]
+
+
+def run(argv: Sequence[str], deadline: Deadline, cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None) -> Tuple[bool, float, str]:
+    """(ok, seconds, '$ command' + output) for one compiler command."""
+    started = time.monotonic()
+    proc = core.sh(list(argv), timeout=deadline.left(), cwd=cwd, env=env)
+    took = round(time.monotonic() - started, 2)
+    return proc.returncode == 0, took, "$ " + " ".join(argv) + "\n" + (proc.stdout or "")
+
+
+def error_line(log: str) -> str:
+    """The most telling line of a compiler log: the last one that looks like an error."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    causes = [ln for ln in lines if CAUSE_LINE_RE.search(ln)]
+    hits = [ln for ln in lines if ERROR_LINE_RE.search(ln)]
+    best = (causes or hits or lines or ["(no output)"])[-1]
+    if BARE_EXCEPTION_RE.match(best) and best in lines:   # "AssertionError": name the failing source line
+        code = [ln for ln in lines[:lines.index(best)] if not ln.startswith(("File ", "^", "~")) and
+                not set(ln) <= set("^~ ")]
+        if code:
+            best = f"{best} ({code[-1]})"
+    return best[:300]

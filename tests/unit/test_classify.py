@@ -1,0 +1,114 @@
+"""Failure classification over the whole public failure corpus, and the catalogue's own rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from buildscripts import classify
+from buildscripts.errors import ConfigError
+from buildscripts.results import StageResult, Status
+
+CORPUS = yaml.safe_load((Path(__file__).parent / "data" / "failure-corpus.yaml").read_text())
+LITERAL = [e for e in CORPUS if not e["error"].startswith("(paraphrase")]
+
+
+def test_corpus_is_the_whole_file() -> None:
+    assert len(CORPUS) >= 50
+    assert len(LITERAL) >= 40
+
+
+def test_every_corpus_entry_has_a_class() -> None:
+    ids = {c.id for c in classify.load().classes}
+    assert {e["id"] for e in CORPUS} <= ids
+
+
+@pytest.mark.parametrize("entry", LITERAL, ids=[e["id"] for e in LITERAL])
+def test_corpus_error_in_a_log_is_classified_to_its_stage_and_cause(entry: dict[str, Any]) -> None:
+    log = f"INFO starting\n{entry['error']}\nINFO shutting down"
+    match = classify.classify(log, entry["stage"])
+    assert match.id == entry["id"]
+    assert match.stage == classify.STAGE_ALIASES.get(entry["stage"], entry["stage"])
+    assert match.hint
+
+
+@pytest.mark.parametrize("entry", LITERAL, ids=[e["id"] for e in LITERAL])
+def test_corpus_error_is_recognised_without_knowing_the_stage(entry: dict[str, Any]) -> None:
+    assert classify.classify(entry["error"]).id == entry["id"]
+
+
+def test_same_signature_is_told_apart_by_the_stage() -> None:
+    text = 'File "x/deep_gemm/cuda_helpers.py", line 20\n    assert cuda_home is not None\nAssertionError'
+    assert classify.classify(text, "import").id == "cuda-home-missing"
+    assert classify.classify(text, "server").id == "deepgemm-import-no-cuda-home"
+    assert classify.classify(text, "server-start").id == "deepgemm-import-no-cuda-home"
+
+
+def test_most_specific_pattern_wins() -> None:
+    log = "/usr/bin/ld: cannot find -lcudart: No such file or directory\n/usr/bin/ld: cannot find -lcuda: No such"
+    assert classify.classify(log, "jit-compile").id == "pip-toolkit-no-libcudart-link-name"
+    only_driver = "/usr/bin/ld: cannot find -lcuda: No such file or directory"
+    assert classify.classify(only_driver, "jit-compile").id == "jit-link-no-libcuda"
+
+
+def test_our_own_probe_messages_are_classified() -> None:
+    cases = {
+        "CUDA toolkit not discoverable: CUDA_HOME and CUDA_PATH unset": "cuda-home-missing",
+        "gcc: No such file or directory\nnvcc fatal   : Failed to preprocess host compiler properties.":
+            "no-host-compiler",
+        "no host compiler: nvcc needs g++": "no-host-compiler",
+        "nvcc 12.4 is too old for sm_100a (needs CUDA >= 12.8)": "nvcc-too-old-for-arch",
+        "torch 2.9.1+cu128 is built for CUDA 12.8, but the lane promises 13.0": "torch-flavour-mismatch",
+        "sgl_kernel has no code for sm_120a": "arch-code-missing",
+        "timed out after 5s: python3 -c import torch": "probe-timeout",
+        "ninja not found on PATH (there is one at /opt/venv/bin/ninja)": "flashinfer-ninja-missing",
+    }
+    for text, expected in cases.items():
+        assert classify.classify(text).id == expected, text
+
+
+def test_no_match_is_unclassified_with_a_hint() -> None:
+    match = classify.classify("something nobody has seen before", "import")
+    assert match.id == classify.UNCLASSIFIED
+    assert "failures.yaml" in match.hint
+
+
+def test_label_fills_only_failed_stages() -> None:
+    failed = StageResult(name="import", status=Status.FAILED, reason="deep_gemm: AssertionError",
+                         log_excerpt="    assert cuda_home is not None\nAssertionError")
+    labelled = classify.label(failed)
+    assert labelled.failure_class == "cuda-home-missing"
+    assert labelled.hint and "CUDA_HOME" in labelled.hint
+    passed = StageResult(name="import", status=Status.PASSED)
+    assert classify.label(passed).failure_class is None
+    preset = failed.model_copy(update={"failure_class": "probe-timeout"})
+    assert classify.label(preset).failure_class == "probe-timeout"
+
+
+def test_literal_weight_counts_only_literal_characters() -> None:
+    assert classify.literal_weight(r"abc") == 3
+    assert classify.literal_weight(r"a\.b") == 3
+    assert classify.literal_weight(r"\d+\s*x") == 1
+    assert classify.literal_weight(r"(?m)^(?:gcc|g\+\+)$") == 6
+    assert classify.literal_weight(r"a[xyz]{0,200}b") == 2
+
+
+def test_every_class_has_a_source_and_a_known_stage() -> None:
+    for entry in classify.load().classes:
+        assert entry.sources and entry.hint
+        assert entry.stage in classify.STAGES
+
+
+def test_a_broken_catalogue_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "failures.yaml"
+    bad.write_text("schema: 1\nclasses:\n- {id: x, stage: nowhere, title: t, patterns: ['('], hint: h, sources: [s]}\n")
+    with pytest.raises(ConfigError, match=r"failures\.yaml"):
+        classify.load(bad)
+    dup = tmp_path / "dup.yaml"
+    one = "- {id: x, stage: import, title: t, patterns: [a], hint: h, sources: [s]}\n"
+    dup.write_text("schema: 1\nclasses:\n" + one + one)
+    with pytest.raises(ConfigError, match="duplicate"):
+        classify.load(dup)
