@@ -26,7 +26,7 @@ def built(cell_id: str) -> str:
     if not images:
         pytest.skip(f"no image of {cell_id} in the engine: build it with nox -s build -- --only {cell_id}")
     newest = max(images, key=lambda i: i.attrs.get("Created", ""))
-    return newest.id
+    return str(newest.id)
 
 
 def cell(cell_id: str) -> matrix.Cell:
