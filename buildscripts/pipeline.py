@@ -15,11 +15,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 
 from . import base as base_images
-from . import build, lock, log, matrix, report, results, tags, verify
+from . import build, gpus, hostrun, lock, log, matrix, report, results, tags, verify
 from .errors import LockError, RunFailed
 from .matrix import Cell, Matrix
 from .results import BuildResult, CellResult, RunResults, Status, Verdict
@@ -38,6 +39,8 @@ class Options:
     profile: str = "default"
     runs: Path = ROOT / "runs"
     run_id: str = ""
+    gpu: int = 0
+    container_options: dict[str, Any] = field(default_factory=dict)
 
 
 def parse(argv: Sequence[str]) -> Options:
@@ -51,9 +54,10 @@ def parse(argv: Sequence[str]) -> Options:
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml")
     ap.add_argument("--runs", type=Path, default=ROOT / "runs", help="where run folders go")
     ap.add_argument("--run-id", default="", help="name of this run's folder (default: time + random)")
+    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))
     return Options(matrix=a.matrix, only=a.only, skip=a.skip, fail_fast=a.fail_fast, verify=a.verify,
-                   stages=a.stages.split(",") if a.stages else None, profile=a.profile, runs=a.runs,
+                   stages=a.stages.split(",") if a.stages else None, profile=a.profile, runs=a.runs, gpu=a.gpu,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
 
 
@@ -79,8 +83,9 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client, engine = build.check_engine()
     build.check_disk(engine, len(buildable))
-    log.info(f"run {opts.run_id}: {len(buildable)} cell(s) to build, engine {engine.version}, "
-             f"GPU runtime: {'nvidia' if 'nvidia' in engine.runtimes else 'none'}")
+    found = gpus.discover(client.info())
+    opts.container_options = gpus.container_options(found, gpu=opts.gpu if found.usable_in_containers else None)
+    log.info(f"run {opts.run_id}: {len(buildable)} cell(s) to build, engine {engine.version}; {found.summary()}")
     bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir)
              for name in sorted({c.base_name for c in buildable})}
     try:
@@ -135,11 +140,11 @@ def run_cell(
         profile = spec.spec.profiles.get(opts.profile) or spec.spec.profiles["default"]
         record.stages = verify.verify_cell(
             record.image.ref or tag, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
-            run_id=opts.run_id)
+            run_id=opts.run_id, container_options=opts.container_options)
         for stage in record.stages:
             log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
                      stage.failure_class or stage.reason or "")
-        record.versions.update(verify.versions_from(record.stages))
+        record.versions.update(hostrun.versions_from(record.stages))
     record = _finish(record)
     if record.verdict is Verdict.VERIFIED:
         record.tags = tags.apply_good_tags(client, record, spec.spec.tags)

@@ -1,0 +1,104 @@
+"""End to end: build the real SGLang 0.5.16 cells of the default matrix through `nox -s build`'s code
+path (real BuildKit builds from real PyPI locks) and check what the verification ladder says about them.
+
+- toolkit `none` (the seed incident): `import sglang` passes, deep_gemm fails with class
+  cuda-home-missing and a hint naming CUDA_HOME; the cell is an expected failure, not good.
+- toolkit `pip`: toolchain and JIT compiles pass for sm_90a, sm_100a and sm_120a; torch is cu130;
+  without a GPU the best verdict is cpu-checked and no good tag is applied.
+- the `none` image with only CUDA_HOME pointed at pip's nvcc fails JIT for want of a host compiler.
+
+Every image the test builds is removed afterwards (the BuildKit cache stays: it makes reruns fast).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts import verify
+from buildscripts.results import RunResults, Status, Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+CELLS = "sglang0.5.16-torch2.11.0-cu130-*"
+NONE = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
+PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
+PIP_NVCC_HOME = "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
+    client = docker.from_env()
+    before = {str(i.id) for i in client.images.list()}
+    runs = tmp_path_factory.mktemp("runs")
+    done = subprocess.run(
+        [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
+    results = RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
+    yield results
+    for image in client.images.list():
+        if str(image.id) not in before:
+            client.images.remove(str(image.id), force=True)
+
+
+def cell(run: RunResults, cell_id: str):  # type: ignore[no-untyped-def]
+    found = run.cell(cell_id)
+    assert found is not None, [c.cell_id for c in run.cells]
+    return found
+
+
+def test_the_seed_incident_is_caught_and_classified(run: RunResults) -> None:
+    none = cell(run, NONE)
+    assert none.build is not None and none.build.status is Status.PASSED
+    imports = none.stage("import")
+    assert imports is not None and imports.status is Status.FAILED
+    assert imports.failure_class == "cuda-home-missing"
+    assert "CUDA_HOME" in (imports.hint or "")
+    modules = json.dumps(imports.evidence)
+    assert "sglang" in modules and "deep_gemm" in modules
+    assert none.verdict is Verdict.EXPECTED_FAILURE
+    assert none.tags == []
+
+
+def test_pip_toolkit_compiles_for_every_target_arch(run: RunResults) -> None:
+    pip = cell(run, PIP)
+    for name in ("facts", "import", "flavour", "toolchain", "jit-compile"):
+        stage = pip.stage(name)
+        assert stage is not None and stage.status is Status.PASSED, (name, stage)
+    evidence = json.dumps(pip.stage("jit-compile").evidence)  # type: ignore[union-attr]
+    for arch in ("sm_90a", "sm_100a", "sm_120a"):
+        assert arch in evidence
+    for name in ("gpu-visible", "kernel-smoke", "server", "first-generation"):
+        stage = pip.stage(name)
+        assert stage is not None and stage.status is Status.SKIPPED and stage.reason, (name, stage)
+    assert pip.verdict is Verdict.CPU_CHECKED
+    assert pip.tags == []
+    assert pip.versions.get("torch", "").startswith("2.11.0")
+
+
+def test_inside_the_pip_image_sglang_imports_and_torch_is_cu130(run: RunResults) -> None:
+    ref = cell(run, PIP).image.ref
+    assert ref
+    out = docker.from_env().containers.run(
+        ref, ["python", "-c", "import sglang, torch; print(sglang.__version__, torch.version.cuda)"], remove=True)
+    assert out.decode().split() == ["0.5.16", "13.0"]
+
+
+def test_no_host_compiler_fails_the_jit_stage(run: RunResults, tmp_path: Path) -> None:
+    ref = cell(run, NONE).image.ref
+    assert ref
+    stages = verify.verify_image(
+        ref, archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, stages=["toolchain", "jit-compile"],
+        stage_timeout=600, cell_id="no-compiler",
+        container_options={"environment": {"CUDA_HOME": PIP_NVCC_HOME,
+                                           "PATH": f"{PIP_NVCC_HOME}/bin:/opt/venv/bin:/usr/bin:/bin"}})
+    failed = [s for s in stages if s.status is Status.FAILED]
+    assert failed, stages
+    assert failed[0].failure_class == "no-host-compiler", failed[0]
