@@ -22,7 +22,7 @@ import docker
 import pytest
 
 from buildscripts import verify
-from buildscripts.results import RunResults, Status, Verdict
+from buildscripts.results import CellResult, RunResults, Status, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = "sglang0.5.16-torch2.11.0-cu130-*"
@@ -48,7 +48,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
             client.images.remove(str(image.id), force=True)
 
 
-def cell(run: RunResults, cell_id: str):  # type: ignore[no-untyped-def]
+def cell(run: RunResults, cell_id: str) -> CellResult:
     found = run.cell(cell_id)
     assert found is not None, [c.cell_id for c in run.cells]
     return found
@@ -72,7 +72,9 @@ def test_pip_toolkit_compiles_for_every_target_arch(run: RunResults) -> None:
     for name in ("facts", "import", "flavour", "toolchain", "jit-compile"):
         stage = pip.stage(name)
         assert stage is not None and stage.status is Status.PASSED, (name, stage)
-    evidence = json.dumps(pip.stage("jit-compile").evidence)  # type: ignore[union-attr]
+    jit = pip.stage("jit-compile")
+    assert jit is not None
+    evidence = json.dumps(jit.evidence)
     for arch in ("sm_90a", "sm_100a", "sm_120a"):
         assert arch in evidence
     for name in ("gpu-visible", "kernel-smoke", "server", "first-generation"):
