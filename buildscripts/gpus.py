@@ -111,13 +111,7 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
 def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
                       shm_size: str = SHM_SIZE) -> dict[str, Any]:
     """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
-    options: dict[str, Any] = {
-        "shm_size": shm_size,
-        # pinned host memory (NCCL, CUDA IPC) needs an unlimited memlock; PyTorch wants a big stack
-        "ulimits": [Ulimit(name="memlock", soft=-1, hard=-1),
-                    Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
-        "environment": {},
-    }
+    options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
     if not discovery.usable_in_containers:
         options["environment"][NO_GPU_ENV] = discovery.problem or "no GPU on this runner"
         return options
@@ -129,6 +123,10 @@ def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus:
         known = ", ".join(str(g.index) for g in discovery.gpus)
         msg = f"GPU {gpu} does not exist on this runner (GPUs: {known or 'none'})"
         raise GpuError(msg, hint="list them with `nvidia-smi -L` and pick one of those indexes")
+    # Pinned host memory (NCCL, CUDA IPC) needs an unlimited memlock and PyTorch wants a big stack.
+    # Only GPU containers ask for them: a runtime may refuse to raise rlimits (rootless, nested).
+    options["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1),
+                          Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)]
     if discovery.runtime == "cdi":
         ids = [f"nvidia.com/gpu={g.index}" for g in chosen]
         options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=ids)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from docker.errors import ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 from . import classify, container, matrix, proc, results
 from .config import CUDA_FLAVOURS, Profile
@@ -90,15 +90,22 @@ def _verify(image: str, *, archs: Sequence[str], lane_cuda: str | None, log_file
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(f"# image {image} ({info.id}), cell {cell_id}, run {run_id}\n")
     args = _probe_args(archs, lane_cuda, planned, stage_timeout, server_args, server_env, "container")
-    with container.probe_container(image, run_id=run_id, cell_id=cell_id, options=container_options) as (
-            started, keepalive):
-        if started is None:
-            with log_file.open("a") as fh:
-                fh.write(f"# cannot start a keep-alive in the image: {keepalive}\n")
-            return [_failed("probe", f"no Python interpreter in the image: {keepalive}", "no-python",
-                            log=keepalive)]
-        run = container.run_probe(started, "python3", args, planned=planned, stage_timeout=stage_timeout,
-                                  log_file=log_file)
+    try:
+        with container.probe_container(image, run_id=run_id, cell_id=cell_id, options=container_options) as (
+                started, keepalive):
+            if started is None:
+                with log_file.open("a") as fh:
+                    fh.write(f"# cannot start a keep-alive in the image: {keepalive}\n")
+                return [_failed("probe", f"no Python interpreter in the image: {keepalive}", "no-python",
+                                log=keepalive)]
+            run = container.run_probe(started, "python3", args, planned=planned, stage_timeout=stage_timeout,
+                                      log_file=log_file)
+    except APIError as exc:  # the engine refused the container itself: a result for this cell, not a crash
+        why = str(exc.explanation or exc)
+        with log_file.open("a") as fh:
+            fh.write(f"# the engine could not start a container: {why}\n")
+        return [_failed("container", f"the engine could not start a container from {image}: {why[:300]}",
+                        "container-start-failed", log=why)]
     stages_out = interpret(run, planned, stage_timeout)
     for i, stage in enumerate(stages_out):
         if stage.name == "facts":
