@@ -14,12 +14,18 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from docker.types import DeviceRequest, Ulimit
 
 from . import proc
 from .errors import GpuError
+
+if TYPE_CHECKING:
+    from .config import Profile
+    from .matrix import Cell
+    from .results import StageResult
 
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"   # read by the probe's gpu-visible stage
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -143,6 +149,20 @@ def per_gpu(discovery: Discovery, verify_one: Callable[[Gpu], T]) -> list[T]:
         return []
     with ThreadPoolExecutor(max_workers=len(discovery.gpus), thread_name_prefix="gpu") as pool:
         return list(pool.map(verify_one, discovery.gpus))
+
+
+def verify_cell_per_gpu(image: str, cell: Cell, discovery: Discovery, *, logs: Path, run_id: str,
+                        profile: Profile | None = None,
+                        stages: Sequence[str] | None = None) -> dict[int, list[StageResult]]:
+    """Per-GPU mode: one container per GPU, side by side (as users run one server per GPU),
+    each verified with the ladder; {gpu index: its stage results}. Logs go to logs/gpu<i>/."""
+    from . import verify  # verify imports the probe; keep `gpus` light for discovery-only callers
+
+    def one(gpu: Gpu) -> list[StageResult]:
+        return verify.verify_cell(image, cell, logs=logs / f"gpu{gpu.index}", stages=stages, profile=profile,
+                                  run_id=run_id, container_options=container_options(discovery, gpu.index))
+
+    return dict(zip([g.index for g in discovery.gpus], per_gpu(discovery, one), strict=True))
 
 
 def host_env(gpu: Gpu) -> dict[str, str]:

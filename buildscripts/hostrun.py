@@ -3,7 +3,8 @@ wrote on a machine where this package's dependencies may be missing (a GPU test 
 container), then classify failures, judge verdicts and write results.json plus a summary.md.
 
   python -m buildscripts import-probe --cell ID=FILE [--cell ID=FILE ...] --out DIR [--title TEXT]
-      [--axis KEY=VALUE ...] [--expect ID=STAGE:CLASS:REASON] [--note TEXT ...]
+      [--axis KEY=VALUE ...] [--cell-axis ID=KEY:VALUE ...] [--expect ID=STAGE:CLASS:REASON]
+      [--note TEXT ...]
 
 There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
 verdict comes from the stages alone, by the same `results.judge` as every other run.
@@ -73,10 +74,30 @@ def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
     return cell.model_copy(update={"verdict": verdict, "verdict_reason": why})
 
 
-def summary_markdown(run: RunResults, title: str, notes: Sequence[str]) -> str:
-    """A short human summary: verdict per cell, then each GPU stage's time and outcome."""
+def timing_rows(label: str, raw: Sequence[dict[str, Any]]) -> str:
+    """One Markdown row of server start-up times from a probe output (timing runs, not verdicts)."""
+    server = next((r for r in raw if r.get("name") == "server"), {})
+    ev = server.get("evidence", {})
+    outcome = server.get("status", "not run")
+    if outcome == "failed":
+        outcome += ": " + str(server.get("reason", ""))[:120]
+    argv = [str(a) for a in ev.get("argv", [])]
+    drop = {i + k for i, a in enumerate(argv) if a in ("--model-path", "--host", "--port") for k in (0, 1)}
+    flags = " ".join(a for i, a in enumerate(argv[2:], start=2) if i not in drop)  # after -m sglang...
+    return (f"| {label} | `{flags}` | {ev.get('seconds_to_http', '–')} | {ev.get('seconds_to_ready', '–')} | "
+            f"{outcome.replace('|', '/')} |")
+
+
+def summary_markdown(run: RunResults, title: str, notes: Sequence[str],
+                     timings: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> str:
+    """A short human summary: verdict per cell, server start-up times, then each stage of each cell."""
     lines = [f"# {title}", "", f"Run `{run.run_id}` on `{run.runner}`, finished {run.finished}.", ""]
     lines += [f"- {note}" for note in notes]
+    if timings:
+        lines += ["", "## Server start-up (seconds from launch)", "",
+                  "| run | server flags | HTTP up | ready (/health_generate 200) | outcome |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [timing_rows(label, raw) for label, raw in timings]
     lines += ["", "| cell | verdict | why |", "| --- | --- | --- |"]
     for cell in run.cells:
         lines.append(f"| `{cell.cell_id}` | **{cell.verdict}** | {cell.verdict_reason or ''} |")
@@ -122,19 +143,28 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--runner", default=None, help="where the probe ran, e.g. 'an H200 test machine'")
     ap.add_argument("--title", default="Host-mode verification")
     ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE shown with every cell")
+    ap.add_argument("--cell-axis", action="append", default=[], help="CELL_ID=KEY:VALUE for one cell")
     ap.add_argument("--expect", action="append", default=[], help="CELL_ID=STAGE:CLASS:REASON")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--timing", action="append", default=[], help="LABEL=PROBE_JSON: start-up times only")
     a = ap.parse_args(list(argv))
     axes = _pairs(a.axis, "--axis")
     expects = {cid: dict(zip(("stage", "class", "reason"), spec.split(":", 2), strict=False))
                for cid, spec in _pairs(a.expect, "--expect").items()}
-    cells = [cell_from_probe(cid, Path(path), axes, expects.get(cid)) for cid, path in _pairs(a.cell, "--cell").items()]
+    own: dict[str, dict[str, str]] = {}
+    for value in a.cell_axis:
+        cid, _, pair = value.partition("=")
+        key, _, val = pair.partition(":")
+        own.setdefault(cid, {})[key] = val
+    cells = [cell_from_probe(cid, Path(path), {**axes, **own.get(cid, {})}, expects.get(cid))
+             for cid, path in _pairs(a.cell, "--cell").items()]
     run = RunResults(run_id=a.run_id or f"host-{results.now()}", started=min(c.finished or "" for c in cells),
                      finished=results.now(), cells=cells)
     if a.runner:
         run = run.model_copy(update={"runner": a.runner})
     results.save(run, a.out / "results.json")
-    (a.out / "summary.md").write_text(summary_markdown(run, a.title, a.note))
+    timings = [(label, read_probe(Path(path))) for label, path in _pairs(a.timing, "--timing").items()]
+    (a.out / "summary.md").write_text(summary_markdown(run, a.title, a.note, timings))
     for cell in cells:
         print(f"{cell.cell_id}: {cell.verdict} ({cell.verdict_reason})")
     return 0

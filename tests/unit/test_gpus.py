@@ -78,3 +78,22 @@ def test_per_gpu_runs_side_by_side_in_gpu_order() -> None:
     assert len(seen) == 2
     assert gpus.per_gpu(gpus.Discovery(), verify) == []
     assert gpus.host_env(two_gpus().gpus[1]) == {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}
+
+
+def test_verify_cell_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from buildscripts import verify
+
+    calls: dict[str, object] = {}
+
+    def fake_verify_cell(image: str, cell: object, **kwargs: object) -> list[object]:
+        options = kwargs["container_options"]
+        assert isinstance(options, dict)
+        calls[str(kwargs["logs"])] = options["device_requests"][0]["DeviceIDs"]
+        return []
+
+    monkeypatch.setattr(verify, "verify_cell", fake_verify_cell)
+    found = gpus.verify_cell_per_gpu("img", object(), two_gpus(), logs=Path("/runs/x"), run_id="r")  # type: ignore[arg-type]
+    assert found == {0: [], 1: []}
+    assert calls == {"/runs/x/gpu0": ["0"], "/runs/x/gpu1": ["1"]}

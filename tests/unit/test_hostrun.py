@@ -80,3 +80,13 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         hostrun.cell_from_probe("x", bad, {})
     with pytest.raises(ResultsError, match="must look like KEY=VALUE"):
         hostrun.main(["--cell", "nonsense", "--out", str(tmp_path)])
+
+
+def test_timing_rows_show_flags_and_times_without_host_and_port() -> None:
+    server = {"name": "server", "status": "passed", "evidence": {
+        "argv": ["-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--port", "30000",
+                 "--attention-backend", "flashinfer"], "seconds_to_http": 57.1, "seconds_to_ready": 59.1}}
+    row = hostrun.timing_rows("warm", [server])
+    assert row == "| warm | `--attention-backend flashinfer` | 57.1 | 59.1 | passed |"
+    died = {"name": "server", "status": "failed", "reason": "server process exited with code 1", "evidence": {}}
+    assert hostrun.timing_rows("c", [died]).endswith("| – | – | failed: server process exited with code 1 |")
