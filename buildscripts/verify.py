@@ -192,7 +192,8 @@ def cell_result(image: ImageInfo, stages: Sequence[StageResult], *, cell_id: str
 
 def check_image(image: str, *, logs: Path, cell: Cell | None = None, archs: Sequence[str] | None = None,
                 lane_cuda: str | None = None, stages: Sequence[str] | None = None, stage_timeout: float = 900,
-                run_id: str = "manual") -> CellResult:
+                run_id: str = "manual", container_options: Mapping[str, Any] | None = None,
+                profile: Profile | None = None) -> CellResult:
     """verify_image + judge in one call (what an end-to-end test asserts on). With `cell`, its archs,
     lane, axes and expected failure are used; otherwise the image's labels, then the defaults."""
     try:
@@ -205,7 +206,9 @@ def check_image(image: str, *, logs: Path, cell: Cell | None = None, archs: Sequ
     stage_results = verify_image(
         image, archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
         lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane, logs=logs,
-        stages=stages, stage_timeout=stage_timeout, run_id=run_id, cell_id=cell_id)
+        stages=stages, stage_timeout=stage_timeout, run_id=run_id, cell_id=cell_id,
+        container_options=container_options, server_args=profile.args if profile else (),
+        server_env=profile.env if profile else None)
     expected = ({"stage": cell.expected.stage, "class": cell.expected.failure_class or "",
                  "reason": cell.expected.reason} if cell and cell.expected else None)
     return cell_result(info, stage_results, cell_id=cell_id, run_id=run_id,

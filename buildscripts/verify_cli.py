@@ -11,8 +11,8 @@ from pathlib import Path
 from docker.errors import ImageNotFound
 from rich.table import Table
 
-from . import log, results, verify
-from .errors import RunFailed
+from . import container, gpus, log, matrix, results, verify
+from .errors import ConfigError, RunFailed
 from .results import CellResult, ImageInfo, RunResults, StageResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +30,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
     ap.add_argument("--out", type=Path, help="results JSON (default: runs/RUN_ID/results.json)")
+    ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
+    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))
     if not a.host and not a.image:
         ap.error("give an IMAGE, or --host to verify this Python environment")
@@ -43,10 +45,16 @@ def run(argv: Sequence[str]) -> int:
     archs = a.archs.split(",") if a.archs else None
     stages = a.stages.split(",") if a.stages else None
     started = results.now()
+    spec = matrix.load(ROOT / "matrix.yaml")
+    profile = spec.spec.profiles.get(a.profile)
+    if profile is None:
+        msg = f"no server profile {a.profile!r} in matrix.yaml (known: {', '.join(spec.spec.profiles)})"
+        raise ConfigError(msg, hint="pass --profile with one of those names")
     if a.host:
         cell_id = a.cell_id or "host"
         found = verify.verify_host(archs=archs or verify.DEFAULT_ARCHS, lane_cuda=a.lane_cuda, logs=run_dir,
-                                   stages=stages, stage_timeout=a.stage_timeout, python=a.python, cell_id=cell_id)
+                                   stages=stages, stage_timeout=a.stage_timeout, python=a.python, cell_id=cell_id,
+                                   server_args=profile.args, server_env=profile.env)
         cell = verify.cell_result(ImageInfo(ref="host", id=f"host:{a.python}"), found, cell_id=cell_id,
                                   run_id=run_id)
     else:
@@ -55,8 +63,12 @@ def run(argv: Sequence[str]) -> int:
         except ImageNotFound:
             labels = {}
         cell_id = a.cell_id or labels.get(f"{verify.LABELS}.cell", "adhoc")
+        found_gpus = gpus.discover(container.client().info())
+        options = gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None)
+        log.info(found_gpus.summary())
         cell = verify.check_image(a.image, logs=run_dir, archs=archs, lane_cuda=a.lane_cuda, stages=stages,
-                                  stage_timeout=a.stage_timeout, run_id=run_id)
+                                  stage_timeout=a.stage_timeout, run_id=run_id, container_options=options,
+                                  profile=profile)
         cell = cell.model_copy(update={"cell_id": cell_id})
     out = a.out or run_dir / "results.json"
     results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell]), out)
