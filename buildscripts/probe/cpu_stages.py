@@ -51,15 +51,6 @@ TORCH_ARCHS = ("import json, torch; print('@@archs ' + json.dumps({'flags': torc
                "'cuda': torch.version.cuda, 'torch': torch.__version__}))")
 
 
-def _versions() -> Dict[str, str]:
-    out = {}
-    for name in KEY_DISTRIBUTIONS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
 
 @core.stage("facts")
 def facts(ctx: core.Context) -> Dict[str, Any]:
@@ -75,7 +66,7 @@ def facts(ctx: core.Context) -> Dict[str, Any]:
         "os": os_release.get("PRETTY_NAME", "").strip('"') or platform.platform(),
         "libc": "-".join(platform.libc_ver()), "cpus": os.cpu_count(), "mode": ctx.mode,
         "env": {k: os.environ.get(k) for k in ENV_KEYS if os.environ.get(k) is not None},
-        "packages": packages, "distributions": _versions(),
+        "packages": packages, "distributions": cudatools.installed_versions(KEY_DISTRIBUTIONS),
     }
 
 

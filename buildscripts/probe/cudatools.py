@@ -8,7 +8,7 @@ import re
 import shutil
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import core, fatbin
 
@@ -119,3 +119,15 @@ def error_line(log: str) -> str:
         if code:
             best = f"{best} ({code[-1]})"
     return best[:300]
+
+
+def installed_versions(names: Iterable[str]) -> Dict[str, str]:
+    """Versions of the installed distributions among `names` (absent ones left out)."""
+    from importlib import metadata
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out

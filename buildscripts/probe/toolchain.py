@@ -43,7 +43,8 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     ev["cuda_home"] = {"path": home, "how": how, "torch": _torch_view(ctx, deadline, ev),
                        "pip_nvcc_not_pointed_at": [p for p in cudatools.stray_nvccs()
                                                    if not home or not p.startswith(home)]}
-    ev["toolkit_wheels"] = _wheel_versions()
+    # versions of the pip toolkit components: a cicc newer than ptxas fails at compile time
+    ev["toolkit_wheels"] = cudatools.installed_versions(TOOLKIT_WHEELS)
     if home is None:
         stray = ev["cuda_home"]["pip_nvcc_not_pointed_at"]
         extra = f"; pip installed nvcc at {stray[0]}, but nothing points at it" if stray else ""
@@ -105,16 +106,6 @@ def _torch_view(ctx: core.Context, deadline: Deadline, ev: Dict[str, Any]) -> Di
     return {"error": cudatools.error_line(proc.stdout or "")}
 
 
-def _wheel_versions() -> Dict[str, str]:
-    """Versions of the pip CUDA toolkit components (a cicc newer than ptxas fails at compile time)."""
-    from importlib import metadata
-    out = {}
-    for name in TOOLKIT_WHEELS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def _headers(home: str) -> Dict[str, Any]:
