@@ -69,6 +69,6 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Measure cold/warm builds and locking; writes benchmarks/results.md."""
+    """Measure cold and warm builds of the default matrix; writes benchmarks/build-results.md."""
     session.install("-e", ".")
     session.run("python", "benchmarks/build_speed.py", *session.posargs)

@@ -20,7 +20,7 @@ import docker.errors
 
 from . import log, proc
 from .config import Base
-from .errors import ConfigError, FatalError, ToolMissingError
+from .errors import BaseBuildError, ConfigError, ToolMissingError
 
 BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
@@ -34,10 +34,6 @@ class BaseImage:
     id: str
     inputs_hash: str
     built: bool  # False when an existing image was reused
-
-
-class BaseBuildError(FatalError):
-    exit_code = 11
 
 
 def host_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:

@@ -25,6 +25,7 @@ from docker.models.images import Image
 
 from . import hostenv, proc
 from .base import BaseImage
+from .config import LABEL_PREFIX
 from .errors import DiskSpaceError, EngineError
 from .lock import LockPaths
 from .matrix import Cell
@@ -37,7 +38,6 @@ EMPTY_LOCK = ROOT / "images" / "toolkit" / "empty.txt"
 BOOTSTRAP_LOCK = ROOT / "lockfiles" / "bootstrap.txt"
 CELL_FILES = ROOT / ".cache" / "cells"
 MIN_ENGINE = (20, 10)
-LABEL_PREFIX = "io.sglang-images"
 # A real SGLang cell needs ~10 GB for its first layers; refuse early rather than fail half-way.
 MIN_FREE_BYTES = 12 * 1024**3
 
@@ -88,6 +88,7 @@ def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths) -> str:
     for path in (DOCKERFILE, TOOLKIT_SCRIPT, BOOTSTRAP_LOCK, locks.lane, locks.sglang, locks.toolkit or EMPTY_LOCK):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
+    h.update(cell.toolkit.model_dump_json().encode())  # pip recipe and cuda_home, not only apt
     return h.hexdigest()[:12]
 
 

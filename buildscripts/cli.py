@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = module.main(args[1:])
         return code
     except KeyboardInterrupt:
-        error: FatalError = Interrupted("interrupted: no good tag was moved")
+        error: FatalError = Interrupted(
+            "interrupted: results so far are saved; no unverified image was given a good tag")
     except FatalError as exc:
         error = exc
     if debug:

@@ -15,6 +15,7 @@ ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
 VERSION_RE = r"^\d+(\.\d+){1,3}([a-z0-9.+-]*)$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 CUDA_FLAVOURS: dict[str, str] = {"cu128": "12.8", "cu129": "12.9", "cu130": "13.0"}
+LABEL_PREFIX = "io.sglang-images"  # the namespace of every label this project puts on images
 
 Version = Annotated[str, Field(pattern=VERSION_RE)]
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -105,11 +106,15 @@ class Expectation(Strict):
     """A cell expected to fail at `stage` (like pytest's xfail): documented, not an error of the run."""
 
     match: str
-    stage: Name
+    stage: Name | tuple[Name, ...] = Field(description="the stage it fails at, or a list of stages")
     failure_class: Name | None = Field(default=None, alias="class")
     reason: str
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return (self.stage,) if isinstance(self.stage, str) else self.stage
 
 
 class Profile(Strict):

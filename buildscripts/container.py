@@ -32,12 +32,13 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 
 from .errors import EngineError
+from .probe import core
 
 PROBE_SOURCE = Path(__file__).parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
 LABEL_RUN, LABEL_CELL = "sglang-images.run", "sglang-images.cell"
 KEEP_ENV = "SGLANG_IMAGES_KEEP_CONTAINERS"
-RESULT_PREFIX = "@@probe-result "
+RESULT_PREFIX = core.RESULT_PREFIX
 KEEPALIVES = (["python3", "-c", "import time; time.sleep(1e9)"], ["sleep", "infinity"])
 NOT_FOUND_RE = re.compile(r"executable file not found|no such file or directory", re.I)
 

@@ -80,6 +80,18 @@ class Interrupted(FatalError):
     exit_code = 130
 
 
+class BaseBuildError(FatalError):
+    """debootstrap or the import of the base image failed."""
+
+    exit_code = 12
+
+
+class TagError(FatalError):
+    """The engine refused to apply a good tag (the results so far are saved)."""
+
+    exit_code = 13
+
+
 class GpuError(FatalError):
     """A requested GPU does not exist, or GPUs were required and none can be used."""
 

@@ -39,7 +39,7 @@ def main(argv: Sequence[str]) -> int:
     for cell in cells:
         status = f"[yellow]excluded:[/] {cell.excluded}" if cell.excluded else "[green]buildable[/]"
         if cell.expected and not cell.excluded:
-            status += f" [dim](expected to fail at {cell.expected.stage})[/]"
+            status += f" [dim](expected to fail at {' or '.join(cell.expected.stages)})[/]"
         table.add_row(cell.id, status)
     log.console.print(table)
     return 0

@@ -47,7 +47,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="GLOB", help="cell ids to leave out")
     parser.add_argument("--check", action="store_true", help="fail on stale or missing locks; write nothing")
     parser.add_argument("--upgrade", action="store_true", help="re-resolve every selected lock on purpose")
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="path of matrix.yaml")
+    parser.add_argument("--matrix", type=Path, default=Path(__file__).resolve().parent.parent / "matrix.yaml",
+                        help="path of matrix.yaml")
     args = parser.parse_args(argv)
     matrix = matrix_mod.load(args.matrix, dict(os.environ))
     root = args.matrix.resolve().parent

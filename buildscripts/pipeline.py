@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 
 from . import base as base_images
 from . import build, gpus, hostrun, lock, log, matrix, report, results, tags, verify
-from .errors import LockError, RunFailed
+from .errors import ConfigError, LockError, RunFailed, TagError
 from .matrix import Cell, Matrix
 from .results import BuildResult, CellResult, RunResults, Status, Verdict
 
@@ -64,6 +65,7 @@ def parse(argv: Sequence[str]) -> Options:
 def main(argv: Sequence[str]) -> int:
     opts = parse(argv)
     spec = matrix.load(opts.matrix, dict(os.environ))
+    check_options(spec, opts)
     chosen = matrix.select(spec.cells, opts.only, opts.skip, include_excluded=True)
     if not any(c.excluded is None for c in chosen):
         matrix.select(chosen, opts.only, opts.skip)  # raises SelectionError with the explanation
@@ -74,6 +76,17 @@ def main(argv: Sequence[str]) -> int:
         msg = f"{len(unexpected)} cell(s) ended unexpectedly: {names}"
         raise RunFailed(msg, hint=f"logs and results: {opts.runs / opts.run_id}")
     return 0
+
+
+def check_options(spec: Matrix, opts: Options) -> None:
+    """Bad options fail before anything is built, not after the first hour-long cell."""
+    unknown = [s for s in opts.stages or () if s not in results.LADDER]
+    if unknown:
+        msg = f"unknown stage(s) {', '.join(unknown)}"
+        raise ConfigError(msg, hint="stages are: " + ", ".join(results.LADDER))
+    if opts.profile not in spec.spec.profiles:
+        msg = f"no server profile {opts.profile!r} in {opts.matrix}"
+        raise ConfigError(msg, hint="profiles there: " + ", ".join(spec.spec.profiles))
 
 
 def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
@@ -137,9 +150,9 @@ def run_cell(
     log.step(cell.id, "build", record.build.status.value, record.build.duration_s,
              "cached" if record.build.cached else (record.build.reason or ""))
     if record.build.status is Status.PASSED and opts.verify:
-        profile = spec.spec.profiles.get(opts.profile) or spec.spec.profiles["default"]
+        profile = spec.spec.profiles[opts.profile]
         record.stages = verify.verify_cell(
-            record.image.ref or tag, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
+            record.image.id or tag, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
             run_id=opts.run_id, container_options=opts.container_options)
         for stage in record.stages:
             log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
@@ -147,7 +160,11 @@ def run_cell(
         record.versions.update(hostrun.versions_from(record.stages))
     record = _finish(record)
     if record.verdict is Verdict.VERIFIED:
-        record.tags = tags.apply_good_tags(client, record, spec.spec.tags)
+        try:
+            record.tags = tags.apply_good_tags(client, record, spec.spec.tags)
+        except (docker.errors.APIError, docker.errors.BuildError) as exc:
+            msg = f"{cell.id}: verified, but the engine refused its good tags: {exc}"
+            raise TagError(msg, hint="the candidate image stays; re-run `nox -s build` for this cell") from None
     return record
 
 
@@ -155,7 +172,7 @@ def _expected(cell: Cell) -> dict[str, str] | None:
     exp = cell.expected
     if exp is None:
         return None
-    return {"stage": exp.stage, "class": exp.failure_class or "", "reason": exp.reason}
+    return {"stage": ",".join(exp.stages), "class": exp.failure_class or "", "reason": exp.reason}
 
 
 def _finish(record: CellResult) -> CellResult:

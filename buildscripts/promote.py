@@ -23,6 +23,8 @@ from .errors import ConfigError, EngineError, RegistryError, ResultsError
 if TYPE_CHECKING:
     import docker
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def promote_cell(
     client: docker.DockerClient, cell: results.CellResult, url: str, cfg: Tags,
@@ -123,7 +125,7 @@ def promote_file(
 
 
 def _newest_results() -> list[Path]:
-    found = sorted(glob.glob("runs/*/results.json"), key=lambda p: Path(p).stat().st_mtime)
+    found = sorted(glob.glob(str(ROOT / "runs" / "*" / "results.json")), key=lambda p: Path(p).stat().st_mtime)
     return [Path(found[-1])] if found else []
 
 
@@ -131,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="promote", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--results", action="append", default=[], help="results glob(s); default: newest run")
     parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    parser.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml")
     parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
     args = parser.parse_args(list(argv))
     spec = matrix.load(args.matrix).spec
@@ -140,7 +142,11 @@ def main(argv: Sequence[str]) -> int:
         msg = "no registry to promote to"
         raise ConfigError(msg, hint="pass --registry HOST:PORT or set registry.url in matrix.yaml")
     url = registry.check_url(url)
-    paths = [Path(p) for pattern in args.results for p in sorted(glob.glob(pattern))] or _newest_results()
+    paths = [Path(p) for pattern in args.results for p in sorted(glob.glob(pattern))]
+    if args.results and not paths:  # a typo must not quietly promote another run
+        msg = "no results file matches " + ", ".join(repr(p) for p in args.results)
+        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
+    paths = paths or _newest_results()
     if not paths:
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")

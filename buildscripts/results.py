@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ResultsError
+from .probe.core import ORDER
 
 SCHEMA_VERSION = 1
 
@@ -117,7 +118,9 @@ class RunResults(Record):
         return next((c for c in self.cells if c.cell_id == cell_id), None)
 
 
+LADDER = ORDER  # every verification stage, in order (the probe defines them)
 GPU_STAGES = ("gpu-visible", "kernel-smoke", "server", "first-generation")
+CPU_STAGES = tuple(s for s in LADDER if s not in GPU_STAGES)
 
 
 def judge(cell: CellResult) -> tuple[Verdict, str]:
@@ -133,8 +136,9 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
         return Verdict.BUILT, "no verification ran"
     failed = cell.first_failure()
     expected = cell.expected
+    expected_stages = (expected or {}).get("stage", "").split(",")
     if failed is not None:
-        if expected and failed.name == expected.get("stage") and (
+        if expected and failed.name in expected_stages and (
             not expected.get("class") or expected["class"] == failed.failure_class
         ):
             return Verdict.EXPECTED_FAILURE, f"{failed.name}: {failed.failure_class} (expected: {expected['reason']})"
@@ -142,10 +146,10 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
         if expected:
             detail += f"; expected {expected.get('stage')}/{expected.get('class')} instead"
         return Verdict.FAILED, f"failed at {failed.name}: {detail}"
-    if expected:
-        return Verdict.UNEXPECTED_PASS, f"declared to fail at {expected.get('stage')}, but nothing failed"
-    not_run = [s.name for s in cell.stages if s.name not in GPU_STAGES and s.status is not Status.PASSED]
-    if not_run:
+    if expected and any(_passed(cell, s) for s in expected_stages):
+        return Verdict.UNEXPECTED_PASS, f"declared to fail at {expected.get('stage')}, but it passed"
+    not_run = [s for s in CPU_STAGES if not _passed(cell, s)]
+    if not_run:  # a CPU stage skipped, not selected, or absent: nothing can be claimed
         return Verdict.BUILT, "stages did not run: " + ", ".join(not_run)
     gpu = {s.name: s for s in cell.stages if s.name in GPU_STAGES}
     if set(gpu) != set(GPU_STAGES) or any(s.status is not Status.PASSED or not s.arch for s in gpu.values()):
@@ -157,6 +161,11 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
         return Verdict.CPU_CHECKED, f"GPU stages passed on {', '.join(archs)}, which is not a target arch"
     gpus = sorted({s.gpu for s in gpu.values() if s.gpu})
     return Verdict.VERIFIED, f"verified on {', '.join(archs)} ({', '.join(gpus) or 'GPU'})"
+
+
+def _passed(cell: CellResult, name: str) -> bool:
+    stage = cell.stage(name)
+    return stage is not None and stage.status is Status.PASSED
 
 
 def is_unexpected(verdict: Verdict) -> bool:

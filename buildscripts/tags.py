@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .config import LABEL_PREFIX
 from .errors import ConfigError, RegistryError
 from .results import GPU_STAGES, CellResult, Status, Verdict, judge, now
 
@@ -38,7 +39,6 @@ GOOD_FIELDS = (*AXIS_FIELDS, "arch")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-LABEL_PREFIX = "io.sglang-images"
 TESTED_IMAGE_LABEL = f"{LABEL_PREFIX}.tested-image"
 
 
@@ -89,17 +89,6 @@ def render(template: str, fields: Mapping[str, str]) -> str:
         msg = f"tag template {template!r} renders to {raw!r}, which is not a valid docker tag"
         raise ConfigError(msg, hint="use fields that give letters, digits, '.', '_' or '-'")
     return tag
-
-
-def inputs_hash(files: Iterable[Path], extra: Mapping[str, str] | None = None) -> str:
-    """Short content hash of the build inputs (file contents plus named values), for `{inputs}`."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(f) for f in files):
-        digest.update(f"file {path.as_posix()}\n".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    for key, value in sorted((extra or {}).items()):
-        digest.update(f"value {key}={value}\n".encode())
-    return digest.hexdigest()[:12]
 
 
 def candidate_tag(cell: Cell, inputs: str, cfg: Tags) -> str:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from docker.errors import APIError, ImageNotFound
+from pydantic import ValidationError
 
 from . import classify, container, matrix, proc, results
-from .config import CUDA_FLAVOURS, Profile
+from .config import CUDA_FLAVOURS, LABEL_PREFIX, Profile
 from .errors import ConfigError, FatalError
 from .hostrun import versions_from
 from .matrix import Cell
@@ -28,7 +29,7 @@ from .results import BuildResult, CellResult, ImageInfo, StageResult, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
-LABELS = "io.sglang-images"   # labels this project's builds put on images (cell axes)
+LABELS = LABEL_PREFIX
 del probe_main
 
 
@@ -116,8 +117,15 @@ def _verify(image: str, *, archs: Sequence[str], lane_cuda: str | None, log_file
 
 def interpret(run: container.ProbeRun, planned: Sequence[str], stage_timeout: float) -> list[StageResult]:
     """A probe run -> one classified StageResult per planned stage (hung, died and missing ones included)."""
-    out = [StageResult.model_validate({k: v for k, v in raw.items() if k in StageResult.model_fields})
-           for raw in run.results if raw.get("name") in planned]
+    out = []
+    for raw in run.results:
+        if raw.get("name") not in planned:
+            continue
+        try:
+            out.append(StageResult.model_validate({k: v for k, v in raw.items() if k in StageResult.model_fields}))
+        except ValidationError as exc:  # a malformed result line: the stage counts as not reported
+            out.append(_failed(str(raw["name"]), f"the probe reported a malformed result: {exc.errors()[0]['msg']}",
+                               None, log=json.dumps(raw, default=str)[:2000]))
     done = {s.name for s in out}
     rest = [s for s in planned if s not in done]
     tail = "\n".join(line for line in run.output if not line.startswith(container.RESULT_PREFIX))[-4000:]
@@ -209,7 +217,7 @@ def check_image(image: str, *, logs: Path, cell: Cell | None = None, archs: Sequ
         stages=stages, stage_timeout=stage_timeout, run_id=run_id, cell_id=cell_id,
         container_options=container_options, server_args=profile.args if profile else (),
         server_env=profile.env if profile else None)
-    expected = ({"stage": cell.expected.stage, "class": cell.expected.failure_class or "",
+    expected = ({"stage": ",".join(cell.expected.stages), "class": cell.expected.failure_class or "",
                  "reason": cell.expected.reason} if cell and cell.expected else None)
     return cell_result(info, stage_results, cell_id=cell_id, run_id=run_id,
                        axes=cell.axes() if cell else None, expected=expected)

@@ -44,6 +44,27 @@ def docker_engine() -> None:
     pytest.skip(problem)
 
 
+BASE_LABEL = "io.sglang-images.base"
+
+
+def _base_images() -> set[str]:
+    done = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={BASE_LABEL}"],
+                          capture_output=True, text=True, check=False)
+    return set(done.stdout.split()) if done.returncode == 0 else set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_base_images_this_session_made() -> Iterator[None]:
+    """Tests leave no image behind: a base image that appeared during the session goes at its end."""
+    engine = _engine_problem() is None
+    before = _base_images() if engine else set()
+    yield
+    if engine:
+        made = _base_images() - before
+        if made:
+            subprocess.run(["docker", "rmi", "-f", *sorted(made)], capture_output=True, check=False)
+
+
 @pytest.fixture(autouse=True)
 def _folder_rules(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A unit test that reaches Docker (or any subprocess) by accident fails loudly."""

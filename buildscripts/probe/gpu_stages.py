@@ -258,6 +258,7 @@ def _start_reference(ctx: core.Context, model: str) -> None:
 def launch_server(ctx: core.Context) -> Dict[str, Any]:
     os.makedirs(ctx.workdir, exist_ok=True)
     model = ctx.model_path or _make_tiny_model(ctx)
+    atexit.register(_stop_live)  # before anything starts: no reference decode or server outlives the probe
     if not ctx.model_path:
         _start_reference(ctx, model)
     args = list(ctx.server_args)
@@ -274,6 +275,7 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
     if not ready.ready:
         excerpt = server.failure_excerpt(srv)
         evidence["shutdown"] = server.stop(srv)
+        _stop_live()  # the reference decode is not needed any more
         if ready.exit_code is not None:
             why = (f"server process exited with code {ready.exit_code} after {ready.waited_s:.0f}s, "
                    "before it was ready")
@@ -285,7 +287,6 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
     _LIVE["server"] = srv
-    atexit.register(_stop_live)
     return evidence
 
 
@@ -302,7 +303,8 @@ def _stop_live() -> Optional[Dict[str, Any]]:
 def compare_tokens(gpu: List[int], ref: List[int], margins: List[float],
                    near_tie: float = NEAR_TIE) -> Tuple[bool, str]:
     """Greedy GPU tokens against the CPU reference; a divergence only counts after a clear margin."""
-    for i, (got, want) in enumerate(zip(gpu, ref, strict=False)):
+    # zip() without strict=: the probe also runs on Pythons older than 3.10
+    for i, (got, want) in enumerate(zip(gpu, ref)):  # noqa: B905
         if got != want:
             if margins[i] < near_tie:
                 return True, (f"equal for {i} tokens, then a near-tie (CPU margin {margins[i]:.3f} < "

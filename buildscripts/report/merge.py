@@ -51,6 +51,10 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
                 "run_id": cell.run_id or run.run_id, "runner": cell.runner or run.runner,
                 "finished": cell.finished or run.finished or run.started,
             })
+            older = cells.get(cell.cell_id)
+            if older is not None and older.image.id != record.image.id:
+                # Another image under the same cell id: its stages say nothing about this one.
+                stages.pop(cell.cell_id, None)
             cells[cell.cell_id] = record
             by_name = stages.setdefault(cell.cell_id, {})
             for stage in cell.stages:

@@ -7,7 +7,8 @@ path (real BuildKit builds from real PyPI locks) and check what the verification
   without a GPU the best verdict is cpu-checked and no good tag is applied.
 - the `none` image with only CUDA_HOME pointed at pip's nvcc fails JIT for want of a host compiler.
 
-Every image the test builds is removed afterwards (the BuildKit cache stays: it makes reruns fast).
+Every cell image the test builds is removed afterwards (the BuildKit cache stays: it makes reruns
+fast); the base image goes at the end of the session (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
     assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
     results = RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
     yield results
-    for image in client.images.list():
-        if str(image.id) not in before:
-            client.images.remove(str(image.id), force=True)
+    for made in {c.image.id for c in results.cells if c.image.id} - before:  # only this test's images
+        client.images.remove(made, force=True)
 
 
 def cell(run: RunResults, cell_id: str) -> CellResult:

@@ -21,7 +21,10 @@ def probe_file(tmp_path: Path, name: str, stages: list[dict[str, object]]) -> Pa
 
 
 def passing() -> list[dict[str, object]]:
+    cpu: list[dict[str, object]] = [{"name": name, "status": "passed", "duration_s": 1.0, "evidence": {}}
+                                    for name in results.CPU_STAGES]
     return [
+        *cpu,
         {"name": "gpu-visible", "status": "passed", "duration_s": 3.0, **GPU,
          "evidence": {"name": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0+cu130", "driver": "580.1"}},
         {"name": "kernel-smoke", "status": "passed", "duration_s": 60.0, **GPU, "evidence": {}},
@@ -56,11 +59,14 @@ def test_a_server_that_dies_without_nvcc_fails_with_a_class_and_hint(tmp_path: P
 
 
 def test_without_gpu_the_cell_is_only_cpu_checked(tmp_path: Path) -> None:
+    cpu = [s for s in passing() if s["name"] in results.CPU_STAGES]
     stages: list[dict[str, object]] = [
-        {"name": "gpu-visible", "status": "skipped", "reason": "no GPU visible: no /dev/nvidia* device"},
-              {"name": "server", "status": "skipped", "reason": "needs a GPU: no GPU visible"}]
+        *cpu, {"name": "gpu-visible", "status": "skipped", "reason": "no GPU visible: no /dev/nvidia* device"},
+        {"name": "server", "status": "skipped", "reason": "needs a GPU: no GPU visible"}]
     cell = hostrun.cell_from_probe("host-cpu", probe_file(tmp_path, "cpu", stages), {})
     assert cell.verdict is Verdict.CPU_CHECKED
+    partial = hostrun.cell_from_probe("host-part", probe_file(tmp_path, "part", stages[2:]), {})
+    assert partial.verdict is Verdict.BUILT  # CPU stages that never ran: nothing can be claimed
 
 
 def test_main_writes_results_and_summary(tmp_path: Path) -> None:

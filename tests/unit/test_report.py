@@ -167,6 +167,16 @@ def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
     assert merged.run_id == "merged:ci-run+gpu-run"
 
 
+def test_merge_never_mixes_stages_of_different_images() -> None:
+    old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
+    new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
+    new.cells[0].image = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt"})
+    new.cells[0].stages = new.cells[0].stages[:2]  # the rebuilt image only ran facts and import
+    merged = merge.merge([old, new])
+    assert [s.name for s in merged.cells[0].stages] == ["facts", "import"]
+    assert merged.cells[0].verdict is not Verdict.VERIFIED
+
+
 def test_merge_newer_failure_replaces_older_pass() -> None:
     old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
     new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))

@@ -28,16 +28,6 @@ def test_candidate_tag_is_content_addressed() -> None:
     assert tags.candidate_tag(cell, "ba9876543210", CFG) != first
 
 
-def test_inputs_hash_changes_with_any_input(tmp_path: Path) -> None:
-    lock = tmp_path / "lock.txt"
-    lock.write_text("torch==2.11.0\n")
-    before = tags.inputs_hash([lock], {"dockerfile": "abc"})
-    assert before == tags.inputs_hash([lock], {"dockerfile": "abc"})
-    assert tags.inputs_hash([lock], {"dockerfile": "abd"}) != before
-    lock.write_text("torch==2.11.1\n")
-    assert tags.inputs_hash([lock], {"dockerfile": "abc"}) != before
-
-
 def test_verified_cell_earns_plain_and_arch_tags() -> None:
     cell = make_cell("verified")
     assert tags.not_good_because(cell) is None
