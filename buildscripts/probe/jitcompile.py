@@ -50,11 +50,13 @@ void scale(c10::BFloat16* x, float a, int64_t n) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 """
-# A deep_gemm kernel every arch can build, plus the arch's own GEMM implementation when it has one.
-DEEP_GEMM_CU = ("#include <deep_gemm/impls/smxx_layout.cuh>\n"
-                "template __global__ void deep_gemm::transpose_fp32<128, 64, 4>"
-                "(const float*, float*, const uint32_t);\n")
-DEEP_GEMM_IMPLS = {9: "deep_gemm/impls/sm90_bf16_gemm.cuh", 10: "deep_gemm/impls/sm100_bf16_gemm.cuh"}
+# deep_gemm's bundled headers (shared ones, plus the arch's own GEMM implementation when it has one)
+# and a kernel of our own: the unit proves that headers, nvcc and the arch flags agree without pinning
+# a kernel signature, which changes between deep_gemm releases (transpose_fp32 did from 0.1 to 0.2).
+DEEP_GEMM_HEADERS = ("deep_gemm/common/utils.cuh", "deep_gemm/impls/smxx_layout.cuh")
+DEEP_GEMM_KERNEL = "__global__ void probe_scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
+DEEP_GEMM_IMPLS = {9: "deep_gemm/impls/sm90_bf16_gemm.cuh", 10: "deep_gemm/impls/sm100_bf16_gemm.cuh",
+                   12: "deep_gemm/impls/sm120_bf16_gemm.cuh"}
 
 Part = Tuple[str, Dict[str, Any], Optional[Tuple[str, str]]]   # (status, evidence, (reason, log) if failed)
 
@@ -133,12 +135,16 @@ def _deep_gemm(ctx: core.Context, deadline: Deadline, nvcc: str, work: str) -> P
                    None)
     if include is None:
         return "absent", {"note": "deep_gemm (with bundled headers) is not installed"}, None
-    ev: Dict[str, Any] = {"include": include, "per_arch": {}, "seconds": {}}
+    shared = [h for h in DEEP_GEMM_HEADERS if os.path.exists(os.path.join(include, h))]
+    if not shared:
+        return "failed", {"include": include}, (f"none of {', '.join(DEEP_GEMM_HEADERS)} under {include}", "")
+    ev: Dict[str, Any] = {"include": include, "headers": {}, "per_arch": {}, "seconds": {}}
     for arch in ctx.archs:
         number, _ = fatbin.parse_arch(arch)
         impl = DEEP_GEMM_IMPLS.get(number // 10)
-        source = DEEP_GEMM_CU + (f"#include <{impl}>\n" if impl and os.path.exists(
-            os.path.join(include, impl)) else "")
+        headers = shared + ([impl] if impl and os.path.exists(os.path.join(include, impl)) else [])
+        ev["headers"][arch] = headers
+        source = "".join(f"#include <{h}>\n" for h in headers) + DEEP_GEMM_KERNEL
         name = f"deep_gemm_{arch}"
         with open(os.path.join(work, name + ".cu"), "w") as fh:
             fh.write(source)
