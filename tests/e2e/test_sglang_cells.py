@@ -93,6 +93,17 @@ def test_inside_the_pip_image_sglang_imports_and_torch_is_cu130(run: RunResults)
     assert out.decode().split() == ["0.5.16", "13.0"]
 
 
+def test_an_exported_rootfs_keeps_the_environment(run: RunResults) -> None:
+    """Proxmox LXC runs an exported rootfs: image ENV is lost there, /etc/environment is not."""
+    ref = cell(run, PIP).image.ref
+    assert ref
+    env = docker.from_env().containers.run(ref, ["cat", "/etc/environment", "/etc/sglang-images/cell.json"],
+                                           remove=True).decode()
+    assert "CUDA_HOME=/usr/local/cuda" in env
+    assert "PATH=/usr/local/cuda/bin:/opt/venv/bin:" in env
+    assert PIP in env  # the cell's identity travels with the rootfs too
+
+
 def test_no_host_compiler_fails_the_jit_stage(run: RunResults, tmp_path: Path) -> None:
     ref = cell(run, NONE).image.ref
     assert ref
