@@ -18,26 +18,9 @@ from buildscripts import lock, lockfile
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import LockError
 from buildscripts.resolver import Target, compile_requirements
+from tests.lock_matrix import matrix_text, pip_toolkit
 
-MATRIX = """\
-schema: 1
-bases:
-  bookworm: {{debootstrap: {{suite: bookworm}}, python: "3.11", platform: x86_64-manylinux_2_36}}
-archs: [sm_100a]
-torch_lanes:
-{lanes}
-sglang:
-{sglang}
-toolkits:
-  none: {{description: pip only}}
-{extra}"""
-PIP_TOOLKIT = """\
-  pip:
-    description: toolkit from wheels
-    pip:
-      cu128: ["cuda-toolkit[nvcc,cccl,cudart,nvrtc]==12.8.1"]
-      cu130: ["cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.0.2"]
-"""
+PIP_TOOLKIT = pip_toolkit()
 # Fail fast on an unreachable index instead of retrying (the unreachable-index test relies on it).
 ENV = {**os.environ, "UV_HTTP_RETRIES": "0"}
 
@@ -54,7 +37,7 @@ def package_index() -> None:
 
 def write_matrix(root: Path, lanes: str, sglang: str, extra: str = "") -> matrix_mod.Matrix:
     path = root / "matrix.yaml"
-    path.write_text(MATRIX.format(lanes=lanes, sglang=sglang, extra=extra))
+    path.write_text(matrix_text(lanes, sglang, extra))
     return matrix_mod.load(path, {})
 
 

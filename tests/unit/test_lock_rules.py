@@ -16,26 +16,9 @@ from buildscripts import layerlock, lock
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import LockError
 from buildscripts.resolver import Resolution, Target
+from tests.lock_matrix import TK130, matrix_text, pip_toolkit
 
 DATA = Path(__file__).parent / "data"
-TK130 = "cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.0.2"
-MATRIX = """\
-schema: 1
-bases:
-  bookworm: {{debootstrap: {{suite: bookworm}}, python: "3.11", platform: x86_64-manylinux_2_36}}
-archs: [sm_100a]
-torch_lanes:
-{lanes}
-sglang:
-{sglang}
-toolkits:
-  none: {{description: pip only}}
-  pip:
-    description: toolkit from wheels
-    pip: {{cu130: ["{tk}"], cu128: ["cuda-toolkit[nvcc,cccl,cudart,nvrtc]==12.8.1"]}}
-"""
-
-
 def recorded(name: str) -> str:
     return (DATA / f"pins-{name}.txt").read_text()
 
@@ -73,7 +56,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Setup:
     def make(lanes: str, sglang: str, answers: dict[tuple[str, ...], Answer], tk: str = TK130) -> tuple[
             matrix_mod.Matrix, RecordedUv]:
         path = tmp_path / "matrix.yaml"
-        path.write_text(MATRIX.format(lanes=lanes, sglang=sglang, tk=tk))
+        path.write_text(matrix_text(lanes, sglang, pip_toolkit(cu130=tk)))
         uv = RecordedUv(answers)
         monkeypatch.setattr(layerlock, "compile_requirements", uv)
         return matrix_mod.load(path, {}), uv
