@@ -21,11 +21,11 @@ from docker.types import DeviceRequest, Ulimit
 
 from . import proc
 from .errors import GpuError
+from .results import StageResult, Status
 
 if TYPE_CHECKING:
     from .config import Profile
     from .matrix import Cell
-    from .results import StageResult
 
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"   # read by the probe's gpu-visible stage
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -163,6 +163,25 @@ def verify_cell_per_gpu(image: str, cell: Cell, discovery: Discovery, *, logs: P
                                   run_id=run_id, container_options=container_options(discovery, gpu.index))
 
     return dict(zip([g.index for g in discovery.gpus], per_gpu(discovery, one), strict=True))
+
+
+def combine_per_gpu(by_gpu: Mapping[int, Sequence[StageResult]]) -> list[StageResult]:
+    """One ladder from several GPUs' ladders: a stage passes only where it passed on every GPU.
+
+    The first GPU's results stand unless another GPU did worse at that stage; then that GPU's
+    result stands, its reason naming the GPU. Each stage's evidence lists the status per GPU.
+    """
+    rank = {Status.PASSED: 0, Status.SKIPPED: 1, Status.ABORTED: 2, Status.FAILED: 3}
+    first, *_ = by_gpu.values()
+    combined = []
+    for position, stage in enumerate(first):
+        per = {i: stages[position] for i, stages in by_gpu.items() if position < len(stages)}
+        index, worst = max(per.items(), key=lambda item: rank[item[1].status])
+        chosen = stage if rank[worst.status] <= rank[stage.status] else worst.model_copy(
+            update={"reason": f"on GPU {index}: {worst.reason or worst.status.value}"})
+        evidence = {**chosen.evidence, "per_gpu": {str(i): s.status.value for i, s in per.items()}}
+        combined.append(chosen.model_copy(update={"evidence": evidence}))
+    return combined
 
 
 def host_env(gpu: Gpu) -> dict[str, str]:

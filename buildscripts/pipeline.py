@@ -41,6 +41,8 @@ class Options:
     runs: Path = ROOT / "runs"
     run_id: str = ""
     gpu: int = 0
+    per_gpu: bool = False
+    discovery: gpus.Discovery = field(default_factory=gpus.Discovery)
     container_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,9 +58,12 @@ def parse(argv: Sequence[str]) -> Options:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs", help="where run folders go")
     ap.add_argument("--run-id", default="", help="name of this run's folder (default: time + random)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    ap.add_argument("--per-gpu", action="store_true",
+                    help="one container per GPU, side by side; a stage passes only if it passed on every GPU")
     a = ap.parse_args(list(argv))
     return Options(matrix=a.matrix, only=a.only, skip=a.skip, fail_fast=a.fail_fast, verify=a.verify,
                    stages=a.stages.split(",") if a.stages else None, profile=a.profile, runs=a.runs, gpu=a.gpu,
+                   per_gpu=a.per_gpu,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
 
 
@@ -96,7 +101,7 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client, engine = build.check_engine()
     build.check_disk(engine, len(buildable))
-    found = gpus.discover(client.info())
+    found = opts.discovery = gpus.discover(client.info())
     opts.container_options = gpus.container_options(found, gpu=opts.gpu if found.usable_in_containers else None)
     log.info(f"run {opts.run_id}: {len(buildable)} cell(s) to build, engine {engine.version}; {found.summary()}")
     bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir)
@@ -151,9 +156,15 @@ def run_cell(
              "cached" if record.build.cached else (record.build.reason or ""))
     if record.build.status is Status.PASSED and opts.verify:
         profile = spec.spec.profiles[opts.profile]
-        record.stages = verify.verify_cell(
-            record.image.id or tag, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
-            run_id=opts.run_id, container_options=opts.container_options)
+        image = record.image.id or tag
+        if opts.per_gpu and opts.discovery.usable_in_containers:
+            record.stages = gpus.combine_per_gpu(gpus.verify_cell_per_gpu(
+                image, cell, opts.discovery, logs=run_dir / cell.id, run_id=opts.run_id, profile=profile,
+                stages=opts.stages))
+        else:
+            record.stages = verify.verify_cell(
+                image, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
+                run_id=opts.run_id, container_options=opts.container_options)
         for stage in record.stages:
             log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
                      stage.failure_class or stage.reason or "")

@@ -97,3 +97,19 @@ def test_verify_cell_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytes
     found = gpus.verify_cell_per_gpu("img", object(), two_gpus(), logs=Path("/runs/x"), run_id="r")  # type: ignore[arg-type]
     assert found == {0: [], 1: []}
     assert calls == {"/runs/x/gpu0": ["0"], "/runs/x/gpu1": ["1"]}
+
+
+def test_per_gpu_results_combine_to_the_worst_per_stage() -> None:
+    from buildscripts.results import StageResult, Status
+
+    def ladder(server: Status, reason: str | None = None) -> list[StageResult]:
+        return [StageResult(name="gpu-visible", status=Status.PASSED, gpu="H200", arch="sm_90"),
+                StageResult(name="server", status=server, reason=reason, gpu="H200", arch="sm_90")]
+
+    both_ok = gpus.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.PASSED)})
+    assert [s.status for s in both_ok] == [Status.PASSED, Status.PASSED]
+    assert both_ok[1].evidence["per_gpu"] == {"0": "passed", "1": "passed"}
+    one_bad = gpus.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.FAILED, "died at 30 s")})
+    assert one_bad[1].status is Status.FAILED
+    assert one_bad[1].reason == "on GPU 1: died at 30 s"
+    assert one_bad[0].status is Status.PASSED
