@@ -23,6 +23,7 @@ import docker
 import pytest
 
 from buildscripts import verify
+from buildscripts.probe import fatbin
 from buildscripts.results import CellResult, RunResults, Status, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +92,21 @@ def test_inside_the_pip_image_sglang_imports_and_torch_is_cu130(run: RunResults)
     out = docker.from_env().containers.run(
         ref, ["python", "-c", "import sglang, torch; print(sglang.__version__, torch.version.cuda)"], remove=True)
     assert out.decode().split() == ["0.5.16", "13.0"]
+
+
+def test_the_pip_toolkit_builds_a_fatbinary_for_every_target(run: RunResults, tmp_path: Path) -> None:
+    """nvcc from PyPI wheels compiles a real program with machine code for each arch (the same program
+    ran on an H200: evidence/h200-2026-11-29/pip-toolkit-binaries.md)."""
+    ref = cell(run, PIP).image.ref
+    assert ref
+    source = ROOT / "tests" / "gpu" / "fatbin_smoke.cu"
+    gencodes = " ".join(f"-gencode arch=compute_{a[3:]},code={a}" for a in ("sm_90a", "sm_100a", "sm_120a"))
+    docker.from_env().containers.run(
+        ref, ["sh", "-c", f"nvcc -O2 {gencodes} -cudart static /src/smoke.cu -o /out/smoke"], remove=True,
+        volumes={str(source): {"bind": "/src/smoke.cu", "mode": "ro"}, str(tmp_path): {"bind": "/out"}})
+    found = fatbin.coverage(fatbin.read_file(str(tmp_path / "smoke")), ["sm_90a", "sm_100a", "sm_120a"])
+    assert {arch: info["status"] for arch, info in found.items()} == {
+        "sm_90a": "sass", "sm_100a": "sass", "sm_120a": "sass"}
 
 
 def test_an_exported_rootfs_keeps_the_environment(run: RunResults) -> None:
