@@ -38,6 +38,16 @@ def error(message: str) -> None:
 
 
 @contextmanager
+def working(message: str) -> Iterator[None]:
+    """A live spinner with elapsed time on a terminal; nothing extra in logs or CI output."""
+    if not console.is_terminal:
+        yield
+        return
+    with console.status(f"[dim]{message}[/]"):
+        yield
+
+
+@contextmanager
 def group(title: str) -> Iterator[None]:
     """A foldable group on GitHub Actions, a plain heading elsewhere."""
     if ON_GITHUB:

@@ -22,9 +22,10 @@ import docker.errors
 
 from . import base as base_images
 from . import build, gpus, hostrun, lock, log, matrix, report, results, tags, verify
+from .config import Profile
 from .errors import ConfigError, LockError, RunFailed, TagError
 from .matrix import Cell, Matrix
-from .results import BuildResult, CellResult, RunResults, Status, Verdict
+from .results import BuildResult, CellResult, RunResults, StageResult, Status, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,23 +149,17 @@ def run_cell(
                     for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
     inputs = build.inputs_hash(cell, base, locks)
     tag = tags.candidate_tag(cell, inputs, spec.spec.tags)
-    with log.group(f"build {cell.id}"):
+    build_log = run_dir / cell.id / "build.log"
+    with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         record.build, record.image = build.build_cell(
-            cell, base, locks, tag=tag, inputs=inputs, client=client,
-            log_file=run_dir / cell.id / "build.log", env=dict(os.environ))
+            cell, base, locks, tag=tag, inputs=inputs, client=client, log_file=build_log, env=dict(os.environ))
     log.step(cell.id, "build", record.build.status.value, record.build.duration_s,
              "cached" if record.build.cached else (record.build.reason or ""))
     if record.build.status is Status.PASSED and opts.verify:
         profile = spec.spec.profiles[opts.profile]
         image = record.image.id or tag
-        if opts.per_gpu and opts.discovery.usable_in_containers:
-            record.stages = gpus.combine_per_gpu(gpus.verify_cell_per_gpu(
-                image, cell, opts.discovery, logs=run_dir / cell.id, run_id=opts.run_id, profile=profile,
-                stages=opts.stages))
-        else:
-            record.stages = verify.verify_cell(
-                image, cell, logs=run_dir / cell.id, stages=opts.stages, profile=profile,
-                run_id=opts.run_id, container_options=opts.container_options)
+        with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
+            record.stages = _verify(image, cell, profile, opts, run_dir / cell.id)
         for stage in record.stages:
             log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
                      stage.failure_class or stage.reason or "")
@@ -177,6 +172,15 @@ def run_cell(
             msg = f"{cell.id}: verified, but the engine refused its good tags: {exc}"
             raise TagError(msg, hint="the candidate image stays; re-run `nox -s build` for this cell") from None
     return record
+
+
+def _verify(image: str, cell: Cell, profile: Profile, opts: Options, logs: Path) -> list[StageResult]:
+    """The ladder in one container, or (--per-gpu) in one container per GPU, combined."""
+    if opts.per_gpu and opts.discovery.usable_in_containers:
+        return gpus.combine_per_gpu(gpus.verify_cell_per_gpu(
+            image, cell, opts.discovery, logs=logs, run_id=opts.run_id, profile=profile, stages=opts.stages))
+    return verify.verify_cell(image, cell, logs=logs, stages=opts.stages, profile=profile, run_id=opts.run_id,
+                              container_options=opts.container_options)
 
 
 def _expected(cell: Cell) -> dict[str, str] | None:
