@@ -84,15 +84,6 @@ def _descends(image_id: str, roots: list[str], parents: dict[str, str]) -> bool:
     return False
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RegistryServer]:
-    running = RegistryServer(tmp_path / "registry")
-    running.folder.mkdir()
-    running.start()
-    yield running
-    running.stop()
-
-
 def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResult:
     """A verified cell for `image_id`, tagged like the pipeline does (candidate, then good tags)."""
     cell = make_cell("verified", image_id=image_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -15,15 +14,6 @@ import pytest
 from buildscripts import base, config
 from buildscripts.errors import ToolMissingError
 from tests.registry_server import RegistryServer
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RegistryServer]:
-    running = RegistryServer(tmp_path / "registry")
-    running.folder.mkdir()
-    running.start()
-    yield running
-    running.stop()
 
 
 def registry_base(ref: str) -> config.Base:
