@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -109,11 +110,7 @@ def build_secrets(env: Mapping[str, str]) -> Iterator[list[str]]:
     index = hostenv.index_settings(env)
     with tempfile.TemporaryDirectory(prefix="sglang-secrets-") as tmp:
         index_env = Path(tmp) / "index.env"
-        lines = [f"export PIP_INDEX_URL={index.index_url}", f"export UV_DEFAULT_INDEX={index.index_url}"] \
-            if index.index_url else []
-        if index.extra_index_urls:
-            lines += [f"export PIP_EXTRA_INDEX_URL='{' '.join(index.extra_index_urls)}'",
-                      f"export UV_INDEX='{' '.join(index.extra_index_urls)}'"]
+        lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(index.build_env().items())]
         index_env.write_text("\n".join(lines) + "\n")
         index_env.chmod(0o600)
         ca_file = Path(tmp) / "ca.crt"

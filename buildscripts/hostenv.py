@@ -30,14 +30,14 @@ class IndexSettings:
             env["UV_INDEX"] = " ".join(self.extra_index_urls)
         return env
 
-    def pip_conf(self) -> str:
-        """A pip.conf for use inside a build (only network indexes: host file:// paths mean nothing there)."""
-        lines = ["[global]"]
+    def build_env(self) -> dict[str, str]:
+        """The settings for pip and uv inside a build (only network indexes reach this object)."""
+        env = self.uv_env()
         if self.index_url:
-            lines.append(f"index-url = {self.index_url}")
+            env["PIP_INDEX_URL"] = self.index_url
         if self.extra_index_urls:
-            lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
-        return "\n".join(lines) + "\n"
+            env["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        return env
 
 
 def ca_bundle(env: Mapping[str, str]) -> Path | None:

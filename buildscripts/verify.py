@@ -29,7 +29,6 @@ from .results import BuildResult, CellResult, ImageInfo, StageResult, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
-LABELS = LABEL_PREFIX
 del probe_main
 
 
@@ -181,8 +180,8 @@ def verify_host(*, archs: Sequence[str], lane_cuda: str | None, logs: Path, stag
 
 def lane_from_labels(labels: Mapping[str, str]) -> tuple[str | None, list[str]]:
     """(lane CUDA, archs) from the labels this project's builds put on an image."""
-    flavour = labels.get(f"{LABELS}.cuda")
-    return CUDA_FLAVOURS.get(flavour or ""), labels.get(f"{LABELS}.archs", "").split()
+    flavour = labels.get(f"{LABEL_PREFIX}.cuda")
+    return CUDA_FLAVOURS.get(flavour or ""), labels.get(f"{LABEL_PREFIX}.archs", "").split()
 
 
 def cell_result(image: ImageInfo, stages: Sequence[StageResult], *, cell_id: str, run_id: str,
@@ -209,7 +208,7 @@ def check_image(image: str, *, logs: Path, cell: Cell | None = None, archs: Sequ
     except ImageNotFound:
         info = ImageInfo(ref=image)
     label_lane, label_archs = lane_from_labels(info.labels)
-    cell_id = cell.id if cell else info.labels.get(f"{LABELS}.cell", "adhoc")
+    cell_id = cell.id if cell else info.labels.get(f"{LABEL_PREFIX}.cell", "adhoc")
     cell = cell or _matrix_cell(cell_id)
     stage_results = verify_image(
         image, archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,

@@ -12,6 +12,7 @@ from docker.errors import ImageNotFound
 from rich.table import Table
 
 from . import container, gpus, log, matrix, results, verify
+from .config import LABEL_PREFIX
 from .errors import ConfigError, RunFailed
 from .results import CellResult, ImageInfo, RunResults, StageResult
 
@@ -62,7 +63,7 @@ def run(argv: Sequence[str]) -> int:
             labels = verify.image_facts(a.image).labels
         except ImageNotFound:
             labels = {}
-        cell_id = a.cell_id or labels.get(f"{verify.LABELS}.cell", "adhoc")
+        cell_id = a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")
         found_gpus = gpus.discover(container.client().info())
         options = gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None)
         log.info(found_gpus.summary())
