@@ -47,6 +47,12 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def tag(session: nox.Session) -> None:
+    """Apply the good tags that verified cells of a results file earned (`-- --results FILE`)."""
+    _cli(session, "tag")
+
+
+@nox.session(python=PYTHON)
 def promote(session: nox.Session) -> None:
     """Push cells that earned good tags to the configured registry, by digest."""
     _cli(session, "promote")
@@ -61,10 +67,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict over the package, the tests and this file."""
+    """ruff, mypy --strict, and the import contracts (the flow's layers, no circles, a stdlib-only probe)."""
     session.install("-e", ".[test,lint]")
     session.run("ruff", "check", "buildscripts", "tests", "noxfile.py", "benchmarks")
     session.run("mypy", "buildscripts", "tests", "noxfile.py", "benchmarks")
+    session.run("lint-imports")
 
 
 @nox.session(python=PYTHON)

@@ -23,12 +23,14 @@ from pathlib import Path
 
 from buildscripts import lock
 from buildscripts import matrix as matrix_mod
-from buildscripts.resolver import uv_version
+from buildscripts.lock.resolver import uv_version
+from buildscripts.workspace import Workspace
 
 
 def timed(matrix: matrix_mod.Matrix, root: Path, env: dict[str, str], *, upgrade: bool) -> tuple[float, int]:
     started = time.monotonic()
-    results = lock.lock_cells(matrix, list(matrix.buildable()), root, upgrade=upgrade, env=env, prune=True)
+    results = lock.lock_cells(matrix, list(matrix.buildable()), Workspace.at(root), upgrade=upgrade, env=env,
+                              prune=True)
     return time.monotonic() - started, sum(s.state == "ok" for s in results.values())
 
 
@@ -47,10 +49,10 @@ def main(argv: list[str]) -> int:
         offline, _ = timed(matrix, root, {**env, "UV_OFFLINE": "1"}, upgrade=True)
         noop, _ = timed(matrix, root, env, upgrade=False)
         cells = matrix.buildable()
-        lanes = {lock.paths_for(c, root).lane for c in cells}
+        lanes = {lock.paths_for(c, root / "lockfiles").lane for c in cells}
         contents = {hashlib.sha256(p.read_bytes()).hexdigest() for p in lanes if p.is_file()}
-        sglang_layers = {lock.paths_for(c, root).sglang for c in cells}
-        toolkit_layers = {t for c in cells if (t := lock.paths_for(c, root).toolkit)}
+        sglang_layers = {lock.paths_for(c, root / "lockfiles").sglang for c in cells}
+        toolkit_layers = {t for c in cells if (t := lock.paths_for(c, root / "lockfiles").toolkit)}
     rows = [
         ("cold uv cache (empty UV_CACHE_DIR, every layer resolved)", f"{cold:.1f} s"),
         ("warm uv cache (`--upgrade`: every layer resolved again)", f"{warm:.1f} s"),

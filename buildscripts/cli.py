@@ -1,30 +1,34 @@
 """The one place that exits: `python -m buildscripts COMMAND ...` (what the nox sessions call).
 
-Each command lives in its own module as `main(argv) -> int`; a FatalError anywhere becomes its
-message and exit code here (a traceback only with --debug).
+Each command lives in its own module as `main(argv, ws, env) -> int`: the Workspace (where the project,
+matrix, locks and runs are) and the environment are made here, once, and passed down. A FatalError
+anywhere becomes its message and exit code here (a traceback only with --debug).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import log
 from .errors import FatalError, Interrupted
+from .workspace import Workspace
 
 COMMANDS = {
     "build": ("buildscripts.pipeline", "select cells, lock-check, build, verify, tag, report"),
-    "matrix": ("buildscripts.listing", "list the selected cell ids (--json for machines)"),
-    "lock": ("buildscripts.lock", "resolve hash-pinned lockfiles per layer (--check, --upgrade)"),
-    "verify": ("buildscripts.verify", "run the verification ladder on an image, or on this Python (--host)"),
+    "matrix": ("buildscripts.matrix.listing", "list the selected cell ids (--json for machines)"),
+    "lock": ("buildscripts.lock.command", "resolve hash-pinned lockfiles per layer (--check, --upgrade)"),
+    "verify": ("buildscripts.verify.command", "run the verification ladder on an image, or on this Python (--host)"),
     "report": ("buildscripts.report", "render console/Markdown/HTML/JUnit reports from saved results"),
-    "promote": ("buildscripts.promote", "push good tags to a registry, by digest"),
-    "import-probe": ("buildscripts.hostrun", "turn host-mode probe JSON into results.json + summary.md"),
+    "tag": ("buildscripts.publish.tagcmd", "apply the good tags that verified cells of a results file earned"),
+    "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
+    "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -33,9 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
         print("usage: python -m buildscripts COMMAND [ARGS] [--debug]\n\ncommands:\n" + "\n".join(lines))
         return 0 if args and args[0] in ("-h", "--help") else 2
+    env = dict(os.environ if env is None else env)
+    log.configure(env)
     module = importlib.import_module(COMMANDS[args[0]][0])
     try:
-        code: int = module.main(args[1:])
+        code: int = module.main(args[1:], Workspace.at(), env)
         return code
     except KeyboardInterrupt:
         error: FatalError = Interrupted(

@@ -1,4 +1,4 @@
-"""What builds borrow from the host: its CA bundle and its pip index settings.
+"""What locks and builds borrow from the host: its CA bundle and its pip index settings.
 
 Both reach builds only as BuildKit secrets (never an image layer): TLS to package indexes may be
 intercepted here, so containers need the host's CA bundle, and the host may use a private index.

@@ -5,8 +5,7 @@ rich handles colour, NO_COLOR and non-TTY output; on GitHub Actions steps fold i
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -14,8 +13,14 @@ from rich.console import Console
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-ON_GITHUB = os.environ.get("GITHUB_ACTIONS") == "true"
+ON_GITHUB = False  # set by configure(): steps fold into ::group:: on GitHub Actions
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]"}
+
+
+def configure(env: Mapping[str, str]) -> None:
+    """Once, at the top: what the environment says about where output goes."""
+    global ON_GITHUB  # noqa: PLW0603 - one switch for the whole process, set before any output
+    ON_GITHUB = env.get("GITHUB_ACTIONS") == "true"
 
 
 def step(cell_id: str, what: str, status: str, seconds: float | None = None, detail: str = "") -> None:

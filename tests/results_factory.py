@@ -10,11 +10,13 @@ from buildscripts.results import (
     GPU_STAGES,
     BuildResult,
     CellResult,
+    ExpectedFailure,
     ImageInfo,
     RunResults,
     StageResult,
     Status,
-    judge,
+    cell_record,
+    judged,
 )
 
 CPU_STAGES = ("facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile")
@@ -48,30 +50,26 @@ def gpu_skipped() -> list[StageResult]:
     return [StageResult(name=n, status=Status.SKIPPED, reason="no GPU on this machine") for n in GPU_STAGES]
 
 
-def finish(cell: CellResult) -> CellResult:
-    cell.verdict, cell.verdict_reason = judge(cell)
-    return cell
+def finish(cell: CellResult, **changes: object) -> CellResult:
+    """`cell` with `changes`, judged again (records are frozen: a change is a new record)."""
+    return judged(cell.model_copy(update=changes))
 
 
 def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") -> CellResult:
     """One cell of `kind`: verified | cpu-checked | expected-failure | failed | incompatible."""
     ax = axes(sglang, *COORDINATES[kind])
-    cell = CellResult(cell_id=ax["cell"], axes=ax)
     if kind == "incompatible":
-        cell.excluded = f"sglang {sglang} pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1"
-        return finish(cell)
-    cell.build = BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log")
-    cell.image = ImageInfo(ref=f"sglang-images:{ax['cell']}-0123456789ab",
-                           id=image_id or "sha256:" + "ab" * 32, size_bytes=9_876_543_210)
-    cell.versions = {"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"}
-    cell.locks = {"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32}
+        excluded = f"sglang {sglang} pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1"
+        return cell_record(ax["cell"], axes=ax, targets=ax["archs"].split(), excluded=excluded)
+    expected, stages = None, []
     if kind == "verified":
-        cell.stages = cpu_passed() + gpu_passed()
+        stages = cpu_passed() + gpu_passed()
     elif kind == "cpu-checked":
-        cell.stages = cpu_passed() + gpu_skipped()
+        stages = cpu_passed() + gpu_skipped()
     elif kind == "expected-failure":
-        cell.expected = {"stage": "import", "class": "cuda-home-missing", "reason": "pip's nvcc is not found"}
-        cell.stages = [
+        expected = ExpectedFailure(stages=["import"], failure_class="cuda-home-missing",
+                                   reason="pip's nvcc is not found")
+        stages = [
             StageResult(name="facts", status=Status.PASSED),
             StageResult(name="import", status=Status.FAILED, failure_class="cuda-home-missing",
                         reason="import deep_gemm: assert cuda_home is not None",
@@ -80,7 +78,7 @@ def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") ->
             *[StageResult(name=n, status=Status.ABORTED, reason="import failed") for n in GPU_STAGES],
         ]
     elif kind == "failed":
-        cell.stages = [
+        stages = [
             *cpu_passed()[:5],
             StageResult(name="jit-compile", status=Status.FAILED, failure_class="nvcc-arch-unsupported",
                         reason="nvcc fatal: Unsupported gpu architecture 'compute_120a'",
@@ -88,7 +86,13 @@ def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") ->
                         log_excerpt="<script>alert('x')</script>\nnvcc fatal : Unsupported gpu architecture"),
             *[StageResult(name=n, status=Status.ABORTED, reason="jit-compile failed") for n in GPU_STAGES],
         ]
-    return finish(cell)
+    return cell_record(
+        ax["cell"], axes=ax, targets=ax["archs"].split(), expected=expected,
+        build=BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log"),
+        image=ImageInfo(ref=f"sglang-images:{ax['cell']}-0123456789ab", id=image_id or "sha256:" + "ab" * 32,
+                        size_bytes=9_876_543_210),
+        versions={"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"},
+        locks={"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32}, stages=stages)
 
 
 ALL_KINDS = ("verified", "cpu-checked", "expected-failure", "failed", "incompatible")

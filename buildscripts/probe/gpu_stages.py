@@ -254,6 +254,18 @@ def _start_reference(ctx: core.Context, model: str) -> None:
                                                env=dict(os.environ, CUDA_VISIBLE_DEVICES="")), path)
 
 
+UNKNOWN_FLAGS = re.compile(r"error: unrecognized arguments: (.+)")
+
+
+def unrecognized_flags(lines: List[str]) -> Optional[str]:
+    """The flags argparse refused, when the server exited because of them."""
+    for line in lines:
+        match = UNKNOWN_FLAGS.search(line)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
 @core.stage("server", needs=("gpu-visible",), gpu=True)
 def launch_server(ctx: core.Context) -> Dict[str, Any]:
     os.makedirs(ctx.workdir, exist_ok=True)
@@ -282,6 +294,10 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         else:
             why = (f"server not ready within {ctx.stage_timeout:.0f}s "
                    f"(readiness timeout; last answer {ready.last_answer})")
+        refused = unrecognized_flags(list(srv.tail)) if ready.exit_code is not None else None
+        if refused:  # a profile written for another SGLang: it says nothing about this image
+            raise core.StageSkipped("this SGLang does not know the server profile's flag(s) %s: the profile "
+                                    "does not apply to this image" % refused)
         trace = server.last_traceback(list(srv.tail))
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]

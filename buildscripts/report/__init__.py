@@ -10,17 +10,14 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import log
 from ..errors import ResultsError
 from ..results import RunResults
+from ..workspace import Workspace
 from . import console, github, html, junit, markdown, merge
-
-DEFAULT_RESULTS = ("runs/*/results.json", "evidence/**/results.json")
-DEFAULT_OUT = Path("reports")
 
 __all__ = ["console", "main", "render_all"]
 
@@ -42,7 +39,7 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
         written[kind] = path
-    summary = github.write_summary(run, os.environ if env is None else env)
+    summary = github.write_summary(run, env or {})
     if summary is not None:
         written["github"] = summary
     return written
@@ -52,21 +49,28 @@ def find_results(patterns: Sequence[str]) -> list[Path]:
     return sorted({Path(p) for pattern in patterns for p in glob.glob(pattern, recursive=True)})
 
 
-def main(argv: Sequence[str]) -> int:
+def default_results(ws: Workspace) -> tuple[str, ...]:
+    """Every run of this workspace, and the evidence committed from other machines."""
+    return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    ws = ws or Workspace.at()
+    defaults = default_results(ws)
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
     parser.add_argument("--results", action="append", default=[], metavar="GLOB",
-                        help="results files to merge (default: " + ", ".join(DEFAULT_RESULTS) + ")")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: reports/)")
-    parser.add_argument("--readme", type=Path, default=Path("README.md"),
+                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json)")
+    parser.add_argument("--out", type=Path, default=ws.root / "reports", help="output folder (default: reports/)")
+    parser.add_argument("--readme", type=Path, default=ws.root / "README.md",
                         help="README whose compatibility table is rewritten (default: README.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     args = parser.parse_args(list(argv))
-    paths = find_results(args.results or DEFAULT_RESULTS)
+    paths = find_results(args.results or defaults)
     if not paths:
-        msg = "no results files found (looked for " + ", ".join(args.results or DEFAULT_RESULTS) + ")"
+        msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
     run = merge.merge(merge.load_all(paths))
-    written = render_all(run, args.out)
+    written = render_all(run, args.out, env)
     if not args.no_readme and markdown.update_readme(args.readme, run):
         written["readme"] = args.readme
     console.summary(run)

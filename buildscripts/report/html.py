@@ -93,7 +93,8 @@ def _dl(items: Iterable[tuple[str, object]]) -> str:
 def _expected(cell: CellResult) -> str | None:
     if not cell.expected:
         return None
-    return f"{cell.expected.get('stage')}/{cell.expected.get('class')}: {cell.expected.get('reason')}"
+    exp = cell.expected
+    return f"{','.join(exp.stages)}/{exp.failure_class or ''}: {exp.reason}"
 
 
 def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:

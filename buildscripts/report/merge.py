@@ -59,22 +59,21 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
             by_name = stages.setdefault(cell.cell_id, {})
             for stage in cell.stages:
                 by_name[stage.name] = _stamped(stage, run)
-    for cell_id, cell in cells.items():
-        cell.stages = list(stages[cell_id].values())
+    merged_cells = [cell.model_copy(update={"stages": list(stages[cell_id].values())})
+                    for cell_id, cell in cells.items()]
     newest = ordered[-1]
     merged = RunResults(
         run_id="merged:" + "+".join(r.run_id for r in ordered),
         started=min(ordered, key=lambda r: r.started).started,
         finished=newest.finished, runner=", ".join(dict.fromkeys(r.runner for r in ordered)),
-        host={}, matrix=newest.matrix, cells=sorted(cells.values(), key=lambda c: c.cell_id),
+        host={}, matrix=newest.matrix, cells=sorted(merged_cells, key=lambda c: c.cell_id),
     )
     return _rejudged(merged)
 
 
 def _rejudged(run: RunResults) -> RunResults:
-    for cell in run.cells:
-        cell.verdict, cell.verdict_reason = results.judge(cell)
-    return run
+    """Verdicts as `judge` makes them from the merged stages (a stored verdict is never trusted)."""
+    return run.model_copy(update={"cells": [results.judged(cell) for cell in run.cells]})
 
 
 def load_all(paths: Iterable[Path]) -> list[RunResults]:

@@ -22,9 +22,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import verify
 from buildscripts.probe import fatbin
 from buildscripts.results import CellResult, RunResults, Status, Verdict
+from buildscripts.verify import gpus
+from buildscripts.verify.ladder import verify_image
+from buildscripts.verify.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = "sglang0.5.16-torch2.11.0-cu130-*"
@@ -33,10 +35,16 @@ PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 PIP_NVCC_HOME = "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
 
 
+def gpu_in_containers() -> bool:
+    """Whether this runner hands a GPU to containers: then the GPU stages must pass, else be skipped."""
+    return gpus.discover(docker.from_env().info()).usable_in_containers
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
     client = docker.from_env()
     before = {str(i.id) for i in client.images.list()}
+    tagged_before = {t for i in client.images.list() for t in i.tags}
     runs = tmp_path_factory.mktemp("runs")
     done = subprocess.run(
         [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],
@@ -45,6 +53,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
     assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
     results = RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
     yield results
+    for ref in {t for c in results.cells for t in c.tags} - tagged_before:  # good tags this run applied
+        client.images.remove(ref, force=True)
     for made in {c.image.id for c in results.cells if c.image.id} - before:  # only this test's images
         client.images.remove(made, force=True)
 
@@ -78,12 +88,24 @@ def test_pip_toolkit_compiles_for_every_target_arch(run: RunResults) -> None:
     evidence = json.dumps(jit.evidence)
     for arch in ("sm_90a", "sm_100a", "sm_120a"):
         assert arch in evidence
-    for name in ("gpu-visible", "kernel-smoke", "server", "first-generation"):
-        stage = pip.stage(name)
-        assert stage is not None and stage.status is Status.SKIPPED and stage.reason, (name, stage)
-    assert pip.verdict is Verdict.CPU_CHECKED
-    assert pip.tags == []
     assert pip.versions.get("torch", "").startswith("2.11.0")
+
+
+def test_gpu_stages_run_where_a_gpu_is_and_are_skipped_elsewhere(run: RunResults) -> None:
+    """On a GPU runner the whole ladder passes in the container and the cell earns its good tags; on a CPU
+    machine every GPU stage is skipped with its reason, and nothing is tagged."""
+    pip = cell(run, PIP)
+    stages = [pip.stage(name) for name in ("gpu-visible", "kernel-smoke", "server", "first-generation")]
+    if gpu_in_containers():
+        for stage in stages:
+            assert stage is not None and stage.status is Status.PASSED and stage.gpu, stage
+            assert stage.where.startswith("container: "), stage.where
+        assert pip.verdict is Verdict.VERIFIED and pip.tags, pip.verdict_reason
+    else:
+        for stage in stages:
+            assert stage is not None and stage.status is Status.SKIPPED and stage.reason, stage
+        assert pip.verdict is Verdict.CPU_CHECKED
+        assert pip.tags == []
 
 
 def test_inside_the_pip_image_sglang_imports_and_torch_is_cu130(run: RunResults) -> None:
@@ -123,11 +145,11 @@ def test_an_exported_rootfs_keeps_the_environment(run: RunResults) -> None:
 def test_no_host_compiler_fails_the_jit_stage(run: RunResults, tmp_path: Path) -> None:
     ref = cell(run, NONE).image.ref
     assert ref
-    stages = verify.verify_image(
-        ref, archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, stages=["toolchain", "jit-compile"],
-        stage_timeout=600, cell_id="no-compiler",
-        container_options={"environment": {"CUDA_HOME": PIP_NVCC_HOME,
-                                           "PATH": f"{PIP_NVCC_HOME}/bin:/opt/venv/bin:/usr/bin:/bin"}})
+    plan = Plan.make(archs=["sm_90a"], lane_cuda="13.0", stages=["toolchain", "jit-compile"], stage_timeout=600)
+    stages = verify_image(
+        docker.from_env(), ref, plan, log_file=tmp_path / "no-compiler" / "probe.log", cell_id="no-compiler",
+        options={"environment": {"CUDA_HOME": PIP_NVCC_HOME,
+                                 "PATH": f"{PIP_NVCC_HOME}/bin:/opt/venv/bin:/usr/bin:/bin"}})
     failed = [s for s in stages if s.status is Status.FAILED]
     assert failed, stages
     assert failed[0].failure_class == "no-host-compiler", failed[0]

@@ -10,8 +10,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import base, build, config
+from buildscripts import engine as engines
+from buildscripts.build import base
 from buildscripts.errors import DiskSpaceError, EngineError, ToolMissingError
+from buildscripts.matrix import schema as config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +58,7 @@ def test_missing_buildx_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     with pytest.raises(EngineError, match="buildx plugin is missing"):
-        build.check_engine()
+        engines.check(engines.connect())
 
 
 def test_missing_debootstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,11 +72,11 @@ def test_missing_debootstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_no_space_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, engine = build.check_engine()
+    engine = engines.check(engines.connect())
 
     class Usage:
         free = 1024**3
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
     with pytest.raises(DiskSpaceError, match=r"only 1\.0 GB free"):
-        build.check_disk(engine, cells=1)
+        engines.check_disk(engine, cells=1)

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import lock, lockfile
+from buildscripts import lock
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import LockError
-from buildscripts.resolver import Target, compile_requirements
+from buildscripts.lock import lockfile
+from buildscripts.lock.resolver import Target, compile_requirements
+from buildscripts.workspace import Workspace
 from tests.lock_matrix import matrix_text, pip_toolkit
 
 PIP_TOOLKIT = pip_toolkit()
@@ -42,7 +44,7 @@ def write_matrix(root: Path, lanes: str, sglang: str, extra: str = "") -> matrix
 
 
 def lock_all(matrix: matrix_mod.Matrix, root: Path) -> dict[str, lock.LockStatus]:
-    return lock.lock_cells(matrix, list(matrix.buildable()), root, env=ENV, prune=True)
+    return lock.lock_cells(matrix, list(matrix.buildable()), Workspace.at(root), env=ENV, prune=True)
 
 
 def test_torch_291_is_cu128_and_torch_211_is_cu130(tmp_path: Path) -> None:
@@ -61,12 +63,12 @@ def test_torch_291_is_cu128_and_torch_211_is_cu130(tmp_path: Path) -> None:
     assert v130["nvcc"].startswith("13.0.")  # the toolkit lock overrides the 13.5 nvcc SGLang drags in
     assert not results["sglang0.5.16-torch2.11.0-cu130-none-bookworm"].versions["nvcc"].startswith("13.0.")
     for cell_id, cell in by_id.items():
-        paths = lock.paths_for(cell, tmp_path)
+        paths = lock.paths_for(cell, tmp_path / "lockfiles")
         lane, sglang = lockfile.verify(paths.lane), lockfile.verify(paths.sglang)
         # the SGLang lock holds the whole torch layer at the same versions and hashes
         assert all(sglang.pins.get(name) == pin for name, pin in lane.pins.items()), cell_id
-        assert lock.status_of(matrix, cell, tmp_path).state == "ok"
-    lock.check(matrix, list(matrix.buildable()), tmp_path)
+        assert lock.status_of(matrix, cell, tmp_path / "lockfiles").state == "ok"
+    lock.check(matrix, list(matrix.buildable()), Workspace.at(tmp_path))
 
     before = {p: p.read_bytes() for p in (tmp_path / "lockfiles").rglob("*.*")}
     lock_all(matrix, tmp_path)
@@ -80,7 +82,7 @@ def test_torch_291_is_cu128_and_torch_211_is_cu130(tmp_path: Path) -> None:
     )
     stale = r"(?s)1 of 4 cell\(s\).*sglang0\.5\.16-torch2\.11\.0-cu130-pip-bookworm \(stale: "
     with pytest.raises(LockError, match=stale + r"locked from other inputs \(another matrix\.yaml\?\)"):
-        lock.check(other, list(other.buildable()), tmp_path)
+        lock.check(other, list(other.buildable()), Workspace.at(tmp_path))
 
 
 def test_cu128_declared_with_torch_211_is_refused(tmp_path: Path) -> None:

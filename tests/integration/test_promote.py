@@ -16,9 +16,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import promote, registry, results, tags
-from buildscripts.config import Tags
+from buildscripts import results
 from buildscripts.errors import RegistryError
+from buildscripts.matrix.schema import Tags
+from buildscripts.publish import promote, registry, tags
 from buildscripts.results import CellResult, RunResults
 from tests.registry_server import RegistryServer
 from tests.results_factory import make_cell
@@ -88,11 +89,10 @@ def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResul
     """A verified cell for `image_id`, tagged like the pipeline does (candidate, then good tags)."""
     cell = make_cell("verified", image_id=image_id)
     ref = f"{cfg.repository}:{cell.cell_id}-{image_id[7:19]}"
-    cell.image.ref = ref
+    cell = cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})})
     repository, tag = ref.rsplit(":", 1)
     client.api.tag(image_id, repository, tag)
-    cell.tags = tags.apply_good_tags(client, cell, cfg)
-    return cell
+    return cell.model_copy(update={"tags": tags.apply_good_tags(client, cell, cfg)})
 
 
 def save_run(cell: CellResult, path: Path) -> Path:
@@ -126,8 +126,7 @@ def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
     before = {ref: client.images.get(ref).id for ref in good.tags}
     rebuilt = make_image(f"v2 {uuid.uuid4()}")
     for kind in ("failed", "cpu-checked"):
-        cell = make_cell(kind, image_id=rebuilt)
-        cell.axes = good.axes  # the same cell, rebuilt: same good tag names
+        cell = make_cell(kind, image_id=rebuilt).model_copy(update={"axes": good.axes})  # same good tag names
         assert tags.apply_good_tags(client, cell, cfg) == []
     assert {ref: client.images.get(ref).id for ref in good.tags} == before
     with pytest.raises(RegistryError, match="verified image is"):

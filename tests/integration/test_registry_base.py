@@ -11,8 +11,9 @@ import docker
 import docker.errors
 import pytest
 
-from buildscripts import base, config
+from buildscripts.build import base
 from buildscripts.errors import ToolMissingError
+from buildscripts.matrix import schema as config
 from tests.registry_server import RegistryServer
 
 

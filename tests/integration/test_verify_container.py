@@ -12,8 +12,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import container, verify
-from buildscripts.results import Status
+from buildscripts.results import StageResult, Status
+from buildscripts.verify import container, ladder
+from buildscripts.verify.plan import Plan, grace
 from tests.integration import tinyimages
 
 HANG = b"import time\ntime.sleep(10 ** 6)\n"   # a module whose import never returns
@@ -33,10 +34,18 @@ def py_image(client: docker.DockerClient) -> str:
 
 
 @pytest.fixture
-def run_id() -> Iterator[str]:
+def run_id(client: docker.DockerClient) -> Iterator[str]:
     rid = f"test-{uuid.uuid4().hex[:8]}"
     yield rid
-    assert container.leftovers(rid) == [], "a verification container was left behind"
+    assert container.leftovers(client, rid) == [], "a verification container was left behind"
+
+
+def verify_image(client: docker.DockerClient, image: str, *, archs: list[str], lane_cuda: str | None, logs: Path,
+                 run_id: str, cell_id: str = "adhoc", stages: list[str] | None = None, stage_timeout: float = 900,
+                 keep: bool = False) -> list[StageResult]:
+    plan = Plan.make(archs=archs, lane_cuda=lane_cuda, stages=stages, stage_timeout=stage_timeout)
+    return ladder.verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
+                               cell_id=cell_id, keep=keep)
 
 
 @pytest.fixture
@@ -47,8 +56,8 @@ def made(client: docker.DockerClient) -> Iterator[list[str]]:
         client.images.remove(tag, force=True)
 
 
-def test_missing_image_is_one_failed_stage(tmp_path: Path, run_id: str) -> None:
-    stages = verify.verify_image("sglang-images-test/absent:nothing", archs=["sm_90a"], lane_cuda="13.0",
+def test_missing_image_is_one_failed_stage(client: docker.DockerClient, tmp_path: Path, run_id: str) -> None:
+    stages = verify_image(client, "sglang-images-test/absent:nothing", archs=["sm_90a"], lane_cuda="13.0",
                                  logs=tmp_path, run_id=run_id)
     assert [(s.name, s.status, s.failure_class) for s in stages] == [("image", Status.FAILED, "image-missing")]
     assert stages[0].hint and "build" in stages[0].hint
@@ -56,16 +65,17 @@ def test_missing_image_is_one_failed_stage(tmp_path: Path, run_id: str) -> None:
 
 def test_image_without_python(client: docker.DockerClient, made: list[str], tmp_path: Path, run_id: str) -> None:
     made.append(tinyimages.no_python_image(client))
-    stages = verify.verify_image(made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
+    stages = verify_image(client, made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
                                  cell_id="nopython")
     assert len(stages) == 1 and stages[0].status is Status.FAILED
     assert stages[0].failure_class == "no-python"
     assert "python3" in (stages[0].reason or "")
 
 
-def test_cpu_ladder_on_an_image_without_sglang(py_image: str, tmp_path: Path, run_id: str) -> None:
+def test_cpu_ladder_on_an_image_without_sglang(client: docker.DockerClient, py_image: str, tmp_path: Path,
+                                               run_id: str) -> None:
     started = time.monotonic()
-    stages = {s.name: s for s in verify.verify_image(py_image, archs=["sm_90a", "sm_120a"], lane_cuda="13.0",
+    stages = {s.name: s for s in verify_image(client, py_image, archs=["sm_90a", "sm_120a"], lane_cuda="13.0",
                                                      logs=tmp_path, run_id=run_id, cell_id="bare")}
     assert time.monotonic() - started < 90
     assert list(stages)[:6] == CPU_STAGES
@@ -86,7 +96,7 @@ def test_a_hanging_import_times_out_inside_the_probe(client: docker.DockerClient
                                                      made: list[str], tmp_path: Path, run_id: str) -> None:
     made.append(tinyimages.derive(client, py_image, {"/usr/lib/python3/dist-packages/torch/__init__.py": HANG,
                                                      "/usr/lib/python3/dist-packages/sglang/__init__.py": b""}))
-    stages = verify.verify_image(made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
+    stages = verify_image(client, made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
                                  stages=["facts", "import", "flavour"], stage_timeout=5)
     status = {s.name: s for s in stages}
     assert status["import"].failure_class == "probe-timeout"
@@ -99,9 +109,9 @@ def test_a_hung_stage_is_ended_by_the_host(client: docker.DockerClient, py_image
     # Reading /etc/os-release blocks forever when it is a named pipe: the facts stage hangs in the probe.
     made.append(tinyimages.derive(client, py_image, {"/etc/os-release": tinyimages.FIFO}))
     started = time.monotonic()
-    stages = verify.verify_image(made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
+    stages = verify_image(client, made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
                                  stages=["facts", "import"], stage_timeout=3)
-    assert time.monotonic() - started < 3 + container.grace(3) + 30
+    assert time.monotonic() - started < 3 + grace(3) + 30
     assert [(s.name, s.status) for s in stages] == [("facts", Status.FAILED), ("import", Status.ABORTED)]
     assert stages[0].failure_class == "probe-timeout"
 
@@ -122,7 +132,7 @@ def test_a_container_killed_mid_stage(client: docker.DockerClient, py_image: str
 
     killer = threading.Thread(target=kill_after_facts)
     killer.start()
-    stages = verify.verify_image(made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
+    stages = verify_image(client, made[0], archs=["sm_90a"], lane_cuda="13.0", logs=tmp_path, run_id=run_id,
                                  cell_id="killed", stages=["facts", "import", "flavour"], stage_timeout=120)
     killer.join()
     assert [(s.name, s.status) for s in stages] == [
@@ -131,15 +141,14 @@ def test_a_container_killed_mid_stage(client: docker.DockerClient, py_image: str
     assert "137" in (stages[1].reason or "")
 
 
-def test_containers_are_labelled_and_kept_on_request(py_image: str, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_containers_are_labelled_and_kept_on_request(client: docker.DockerClient, py_image: str,
+                                                     tmp_path: Path) -> None:
     rid = f"test-keep-{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv(container.KEEP_ENV, "1")
     try:
-        verify.verify_image(py_image, archs=["sm_90a"], lane_cuda=None, logs=tmp_path, run_id=rid,
-                            stages=["facts"])
-        kept = container.leftovers(rid)
+        verify_image(client, py_image, archs=["sm_90a"], lane_cuda=None, logs=tmp_path, run_id=rid,
+                     stages=["facts"], keep=True)
+        kept = container.leftovers(client, rid)
         assert len(kept) == 1 and kept[0].startswith("sglang-images-adhoc-")
     finally:
-        for found in container.client().containers.list(all=True, filters={"label": f"{container.LABEL_RUN}={rid}"}):
+        for found in client.containers.list(all=True, filters={"label": f"{container.LABEL_RUN}={rid}"}):
             found.remove(force=True)

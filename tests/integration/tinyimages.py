@@ -1,7 +1,7 @@
 """Tiny images for verification tests, made without a registry.
 
 `python_image()` is the project's own debootstrapped base (Debian minbase + python3), made once per
-test session through the same code as the builds (buildscripts.base). Everything else is derived
+test session through the same code as the builds (buildscripts.build.base). Everything else is derived
 per test (`derive`, `no_python_image`) and removed by the test.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import base, matrix
+from buildscripts import matrix
+from buildscripts.build import base
 
 FIFO = object()   # a file whose content is this marker becomes a named pipe (reading it blocks)
 ROOT = Path(__file__).resolve().parents[2]

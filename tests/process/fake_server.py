@@ -10,6 +10,7 @@ would outlive a careless stop).
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +19,12 @@ import time
 
 MODE, PORT = sys.argv[1], int(sys.argv[2])
 hits = {"n": 0}
+STARTED = time.monotonic()
+
+
+def die() -> None:
+    print("scheduler died", flush=True)
+    os._exit(3)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -29,6 +36,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        if MODE == "die-later" and time.monotonic() - STARTED > 2.0:
+            # Die only after a whole answer went out: the client's last answer is then always the 503,
+            # never a connection cut mid-request (which made the readiness test flaky under load).
+            self.wfile.flush()
+            die()
 
     def log_message(self, *args: object) -> None:
         print("request", self.path, flush=True)
@@ -60,8 +72,7 @@ def main() -> None:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
     if MODE == "die-later":
-        threading.Timer(2.0, lambda: (print("scheduler died", flush=True), sys.stdout.flush(),
-                                      __import__("os")._exit(3))).start()
+        threading.Timer(10.0, die).start()  # in case nobody asks any more
     httpd.serve_forever()
 
 

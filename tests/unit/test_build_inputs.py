@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import base, build, hostenv, matrix
+from buildscripts import hostenv, matrix
+from buildscripts.build import base
+from buildscripts.build import buildx as build
 from buildscripts.errors import ConfigError
 from buildscripts.lock import LockPaths
+from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +78,8 @@ def test_candidate_hash_follows_lock_content(tmp_path: Path) -> None:
     lane.write_text("torch==2.11.0\n")
     sgl.write_text("sglang==0.5.16\n")
     locks = LockPaths(lane=lane, sglang=sgl, toolkit=None)
-    first = build.inputs_hash(cell, image, locks)
-    assert first == build.inputs_hash(cell, image, locks)
+    recipe = build.Recipe.of(Workspace.at())
+    first = build.inputs_hash(cell, image, locks, recipe)
+    assert first == build.inputs_hash(cell, image, locks, recipe)
     sgl.write_text("sglang==0.5.16\nextra==1\n")
-    assert build.inputs_hash(cell, image, locks) != first
+    assert build.inputs_hash(cell, image, locks, recipe) != first

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from buildscripts import classify
 from buildscripts.errors import ConfigError
 from buildscripts.results import StageResult, Status
+from buildscripts.verify import classify
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "data" / "failure-corpus.yaml").read_text())
 LITERAL = [e for e in CORPUS if not e["error"].startswith("(paraphrase")]

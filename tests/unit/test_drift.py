@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import drift, lockfile
-from buildscripts.config import TorchLane
+from buildscripts.lock import drift, lockfile
+from buildscripts.matrix.schema import TorchLane
 
 DATA = Path(__file__).parent / "data"
 CU130 = TorchLane(torch="2.11.0", cuda="cu130")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from buildscripts import gpus
 from buildscripts.errors import GpuError
+from buildscripts.verify import gpus, pergpu
+from buildscripts.verify.plan import Plan
 
 SMI = """0, NVIDIA H200, GPU-aaaa, 9.0, 580.159.04, 143771
 1, NVIDIA H200, GPU-bbbb, 9.0, 580.159.04, 143771
@@ -27,10 +30,23 @@ def test_parse_nvidia_smi_reads_every_gpu_and_its_arch() -> None:
 
 
 def test_runtime_from_docker_info_or_cdi_specs() -> None:
+    cdi_on = {"Runtimes": {"runc": {}}, "CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}
     assert gpus.container_runtime({"Runtimes": {"runc": {}, "nvidia": {}}}, []) == "nvidia"
-    assert gpus.container_runtime({"Runtimes": {"runc": {}}}, ["/etc/cdi/nvidia.yaml"]) == "cdi"
-    assert gpus.container_runtime({"Runtimes": {"runc": {}}}, ["/etc/cdi/other.json"]) is None
+    assert gpus.container_runtime(cdi_on, ["nvidia.com/gpu"]) == "cdi"
+    assert gpus.container_runtime(cdi_on, ["vendor.example/fpga"]) is None
+    # A spec on disk is not enough: an engine with CDI off (or too old for it) lists no spec folders.
+    assert gpus.container_runtime({"Runtimes": {"runc": {}}}, ["nvidia.com/gpu"]) is None
     assert gpus.container_runtime({}, []) is None
+
+
+def test_cdi_specs_are_read_for_their_kind(tmp_path: Path) -> None:
+    (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    (tmp_path / "other.json").write_text('{"cdiVersion": "0.6.0", "kind": "vendor.example/fpga"}')
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "notes.txt").write_text("kind: nvidia.com/gpu")
+    found = gpus.cdi_specs([str(tmp_path), str(tmp_path / "absent")])
+    assert found == {str(tmp_path / "nvidia.yaml"): "nvidia.com/gpu",
+                     str(tmp_path / "other.json"): "vendor.example/fpga"}
 
 
 def test_one_gpu_per_container_with_shm_and_limits() -> None:
@@ -74,29 +90,27 @@ def test_per_gpu_runs_side_by_side_in_gpu_order() -> None:
         time.sleep(0.2)  # both must be in flight at once for two thread names to show up
         return gpu.uuid
 
-    assert gpus.per_gpu(two_gpus(), verify) == ["GPU-aaaa", "GPU-bbbb"]
+    assert pergpu.per_gpu(two_gpus(), verify) == ["GPU-aaaa", "GPU-bbbb"]
     assert len(seen) == 2
-    assert gpus.per_gpu(gpus.Discovery(), verify) == []
+    assert pergpu.per_gpu(gpus.Discovery(), verify) == []
     assert gpus.host_env(two_gpus().gpus[1]) == {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}
 
 
-def test_verify_cell_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pathlib import Path
-
-    from buildscripts import verify
-
+def test_verify_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: dict[str, object] = {}
 
-    def fake_verify_cell(image: str, cell: object, **kwargs: object) -> list[object]:
-        options = kwargs["container_options"]
+    def fake_verify_image(client: object, image: str, plan: object, **kwargs: object) -> list[object]:
+        options = kwargs["options"]
         assert isinstance(options, dict)
-        calls[str(kwargs["logs"])] = options["device_requests"][0]["DeviceIDs"]
+        calls[str(kwargs["log_file"])] = options["device_requests"][0]["DeviceIDs"]
         return []
 
-    monkeypatch.setattr(verify, "verify_cell", fake_verify_cell)
-    found = gpus.verify_cell_per_gpu("img", object(), two_gpus(), logs=Path("/runs/x"), run_id="r")  # type: ignore[arg-type]
+    monkeypatch.setattr(pergpu, "verify_image", fake_verify_image)
+    plan = Plan.make(archs=["sm_90a"], lane_cuda="13.0")
+    found = pergpu.verify_per_gpu(object(), "img", plan, two_gpus(), logs=Path("/runs/x"),  # type: ignore[arg-type]
+                                  run_id="r", cell_id="c")
     assert found == {0: [], 1: []}
-    assert calls == {"/runs/x/gpu0": ["0"], "/runs/x/gpu1": ["1"]}
+    assert calls == {"/runs/x/gpu0/probe.log": ["0"], "/runs/x/gpu1/probe.log": ["1"]}
 
 
 def test_per_gpu_results_combine_to_the_worst_per_stage() -> None:
@@ -106,10 +120,10 @@ def test_per_gpu_results_combine_to_the_worst_per_stage() -> None:
         return [StageResult(name="gpu-visible", status=Status.PASSED, gpu="H200", arch="sm_90"),
                 StageResult(name="server", status=server, reason=reason, gpu="H200", arch="sm_90")]
 
-    both_ok = gpus.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.PASSED)})
+    both_ok = pergpu.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.PASSED)})
     assert [s.status for s in both_ok] == [Status.PASSED, Status.PASSED]
     assert both_ok[1].evidence["per_gpu"] == {"0": "passed", "1": "passed"}
-    one_bad = gpus.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.FAILED, "died at 30 s")})
+    one_bad = pergpu.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.FAILED, "died at 30 s")})
     assert one_bad[1].status is Status.FAILED
     assert one_bad[1].reason == "on GPU 1: died at 30 s"
     assert one_bad[0].status is Status.PASSED

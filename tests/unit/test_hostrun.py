@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import hostrun, results
+from buildscripts import results
 from buildscripts.errors import ResultsError
 from buildscripts.results import Status, Verdict
+from buildscripts.verify import importprobe as hostrun
 
 GPU = {"gpu": "NVIDIA H200", "arch": "sm_90", "where": "host (gpu)"}
 

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import layerlock, lock
+from buildscripts import lock
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import LockError
-from buildscripts.resolver import Resolution, Target
+from buildscripts.lock import command as lock_command
+from buildscripts.lock import layers as layerlock
+from buildscripts.lock.resolver import Resolution, Target
+from buildscripts.workspace import Workspace
 from tests.lock_matrix import TK130, matrix_text, pip_toolkit
 
 DATA = Path(__file__).parent / "data"
@@ -51,7 +54,7 @@ def failed(error: str) -> Resolution:
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Setup:
-    monkeypatch.setattr(lock, "uv_version", lambda: "0.13.9")
+    monkeypatch.setattr(lock_command, "uv_version", lambda: "0.13.9")
 
     def make(lanes: str, sglang: str, answers: dict[tuple[str, ...], Answer], tk: str = TK130) -> tuple[
             matrix_mod.Matrix, RecordedUv]:
@@ -69,7 +72,7 @@ HAPPY: dict[tuple[str, ...], Answer] = {
 
 
 def run(matrix: matrix_mod.Matrix, root: Path, **kw: bool) -> dict[str, lock.LockStatus]:
-    return lock.lock_cells(matrix, list(matrix.buildable()), root, env={}, **kw)
+    return lock.lock_cells(matrix, list(matrix.buildable()), Workspace.at(root), env={}, **kw)
 
 
 def test_happy_cells_share_one_lane_and_record_versions(setup: Setup, tmp_path: Path) -> None:
@@ -87,13 +90,13 @@ def test_happy_cells_share_one_lane_and_record_versions(setup: Setup, tmp_path: 
     # The lane lock was shaped by a joint resolve with the lane's SGLang, and constrained by it.
     assert uv.calls[0] == (("torch==2.11.0", "sglang==0.5.16"), ())
     assert uv.calls[1][0] == ("torch==2.11.0",) and "cuda-bindings==13.4.4" in uv.calls[1][1]
-    paths = lock.paths_for(pip_cell, tmp_path)
+    paths = lock.paths_for(pip_cell, tmp_path / "lockfiles")
     assert paths.lane == tmp_path / "lockfiles/lanes/torch2.11.0-cu130-bookworm.txt"
     assert paths.toolkit == tmp_path / f"lockfiles/toolkits/{pip_cell.id}.txt"
-    assert lock.paths_for(none_cell, tmp_path).toolkit is None
+    assert lock.paths_for(none_cell, tmp_path / "lockfiles").toolkit is None
     assert "# shaped-by: sglang==0.5.16" in paths.lane.read_text()
     for cell in matrix.buildable():
-        assert lock.status_of(matrix, cell, tmp_path).state == "ok"
+        assert lock.status_of(matrix, cell, tmp_path / "lockfiles").state == "ok"
 
     before = {p: p.read_bytes() for p in (tmp_path / "lockfiles").rglob("*.*")}
     uv.calls.clear()
@@ -110,26 +113,27 @@ def test_stale_edited_missing_and_foreign_locks(setup: Setup,
     matrix, _ = setup("  - {torch: 2.11.0, cuda: cu130}", "  - {version: 0.5.16, torch: 2.11.0}", HAPPY)
     run(matrix, tmp_path)
     cell = matrix.buildable()[1]
-    paths = lock.paths_for(cell, tmp_path)
+    paths = lock.paths_for(cell, tmp_path / "lockfiles")
 
     other = matrix_mod.parse(matrix.path.read_text().replace("nvrtc]==13.0.2", "nvrtc]==13.0.1"), matrix.path)
-    stale = lock.status_of(other, other.buildable()[1], tmp_path)
+    stale = lock.status_of(other, other.buildable()[1], tmp_path / "lockfiles")
     assert stale.state == "stale"
     assert "another matrix.yaml" in (stale.reason or "") and "toolkit-requirements" in (stale.reason or "")
-    assert lock.status_of(other, other.buildable()[0], tmp_path).state == "ok"  # the none cell is untouched
+    untouched = other.buildable()[0]  # the none cell
+    assert lock.status_of(other, untouched, tmp_path / "lockfiles").state == "ok"
 
     text = paths.sglang.read_text()
     paths.sglang.write_text(text.replace("sglang==0.5.16", "sglang==0.5.17"))
-    edited = lock.status_of(matrix, cell, tmp_path)
+    edited = lock.status_of(matrix, cell, tmp_path / "lockfiles")
     shown = paths.sglang.relative_to(tmp_path)
     assert edited.state == "stale"
     assert edited.reason == f"{shown} was edited by hand (content-sha256 does not match)"
     paths.sglang.write_text(text)
     paths.toolkit.unlink()  # type: ignore[union-attr]
-    assert lock.status_of(matrix, cell, tmp_path).state == "missing"
+    assert lock.status_of(matrix, cell, tmp_path / "lockfiles").state == "missing"
 
     with pytest.raises(LockError, match="1 of 2 cell"):
-        lock.check(matrix, list(matrix.buildable()), tmp_path)
+        lock.check(matrix, list(matrix.buildable()), Workspace.at(tmp_path))
 
 
 def test_cu128_declared_for_torch_211_is_incompatible(setup: Setup, tmp_path: Path) -> None:
@@ -137,14 +141,14 @@ def test_cu128_declared_for_torch_211_is_incompatible(setup: Setup, tmp_path: Pa
                       tk="x==1")
     results = run(matrix, tmp_path)
     for cell in matrix.buildable():
-        status = lock.status_of(matrix, cell, tmp_path)
+        status = lock.status_of(matrix, cell, tmp_path / "lockfiles")
         assert status.state == "incompatible"
         assert results[cell.id] == status
         assert "torch 2.11.0 comes with the CUDA 13.0 runtime" in (status.reason or "")
         assert "declares cu128 (CUDA 12.8)" in (status.reason or "")
         assert status.versions["cuda"] == "cu130"
     assert not (tmp_path / "lockfiles/lanes").exists()  # nothing to build from
-    lock.check(matrix, list(matrix.buildable()), tmp_path)  # incompatible is a result, not a stale lock
+    lock.check(matrix, list(matrix.buildable()), Workspace.at(tmp_path))  # incompatible is a result, not a stale lock
 
 
 def test_sglang_own_torch_pin_contradicting_the_lane(setup: Setup, tmp_path: Path) -> None:
@@ -159,7 +163,7 @@ def test_sglang_own_torch_pin_contradicting_the_lane(setup: Setup, tmp_path: Pat
     assert status.state == "incompatible"
     assert "sglang 0.5.10 pins torch 2.9.1" in (status.reason or "")
     assert "lane torch2.11.0-cu130 has torch 2.11.0" in (status.reason or "")
-    assert "# shaped-by: (none" in lock.paths_for(matrix.buildable()[0], tmp_path).lane.read_text()
+    assert "# shaped-by: (none" in lock.paths_for(matrix.buildable()[0], tmp_path / "lockfiles").lane.read_text()
 
 
 def test_unreachable_index_and_unknown_version_do_not_stop_other_lanes(setup: Setup, tmp_path: Path) -> None:
@@ -202,5 +206,5 @@ def test_toolkit_skew_is_refused_naming_packages(setup: Setup, tmp_path: Path) -
     assert results[pip_cell.id].reason == (
         "toolkit components are not on the lane's CUDA 13.0 (cu130): nvidia-cuda-crt 13.5.37"
     )
-    assert lock.paths_for(pip_cell, tmp_path).toolkit is not None
-    assert not lock.paths_for(pip_cell, tmp_path).toolkit.is_file()  # type: ignore[union-attr]
+    assert lock.paths_for(pip_cell, tmp_path / "lockfiles").toolkit is not None
+    assert not lock.paths_for(pip_cell, tmp_path / "lockfiles").toolkit.is_file()  # type: ignore[union-attr]

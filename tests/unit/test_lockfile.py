@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import lockfile
 from buildscripts.errors import LockError
+from buildscripts.lock import lockfile
 
 BODY = """\
 six==1.17.0 \\

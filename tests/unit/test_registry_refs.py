@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import promote, registry
 from buildscripts.errors import ConfigError, RegistryError
+from buildscripts.publish import promote, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

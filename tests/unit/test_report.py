@@ -14,6 +14,7 @@ from buildscripts import report, results
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.report import common, console, github, html, junit, markdown, merge
 from buildscripts.results import RunResults, StageResult, Status, Verdict
+from buildscripts.workspace import Workspace
 from tests.results_factory import gpu_passed, make_run
 
 VERIFIED_ID = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
@@ -45,7 +46,7 @@ def test_console_summary_marks_and_verdicts() -> None:
 
 def test_nothing_says_verified_unless_judge_does() -> None:
     run = make_run(kinds=("cpu-checked",))
-    run.cells[0].verdict = Verdict.VERIFIED  # hand-edited: must not show
+    run.cells[0] = run.cells[0].model_copy(update={"verdict": Verdict.VERIFIED})  # hand-edited: must not show
     page = _Collector()
     page.feed(html.render(run))
     shown = "".join(page.text).replace("“verified” means", "")
@@ -56,8 +57,9 @@ def test_nothing_says_verified_unless_judge_does() -> None:
 
 def test_markdown_table_rows_and_escaping() -> None:
     run = make_run()
-    run.cells[0].excluded = None
-    run.cells[0].stages[0].reason = "a | b"
+    first = run.cells[0]
+    run.cells[0] = first.model_copy(update={
+        "excluded": None, "stages": [first.stages[0].model_copy(update={"reason": "a | b"}), *first.stages[1:]]})
     text = markdown.table(run)
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(rows) == len(run.cells)
@@ -154,7 +156,7 @@ def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
     cpu_run = make_run("ci-run", "2025-01-01T00:00:00+00:00", kinds=("cpu-checked",))
     gpu_run = make_run("gpu-run", "2025-01-03T00:00:00+00:00", kinds=("cpu-checked",))
     gpu_run.runner = "h200-test-machine"
-    gpu_run.cells[0].stages = gpu_passed()  # this run only ran the GPU stages
+    gpu_run.cells[0] = gpu_run.cells[0].model_copy(update={"stages": gpu_passed()})  # only the GPU stages ran
     merged = merge.merge([gpu_run, cpu_run])  # order of the arguments does not matter
     cell = merged.cell(CPU_ID)
     assert cell is not None
@@ -170,8 +172,9 @@ def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
 def test_merge_never_mixes_stages_of_different_images() -> None:
     old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
     new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
-    new.cells[0].image = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt"})
-    new.cells[0].stages = new.cells[0].stages[:2]  # the rebuilt image only ran facts and import
+    rebuilt = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt"})
+    # the rebuilt image only ran facts and import
+    new.cells[0] = new.cells[0].model_copy(update={"image": rebuilt, "stages": new.cells[0].stages[:2]})
     merged = merge.merge([old, new])
     assert [s.name for s in merged.cells[0].stages] == ["facts", "import"]
     assert merged.cells[0].verdict is not Verdict.VERIFIED
@@ -180,7 +183,9 @@ def test_merge_never_mixes_stages_of_different_images() -> None:
 def test_merge_newer_failure_replaces_older_pass() -> None:
     old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
     new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
-    new.cells[0].stages[1] = _stage("import", Status.FAILED, failure_class="cuda-home-missing")
+    stages = list(new.cells[0].stages)
+    stages[1] = _stage("import", Status.FAILED, failure_class="cuda-home-missing")
+    new.cells[0] = new.cells[0].model_copy(update={"stages": stages})
     merged = merge.merge([old, new])
     assert merged.cells[0].verdict is Verdict.FAILED
 
@@ -203,21 +208,18 @@ def test_corrupted_and_old_schema_files_are_named(tmp_path: Path) -> None:
         merge.load_all([wrong])
 
 
-def test_main_merges_runs_and_rewrites_the_readme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+def test_main_merges_runs_and_rewrites_the_readme(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     evidence = make_run("h200", "2025-01-05T00:00:00+00:00", kinds=("cpu-checked",))
     results.save(evidence, tmp_path / "evidence" / "h200" / "2025" / "results.json")
     (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
-    assert report.main([]) == 0
+    assert report.main([], Workspace.at(tmp_path), env={}) == 0
     merged = results.load(tmp_path / "reports" / "results.json")
     assert isinstance(merged, RunResults) and merged.run_id == "merged:run-a+h200"
     assert CPU_ID in (tmp_path / "README.md").read_text()
     assert (tmp_path / "reports" / "compat.html").is_file() and (tmp_path / "reports" / "junit.xml").is_file()
 
 
-def test_main_without_results_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_main_without_results_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no results files found"):
-        report.main([])
+        report.main([], Workspace.at(tmp_path), env={})

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import matrix, tags
-from buildscripts.config import Tags
+from buildscripts import matrix
 from buildscripts.errors import ConfigError
-from buildscripts.results import Status, Verdict
+from buildscripts.matrix.schema import Tags
+from buildscripts.matrix.tagtemplates import AXIS_FIELDS, template_problems
+from buildscripts.publish import tags
+from buildscripts.results import Status, Verdict, tag_form
 from tests.results_factory import finish, gpu_passed, make_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +20,7 @@ CFG = Tags()
 
 def test_axis_fields_match_the_cells_axes() -> None:
     cell = matrix.load(ROOT / "matrix.yaml").cells[0]
-    assert tuple(cell.axes()) == tags.AXIS_FIELDS
+    assert tuple(cell.axes()) == AXIS_FIELDS
 
 
 def test_candidate_tag_is_content_addressed() -> None:
@@ -45,16 +47,14 @@ def test_unverified_cells_earn_no_good_tag(kind: str) -> None:
 
 
 def test_a_hand_edited_verdict_earns_nothing() -> None:
-    cell = make_cell("cpu-checked")
-    cell.verdict = Verdict.VERIFIED  # the stages say otherwise: judge decides
+    cell = make_cell("cpu-checked").model_copy(update={"verdict": Verdict.VERIFIED})  # judge decides
     assert tags.good_tags(cell, CFG) == []
     assert "cpu-checked" in (tags.not_good_because(cell) or "")
 
 
 def test_gpu_of_another_arch_earns_nothing() -> None:
-    cell = make_cell("verified")
-    cell.stages = cell.stages[:6] + gpu_passed("NVIDIA A100", "sm_80")
-    finish(cell)
+    verified = make_cell("verified")
+    cell = finish(verified, stages=verified.stages[:6] + gpu_passed("NVIDIA A100", "sm_80"))
     assert cell.verdict is Verdict.CPU_CHECKED  # judge knows the targets from the cell's axes
     assert "not a target arch" in (cell.verdict_reason or "")
     assert tags.not_good_because(cell)
@@ -78,7 +78,7 @@ def test_unknown_template_field_names_template_and_known_fields() -> None:
 
 
 def test_arch_is_not_a_candidate_field_and_inputs_not_a_good_field() -> None:
-    problems = tags.template_problems("{cell}-{arch}", ["{sglang}-{inputs}"], "sglang-images")
+    problems = template_problems("{cell}-{arch}", ["{sglang}-{inputs}"], "sglang-images")
     assert len(problems) == 2
 
 
@@ -90,12 +90,12 @@ def test_matrix_load_rejects_unknown_tag_fields() -> None:
 
 
 def test_invalid_repository_is_rejected() -> None:
-    assert tags.template_problems("{cell}", [], "Sglang Images")
+    assert template_problems("{cell}", [], "Sglang Images")
 
 
 def test_rendered_tags_are_valid_docker_tags() -> None:
     assert tags.render("{archs}", {"archs": "sm_90a sm_100a"}) == "sm_90a-sm_100a"
-    assert tags.short_arch("sm_90") == "sm90" and tags.short_arch("sm_120a") == "sm120"
+    assert tag_form("sm_90") == "sm90" and tag_form("sm_120a") == "sm120"
 
 
 def test_good_labels_name_the_cell_gpus_archs_and_locks() -> None:
@@ -113,8 +113,7 @@ def test_good_labels_name_the_cell_gpus_archs_and_locks() -> None:
 def test_results_digest_ignores_what_tagging_adds_but_not_stage_results() -> None:
     cell = make_cell("verified")
     before = tags.results_digest(cell)
-    cell.tags = ["sglang-images:x"]
-    cell.promoted = {"r/x:y": "sha256:00"}
-    assert tags.results_digest(cell) == before
-    cell.stages[0].duration_s += 1
-    assert tags.results_digest(cell) != before
+    tagged = cell.model_copy(update={"tags": ["sglang-images:x"], "promoted": {"r/x:y": "sha256:00"}})
+    assert tags.results_digest(tagged) == before
+    slower = cell.stages[0].model_copy(update={"duration_s": cell.stages[0].duration_s + 1})
+    assert tags.results_digest(cell.model_copy(update={"stages": [slower, *cell.stages[1:]]})) != before

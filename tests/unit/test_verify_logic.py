@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from buildscripts import container, verify
 from buildscripts.probe import core, cpu_stages, cudatools
 from buildscripts.results import Status
+from buildscripts.verify import output, plan
 
 PLANNED = ["facts", "import", "flavour", "arch-audit"]
 
@@ -17,14 +17,14 @@ def result(name: str, status: str = "passed", **extra: Any) -> dict[str, Any]:
 
 
 def test_planned_stages_follow_the_ladder_order() -> None:
-    assert verify.planned_stages(["toolchain", "facts"]) == ["facts", "toolchain"]
-    assert verify.planned_stages(None)[:6] == core.ORDER[:6]
+    assert plan.planned_stages(["toolchain", "facts"]) == ["facts", "toolchain"]
+    assert plan.planned_stages(None)[:6] == core.ORDER[:6]
 
 
 def test_a_hung_stage_fails_as_probe_timeout_and_the_rest_are_aborted() -> None:
-    run = container.ProbeRun(results=[result("facts")], output=["@@probe-result {}", "importing torch"],
+    run = output.ProbeRun(results=[result("facts")], output=["@@probe-result {}", "importing torch"],
                              hung_stage="import")
-    stages = verify.interpret(run, PLANNED, stage_timeout=5)
+    stages = output.interpret(run, PLANNED, stage_timeout=5)
     assert [(s.name, s.status) for s in stages] == [
         ("facts", Status.PASSED), ("import", Status.FAILED), ("flavour", Status.ABORTED),
         ("arch-audit", Status.ABORTED)]
@@ -33,9 +33,9 @@ def test_a_hung_stage_fails_as_probe_timeout_and_the_rest_are_aborted() -> None:
 
 
 def test_a_dead_container_keeps_the_stages_done_so_far() -> None:
-    run = container.ProbeRun(results=[result("facts"), result("import")], output=["last words"],
+    run = output.ProbeRun(results=[result("facts"), result("import")], output=["last words"],
                              exit_code=None, container_exit={"status": 137, "oom_killed": False})
-    stages = verify.interpret(run, PLANNED, stage_timeout=900)
+    stages = output.interpret(run, PLANNED, stage_timeout=900)
     assert [s.status for s in stages[:2]] == [Status.PASSED, Status.PASSED]
     assert stages[2].name == "flavour" and stages[2].failure_class == "container-died"
     assert stages[2].reason and "137" in stages[2].reason
@@ -43,9 +43,9 @@ def test_a_dead_container_keeps_the_stages_done_so_far() -> None:
 
 
 def test_a_probe_that_cannot_start_is_one_failed_probe_stage() -> None:
-    run = container.ProbeRun(output=['  File "/opt/probe/probe/core.py", line 3',
+    run = output.ProbeRun(output=['  File "/opt/probe/probe/core.py", line 3',
                                      "SyntaxError: future feature annotations is not defined"], exit_code=1)
-    stages = verify.interpret(run, PLANNED, stage_timeout=900)
+    stages = output.interpret(run, PLANNED, stage_timeout=900)
     assert stages[0].name == "probe" and stages[0].failure_class == "python-too-old"
     assert all(s.status is Status.ABORTED for s in stages[1:])
 
@@ -53,7 +53,7 @@ def test_a_probe_that_cannot_start_is_one_failed_probe_stage() -> None:
 def test_failed_results_from_the_probe_are_classified() -> None:
     failed = result("import", "failed", reason="deep_gemm: AssertionError (assert cuda_home is not None)",
                     log_excerpt="AssertionError")
-    stages = verify.interpret(container.ProbeRun(results=[result("facts"), failed]), ["facts", "import"], 900)
+    stages = output.interpret(output.ProbeRun(results=[result("facts"), failed]), ["facts", "import"], 900)
     assert stages[1].failure_class == "cuda-home-missing"
 
 

@@ -1,0 +1,139 @@
+"""The OS base image: debootstrap against the host's own Debian mirror, then `docker import`.
+
+No registry is needed. The image is tagged by a hash of its inputs (suite, variant, packages,
+mirror), so it is reused while they are unchanged; its id is recorded in every cell's labels.
+A base declared as `image: REF` is taken from a registry instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from .. import log, proc
+from ..errors import BaseBuildError, ConfigError, ToolMissingError
+from ..matrix.schema import Base
+
+BASE_REPOSITORY = "sglang-images/base"
+# What every debootstrapped base carries: Python for the venv and the probe.
+BASE_PACKAGES = ("python3", "python3-venv")
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    ref: str
+    id: str
+    inputs_hash: str
+    built: bool  # False when an existing image was reused
+
+
+def host_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
+    """The Debian mirror URI the host's apt uses (the first non-security `.../debian` entry)."""
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            files += sorted(src.glob("*.sources")) + sorted(src.glob("*.list"))
+        elif src.is_file():
+            files.append(src)
+    for path in files:
+        for uri in _uris(path.read_text(errors="replace")):
+            if re.search(r"/debian/?$", uri) and "security" not in uri:
+                return uri.rstrip("/")
+    searched = ", ".join(str(p) for p in files) or "none found"
+    msg = f"no Debian mirror found in the host's apt sources ({searched})"
+    raise ConfigError(msg, hint="configure apt, or declare the base as `image: REF` in matrix.yaml")
+
+
+def _uris(text: str) -> list[str]:
+    uris = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("URIs:"):
+            uris += line.removeprefix("URIs:").split()
+        elif line.startswith("deb "):
+            parts = re.sub(r"\[[^]]*\]", "", line).split()
+            if len(parts) > 1:
+                uris.append(parts[1])
+    return uris
+
+
+def inputs_hash(name: str, base: Base, mirror: str | None) -> str:
+    data = {"name": name, "base": base.model_dump(mode="json"), "mirror": mirror, "packages": BASE_PACKAGES}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path) -> BaseImage:
+    """The base image for `name`, built only when no image with the same inputs exists."""
+    if base.image:
+        return _registry_base(base.image, client)
+    assert base.debootstrap is not None
+    mirror = host_mirror()
+    digest = inputs_hash(name, base, mirror)
+    ref = f"{BASE_REPOSITORY}:{name}-{digest}"
+    try:
+        image = client.images.get(ref)
+        return BaseImage(ref, str(image.id), digest, built=False)
+    except docker.errors.ImageNotFound:
+        pass
+    debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
+    boot = base.debootstrap
+    packages = ",".join((*BASE_PACKAGES, *boot.include))
+    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} (a few minutes, once)")
+    with tempfile.TemporaryDirectory(prefix="sglang-base-") as tmp:
+        root = Path(tmp) / "rootfs"
+        done = proc.run(
+            [debootstrap, f"--variant={boot.variant}", f"--include={packages}", boot.suite, str(root), mirror],
+            log=logs / "base" / f"{name}.log", timeout=1800,
+        )
+        if not done.ok:
+            msg = f"debootstrap of base {name!r} failed (exit {done.returncode})"
+            raise BaseBuildError(msg, hint=f"see {logs / 'base' / (name + '.log')}\n{done.tail(15)}")
+        _trim(root)
+        tar = proc.run(["tar", "-C", str(root), "-cf", str(Path(tmp) / "rootfs.tar"), "."],
+                       log=logs / "base" / f"{name}.log", timeout=600)
+        if not tar.ok:
+            msg = f"packing the base rootfs failed: {tar.tail(5)}"
+            raise BaseBuildError(msg)
+        with (Path(tmp) / "rootfs.tar").open("rb") as fh:
+            labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest}
+            changes = [f"LABEL {k}={v}" for k, v in labels.items()]
+            changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            image_id = client.api.import_image_from_data(
+                fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
+    image = client.images.get(ref)
+    log.info(f"base {ref} = {image.id} ({image_id!s:.40})")
+    return BaseImage(ref, str(image.id), digest, built=True)
+
+
+def _trim(root: Path) -> None:
+    """Drop what only the bootstrap needed: apt's downloaded packages and lists."""
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        target = root / sub
+        if target.is_dir():
+            for entry in target.iterdir():
+                if entry.is_file() and entry.name not in ("lock",):
+                    entry.unlink()
+                elif entry.is_dir() and entry.name != "partial":
+                    shutil.rmtree(entry)
+
+
+def _registry_base(ref: str, client: docker.DockerClient) -> BaseImage:
+    try:
+        image = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        try:
+            image = client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            msg = f"base image {ref!r} is not present and cannot be pulled: {exc.explanation}"
+            hint = "docker pull it (or docker load it) first, or use `debootstrap:`"
+            raise ToolMissingError(msg, hint=hint) from None
+    return BaseImage(ref, str(image.id), str(image.id).removeprefix("sha256:")[:16], built=False)

@@ -1,0 +1,178 @@
+"""Layered builds with the `docker buildx` CLI (the SDK's build has no BuildKit: docker-py #2230).
+
+One `buildx build --target cell` per cell; the Dockerfile's named stages (pyenv, torch, sglang,
+toolkit, cudahome-*) are shared by every cell with equal inputs through BuildKit's cache. A cell
+whose candidate tag (a hash of all its build inputs) already exists is not built again at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.images import Image
+
+from .. import hostenv, proc
+from ..lock import LockPaths
+from ..matrix import Cell
+from ..matrix.schema import LABEL_PREFIX
+from ..results import BuildResult, ImageInfo, Status
+from ..workspace import Workspace
+from .base import BaseImage
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The project files every cell is built from (inside the build context, the project root)."""
+
+    context: Path
+    dockerfile: Path
+    toolkit_script: Path
+    empty_lock: Path
+    bootstrap_lock: Path
+    cell_files: Path
+
+    @classmethod
+    def of(cls, ws: Workspace) -> Recipe:
+        return cls(context=ws.root, dockerfile=ws.images / "Dockerfile",
+                   toolkit_script=ws.images / "toolkit" / "assemble-cuda-home.sh",
+                   empty_lock=ws.images / "toolkit" / "empty.txt", bootstrap_lock=ws.locks / "bootstrap.txt",
+                   cell_files=ws.cache / "cells")
+
+
+def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -> str:
+    """Content hash of everything the cell's image is built from: its candidate tag."""
+    h = hashlib.sha256()
+    for path in (recipe.dockerfile, recipe.toolkit_script, recipe.bootstrap_lock, locks.lane, locks.sglang,
+                 locks.toolkit or recipe.empty_lock):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
+    h.update(cell.toolkit.model_dump_json().encode())  # pip recipe and cuda_home, not only apt
+    return h.hexdigest()[:12]
+
+
+def cell_metadata(cell: Cell, base: BaseImage, inputs: str) -> dict[str, str]:
+    meta = {f"{LABEL_PREFIX}.{k}": v for k, v in cell.axes().items()}
+    meta[f"{LABEL_PREFIX}.base.id"] = base.id
+    meta[f"{LABEL_PREFIX}.toolkit.apt"] = " ".join(cell.toolkit.apt)
+    if inputs:
+        meta[f"{LABEL_PREFIX}.inputs"] = inputs
+        meta["org.opencontainers.image.title"] = f"SGLang {cell.sglang.version} ({cell.id})"
+    return meta
+
+
+@contextmanager
+def build_secrets(env: Mapping[str, str]) -> Iterator[list[str]]:
+    """`--secret` flags for the host CA bundle and index settings, from files that die with the build."""
+    ca = hostenv.ca_bundle(env)
+    index = hostenv.index_settings(env)
+    with tempfile.TemporaryDirectory(prefix="sglang-secrets-") as tmp:
+        index_env = Path(tmp) / "index.env"
+        lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(index.build_env().items())]
+        index_env.write_text("\n".join(lines) + "\n")
+        index_env.chmod(0o600)
+        ca_file = Path(tmp) / "ca.crt"
+        if ca:
+            shutil.copyfile(ca, ca_file)
+        else:
+            ca_file.write_text("")
+        yield ["--secret", f"id=ca,src={ca_file}", "--secret", f"id=index,src={index_env}"]
+
+
+def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, recipe: Recipe) -> list[str]:
+    def rel(path: Path) -> str:
+        return str(path.resolve().relative_to(recipe.context))
+
+    args = {
+        "BASE_IMAGE": base.ref,
+        "LANE_LOCK": rel(locks.lane),
+        "SGLANG_LOCK": rel(locks.sglang),
+        "TOOLKIT_LOCK": rel(locks.toolkit or recipe.empty_lock),
+        "TOOLKIT_APT": " ".join(cell.toolkit.apt),
+        "CUDA_HOME_MODE": "true" if cell.toolkit.cuda_home else "false",
+        "CELL_JSON": rel(cell_json),
+    }
+    return [x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")]
+
+
+def build_cell(
+    cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe, *, tag: str, inputs: str,
+    client: docker.DockerClient, log_file: Path, env: Mapping[str, str], timeout: float = 3600,
+) -> tuple[BuildResult, ImageInfo]:
+    """Build one cell's image under its candidate `tag` (skipped when that tag already exists)."""
+    try:
+        image = client.images.get(tag)
+        return BuildResult(status=Status.PASSED, cached=True, reason="candidate tag exists: inputs unchanged",
+                           log=str(log_file)), image_info(image, tag)
+    except docker.errors.ImageNotFound:
+        pass
+    labels = cell_metadata(cell, base, inputs)
+    cell_json = recipe.cell_files / f"{cell.id}.json"
+    cell_json.parent.mkdir(parents=True, exist_ok=True)
+    cell_json.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
+    started = time.monotonic()
+    with build_secrets(env) as secrets:
+        argv = [
+            "docker", "buildx", "build", "--progress=plain", "--target", "cell", "--tag", tag,
+            "--file", str(recipe.dockerfile), *secrets, *build_args(cell, base, locks, cell_json, recipe),
+            *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
+            str(recipe.context),
+        ]
+        done = proc.run(argv, log=log_file, timeout=timeout, env={"DOCKER_BUILDKIT": "1"})
+    duration = round(time.monotonic() - started, 1)
+    layers = layer_times(log_file)
+    if not done.ok:
+        why = "timed out" if done.timed_out else f"buildx exited {done.returncode}"
+        return BuildResult(status=Status.FAILED, duration_s=duration, reason=f"{why}: {last_error(done.output)}",
+                           log=str(log_file), layers=layers), ImageInfo()
+    image = client.images.get(tag)
+    return BuildResult(status=Status.PASSED, duration_s=duration, log=str(log_file), layers=layers,
+                       cached=all(v == 0 for v in layers.values())), image_info(image, tag)
+
+
+def image_info(image: Image, tag: str) -> ImageInfo:
+    attrs = image.attrs
+    return ImageInfo(ref=tag, id=str(image.id), size_bytes=int(attrs.get("Size", 0)),
+                     labels=dict((attrs.get("Config") or {}).get("Labels") or {}))
+
+
+_STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w.-]+) +\d+/\d+\] (?P<what>.*)$")
+_DONE = re.compile(r"^#(\d+) (?:DONE (?P<secs>[\d.]+)s|(?P<cached>CACHED))")
+
+
+def layer_times(log_file: Path) -> dict[str, float]:
+    """Seconds spent per Dockerfile stage, from buildx's plain progress output (0 when cached)."""
+    if not log_file.exists():
+        return {}
+    stage_of: dict[str, str] = {}
+    times: dict[str, float] = {}
+    for line in log_file.read_text(errors="replace").splitlines():
+        if m := _STEP.match(line):
+            stage_of[line.split()[0]] = m["stage"]
+            times.setdefault(m["stage"], 0.0)
+        elif line.endswith(" exporting to image"):  # writing layers into the image store
+            stage_of[line.split()[0]] = "export"
+            times.setdefault("export", 0.0)
+        elif (m := _DONE.match(line)) and (stage := stage_of.get(line.split()[0])):
+            times[stage] = round(times[stage] + float(m["secs"] or 0), 1)
+    return times
+
+
+def last_error(output: str) -> str:
+    """The most telling line of a failed build (BuildKit prints `ERROR:`/`error:` lines last)."""
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if re.search(r"\berror\b|ERROR|failed to", line, re.I):
+            return line.strip()[-300:]
+    return lines[-1][-300:] if lines else "no output"

@@ -1,0 +1,68 @@
+"""The Docker engine: one client per run, made at the top and passed down, and the checks made once
+before the first cell (daemon reachable, new enough, buildx present)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+
+from . import proc
+from .errors import DiskSpaceError, EngineError
+
+MIN_ENGINE = (20, 10)
+# A real SGLang cell needs ~10 GB for its first layers; refuse early rather than fail half-way.
+MIN_FREE_BYTES = 12 * 1024**3
+
+
+@dataclass(frozen=True)
+class Engine:
+    version: str
+    root_dir: str
+    runtimes: tuple[str, ...]
+    buildx: str
+
+
+def connect(timeout: int = 600) -> docker.DockerClient:
+    """A client of the engine DOCKER_HOST names (else the local socket), checked with a ping."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        msg = f"the Docker engine is not reachable ({exc})"
+        hint = "start it (`dockerd &`, or `bash .ci/install-engine`) and check DOCKER_HOST"
+        raise EngineError(msg, hint=hint) from None
+    return client
+
+
+def check(client: docker.DockerClient) -> Engine:
+    """New enough for BuildKit secrets and cache mounts, and the buildx CLI plugin present."""
+    try:
+        info = client.info()
+        version = str(client.version().get("Version", "0"))
+    except docker.errors.DockerException as exc:
+        msg = f"the Docker engine is not reachable ({exc})"
+        raise EngineError(msg, hint="start it and check DOCKER_HOST") from None
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    if numbers < MIN_ENGINE:
+        msg = f"Docker engine {version} is too old; BuildKit secrets and cache mounts need >= 20.10"
+        raise EngineError(msg, hint="upgrade the engine")
+    buildx = proc.which("docker", hint="install the Docker CLI")
+    probe = proc.run([buildx, "buildx", "version"], timeout=30)
+    if not probe.ok:
+        msg = "the docker buildx plugin is missing"
+        raise EngineError(msg, hint="install docker-buildx (`bash .ci/install-engine` does it on Debian)")
+    runtimes = tuple(sorted(info.get("Runtimes", {})))
+    return Engine(version, str(info.get("DockerRootDir", "/var/lib/docker")), runtimes, probe.output.strip())
+
+
+def check_disk(engine: Engine, cells: int) -> None:
+    path = engine.root_dir if os.path.exists(engine.root_dir) else "/"
+    free = shutil.disk_usage(path).free
+    if cells and free < MIN_FREE_BYTES:
+        msg = f"only {free / 1024**3:.1f} GB free under {path}; a cell needs about {MIN_FREE_BYTES / 1024**3:.0f} GB"
+        raise DiskSpaceError(msg, hint="free space: `docker image prune`, `docker builder prune`")

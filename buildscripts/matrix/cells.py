@@ -1,0 +1,130 @@
+"""Cells: matrix.yaml expanded into every combination, and selected with globs.
+
+A cell is one point of base × torch lane × SGLang version × toolkit layer. Its `id` names it
+everywhere (image tag, log folder, report row, --only); nothing else builds cell names.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SelectionError
+from ..results import ExpectedFailure
+from .schema import Base, Expectation, MatrixFile, SGLang, Toolkit, TorchLane
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    base_name: str
+    base: Base
+    lane: TorchLane
+    sglang: SGLang
+    toolkit_name: str
+    toolkit: Toolkit
+    archs: tuple[str, ...]
+    excluded: str | None = None  # reason, when a rule or SGLang's torch pin rules the cell out
+    expected: Expectation | None = field(default=None, compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"sglang{self.sglang.version}-{self.lane.id}-{self.toolkit_name}-{self.base_name}"
+
+    @property
+    def sglang_layer_id(self) -> str:
+        """Cells differing only in toolkit share this layer (and its lockfile)."""
+        return f"sglang{self.sglang.version}-{self.lane.id}-{self.base_name}"
+
+    @property
+    def lane_layer_id(self) -> str:
+        return f"{self.lane.id}-{self.base_name}"
+
+    def axes(self) -> dict[str, str]:
+        """The cell's coordinates, as shown in reports and usable in tag templates."""
+        return {
+            "cell": self.id,
+            "base": self.base_name,
+            "python": self.base.python,
+            "torch": self.lane.torch,
+            "cuda": self.lane.cuda,
+            "lane": self.lane.id,
+            "sglang": self.sglang.version,
+            "toolkit": self.toolkit_name,
+            "archs": " ".join(self.archs),
+        }
+
+    def expected_failure(self) -> ExpectedFailure | None:
+        """The declared expected failure, as the results record keeps it."""
+        exp = self.expected
+        if exp is None:
+            return None
+        return ExpectedFailure(stages=list(exp.stages), failure_class=exp.failure_class, reason=exp.reason)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    spec: MatrixFile
+    path: Path
+    cells: tuple[Cell, ...]
+
+    def buildable(self) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if c.excluded is None)
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def expand(spec: MatrixFile) -> Iterable[Cell]:
+    """Every combination, in file order; ruled-out cells carry their reason instead of vanishing."""
+    for (base_name, base), lane, sgl, (tk_name, toolkit) in itertools.product(
+        spec.bases.items(), spec.torch_lanes, spec.sglang, spec.toolkits.items()
+    ):
+        cell = Cell(
+            base_name=base_name, base=base, lane=lane, sglang=sgl,
+            toolkit_name=tk_name, toolkit=toolkit, archs=spec.archs,
+        )
+        reason = _excluded_because(cell, spec)
+        expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)
+        yield Cell(**{**cell.__dict__, "excluded": reason, "expected": expected})
+
+
+def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:
+    if cell.sglang.torch != cell.lane.torch:
+        return (f"sglang {cell.sglang.version} pins torch {cell.sglang.torch}; "
+                f"lane {cell.lane.id} has torch {cell.lane.torch}")
+    for rule in spec.exclude:
+        if fnmatch.fnmatchcase(cell.id, rule.match):
+            return rule.reason
+    if cell.toolkit.pip and cell.lane.cuda not in cell.toolkit.pip:
+        return f"toolkit {cell.toolkit_name!r} has no recipe for {cell.lane.cuda}"
+    return None
+
+
+# ---------------------------------------------------------------- selection
+
+
+def select(
+    cells: Sequence[Cell], only: Sequence[str] = (), skip: Sequence[str] = (), *, include_excluded: bool = False
+) -> list[Cell]:
+    """Cells whose id matches any `only` glob (all when empty) and no `skip` glob.
+
+    A selection that matches nothing is an error, naming the patterns and a few ids that exist.
+    """
+    pool = [c for c in cells if include_excluded or c.excluded is None]
+    chosen = [
+        c for c in pool
+        if (not only or any(fnmatch.fnmatchcase(c.id, p) for p in only))
+        and not any(fnmatch.fnmatchcase(c.id, p) for p in skip)
+    ]
+    if not chosen:
+        wanted = " ".join(f"--only {p!r}" for p in only) + " ".join(f" --skip {p!r}" for p in skip)
+        sample = ", ".join(c.id for c in pool[:4]) or "(none: every cell is excluded)"
+        ruled_out = [c.id for c in cells if c.excluded and any(fnmatch.fnmatchcase(c.id, p) for p in only)]
+        extra = f" ({len(ruled_out)} excluded cell(s) match: see `nox -s matrix -- --all`)" if ruled_out else ""
+        msg = f"the selection {wanted.strip() or '(all)'} matches no buildable cell{extra}"
+        raise SelectionError(msg, hint=f"cell ids look like: {sample}")
+    return chosen
+

@@ -1,0 +1,159 @@
+"""`nox -s promote`: publish the cells that earned good tags to a registry, by digest.
+
+For each verified cell: push the tested image by its id under its candidate tag, read the digest
+back from the registry and pull it by digest to prove it is the image the results name as tested;
+then push each good tag's labelled child (same layers, checked) and read those digests back.
+Only when every push of a cell succeeded is the cell marked promoted (`CellResult.promoted`) and
+its results file saved. Pushing a tag is one manifest write, so a promote stopped half-way leaves
+each good tag either on its old image or on the new verified one, never on anything unverified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import glob
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import engine, log, matrix, results
+from ..errors import ConfigError, RegistryError, ResultsError
+from ..matrix.schema import Tags
+from ..workspace import Workspace
+from . import registry, tags
+
+if TYPE_CHECKING:
+    import docker
+
+
+def promote_cell(
+    client: docker.DockerClient, cell: results.CellResult, url: str, cfg: Tags,
+    before_push: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """Push one verified cell; return {registry ref: manifest digest}. Raises RegistryError on any doubt."""
+    import docker.errors
+
+    why_not = tags.not_good_because(cell)
+    if why_not or not cell.tags:
+        msg = f"{cell.cell_id} has no good tag to promote ({why_not or 'no good tag was applied'})"
+        raise RegistryError(msg, hint="only cells verified on a GPU are promoted")
+    tested_id = str(cell.image.id)
+    try:
+        tested = client.images.get(tested_id)
+        children = {ref: client.images.get(ref) for ref in cell.tags}
+    except docker.errors.ImageNotFound as exc:
+        msg = f"{cell.cell_id}: an image named in the results is not in the local engine ({exc.explanation})"
+        raise RegistryError(msg, hint="promote on the machine that built and verified it") from None
+    for ref, child in children.items():
+        same_layers = child.attrs["RootFS"] == tested.attrs["RootFS"]
+        if child.labels.get(tags.TESTED_IMAGE_LABEL) != tested_id or not same_layers:
+            msg = f"{cell.cell_id}: local tag {ref} is no labelled child of the tested image {tested_id}"
+            raise RegistryError(msg, hint="re-run the build and verification; the tag moved since")
+    base = f"{url}/{cfg.repository}"
+    candidate = cell.image.ref.rsplit(":", 1)[1] if cell.image.ref and ":" in cell.image.ref else None
+    if candidate is None:
+        msg = f"{cell.cell_id}: the results record no candidate tag"
+        raise ResultsError(msg, hint="re-run the build with this version")
+
+    published: dict[str, str] = {}
+    pushed_refs: list[str] = []
+    try:
+        # 1. The tested image itself, by id: its digest must lead back to that very id.
+        ref = f"{base}:{candidate}"
+        _announce(before_push, ref)
+        pushed_refs.append(ref)
+        digest = registry.push(client, tested_id, ref)
+        if cell.image.digest and cell.image.digest != digest:
+            msg = f"{cell.cell_id}: pushed digest {digest} differs from the tested digest {cell.image.digest}"
+            raise RegistryError(msg, hint="the image changed since it was verified; verify it again")
+        _check_back(client, ref, digest, tested_id)
+        published[ref] = digest
+        # 2. Good tags: labelled children of the tested image, same layers (checked above).
+        for local_ref, child in children.items():
+            ref = f"{base}:{local_ref.rsplit(':', 1)[1]}"
+            _announce(before_push, ref)
+            pushed_refs.append(ref)
+            published[ref] = registry.push(client, str(child.id), ref)
+            _check_back(client, ref, published[ref], str(child.id))
+    finally:
+        for ref in pushed_refs:
+            registry.untag(client, ref)
+    return published
+
+
+def _announce(hook: Callable[[str], None] | None, ref: str) -> None:
+    log.info(f"pushing {ref}")
+    if hook is not None:
+        hook(ref)
+
+
+def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: str) -> None:
+    """The registry serves `digest` for `ref`, and pulling that digest gives back `image_id`."""
+    served = registry.remote_digest(client, ref)
+    if served != digest:
+        msg = f"{ref}: the registry serves {served}, but the push reported {digest}"
+        raise RegistryError(msg, hint="someone else pushed to this tag meanwhile; promote again")
+    repository, _ = registry.split_ref(ref)
+    pulled = registry.pull(client, f"{repository}@{digest}")
+    if pulled != image_id:
+        msg = f"{ref}@{digest} pulls back as {pulled}, not the tested {image_id}"
+        raise RegistryError(msg, hint="the registry altered the image; do not use it")
+
+
+def promote_file(
+    client: docker.DockerClient, path: Path, url: str, cfg: Tags, only: Sequence[str] = ()
+) -> int:
+    """Promote every eligible cell of one results file; save the file after each promoted cell."""
+    run = results.load(path)
+    count = 0
+    for position, cell in enumerate(run.cells):
+        if only and not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only):
+            continue
+        why_not = tags.not_good_because(cell)
+        if why_not or not cell.tags:
+            log.step(cell.cell_id, "promote", "skipped", detail=why_not or "no good tag applied")
+            continue
+        published = promote_cell(client, cell, url, cfg)
+        image = cell.image.model_copy(update={"digest": next(iter(published.values()))})
+        run.cells[position] = cell.model_copy(update={"image": image, "promoted": published})
+        results.save(run, path)
+        log.step(cell.cell_id, "promote", "passed", detail=", ".join(published))
+        count += 1
+    return count
+
+
+def _newest_results(runs: Path) -> list[Path]:
+    found = sorted(glob.glob(str(runs / "*" / "results.json")), key=lambda p: Path(p).stat().st_mtime)
+    return [Path(found[-1])] if found else []
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    ws = ws or Workspace.at()
+    del env  # nothing here reads the environment
+    parser = argparse.ArgumentParser(prog="promote", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--results", action="append", default=[], help="results glob(s); default: newest run")
+    parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
+    parser.add_argument("--matrix", type=Path, default=ws.matrix)
+    parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
+    args = parser.parse_args(list(argv))
+    ws = dataclasses.replace(ws, matrix=args.matrix)
+    spec = matrix.load(ws.matrix).spec
+    url = args.registry or spec.registry.url
+    if not url:
+        msg = "no registry to promote to"
+        raise ConfigError(msg, hint="pass --registry HOST:PORT or set registry.url in matrix.yaml")
+    url = registry.check_url(url)
+    paths = [Path(p) for pattern in args.results for p in sorted(glob.glob(pattern))]
+    if args.results and not paths:  # a typo must not quietly promote another run
+        msg = "no results file matches " + ", ".join(repr(p) for p in args.results)
+        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
+    paths = paths or _newest_results(ws.runs)
+    if not paths:
+        msg = "no results to promote (looked for runs/*/results.json)"
+        raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
+    client = engine.connect()
+    total = sum(promote_file(client, path, url, spec.tags, args.only) for path in paths)
+    log.info(f"{total} cell(s) promoted to {url}")
+    return 0

@@ -1,0 +1,30 @@
+"""The results record of a run (the single source of truth for tags and reports), its verdicts and files.
+
+Bottom of the flow: everything above reads and writes results through this package; it imports
+nothing of theirs.
+"""
+
+from .archs import families, family, tag_form
+from .factory import cell_record, versions_from
+from .judge import is_unexpected, judge, judged
+from .schema import (
+    CPU_STAGES,
+    GPU_STAGES,
+    LADDER,
+    SCHEMA_VERSION,
+    BuildResult,
+    CellResult,
+    ExpectedFailure,
+    ImageInfo,
+    RunResults,
+    StageResult,
+    Status,
+    Verdict,
+)
+from .store import load, now, save
+
+__all__ = [
+    "CPU_STAGES", "GPU_STAGES", "LADDER", "SCHEMA_VERSION", "BuildResult", "CellResult", "ExpectedFailure",
+    "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "cell_record", "families", "family",
+    "is_unexpected", "judge", "judged", "load", "now", "save", "tag_form", "versions_from",
+]

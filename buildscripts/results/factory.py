@@ -1,0 +1,48 @@
+"""The one way a cell's results record is made: from what happened, judged once, frozen.
+
+The pipeline (a built cell), `verify IMAGE`, `verify --host` and `import-probe` all call
+`cell_record`; nothing else constructs a judged CellResult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .judge import judged
+from .schema import BuildResult, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
+from .store import now
+
+VERSION_KEYS = ("torch", "sglang", "flashinfer", "deep_gemm", "cuda_runtime", "driver", "nvcc")
+
+
+def cell_record(
+    cell_id: str, *, axes: Mapping[str, str] | None = None, targets: Sequence[str] = (),
+    excluded: str | None = None, expected: ExpectedFailure | None = None, build: BuildResult | None = None,
+    image: ImageInfo | None = None, stages: Sequence[StageResult] = (), versions: Mapping[str, str] | None = None,
+    locks: Mapping[str, str] | None = None, run_id: str | None = None,
+) -> CellResult:
+    """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built."""
+    if build is None and not excluded:
+        build = BuildResult(status=Status.SKIPPED, reason="not built")
+    record = CellResult(
+        cell_id=cell_id, axes=dict(axes or {}), targets=list(targets), excluded=excluded, expected=expected,
+        build=build, image=image or ImageInfo(), stages=list(stages),
+        versions={**(versions or {}), **versions_from(stages)}, locks=dict(locks or {}), run_id=run_id,
+        finished=now(),
+    )
+    return judged(record)
+
+
+def versions_from(stages: Sequence[StageResult]) -> dict[str, str]:
+    """Key versions as the stages saw them (torch from gpu-visible, the rest from facts/import if any)."""
+    found: dict[str, str] = {}
+    for stage in stages:
+        for key in VERSION_KEYS:
+            value = stage.evidence.get(key)
+            if isinstance(value, str | int | float) and key not in found:
+                found[key] = str(value)
+        versions = stage.evidence.get("versions")
+        if isinstance(versions, dict):
+            for key, value in versions.items():
+                found.setdefault(str(key), str(value))
+    return found

@@ -1,0 +1,160 @@
+"""The shape of the results record: the single source of truth for tags and reports.
+
+Schema (documented in docs/results-schema.md): a RunResults holds one CellResult per cell; a
+CellResult holds the build outcome and one StageResult per verification stage. Every record but
+the run itself is frozen: a cell's verdict is made once, by `judge`, when `factory` builds it, and
+later steps (tagging, promotion, merging) make new records with `model_copy` instead of editing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..probe.core import ORDER
+
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # schema 1 is read and upgraded: `expected.stage` became a list, `targets` was added
+LADDER = tuple(ORDER)  # every verification stage, in order (the probe defines them)
+GPU_STAGES = ("gpu-visible", "kernel-smoke", "server", "first-generation")
+CPU_STAGES = tuple(s for s in LADDER if s not in GPU_STAGES)
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"   # could not run here (e.g. needs a GPU); never counts as passed
+    ABORTED = "aborted"   # a prerequisite failed, so it was not run
+
+
+class Verdict(StrEnum):
+    VERIFIED = "verified"          # every stage passed, GPU stages included, on a GPU of a target arch
+    CPU_CHECKED = "cpu-checked"    # every stage that can run without a GPU passed; GPU stages skipped
+    BUILT = "built"                # image built, not verified
+    FAILED = "failed"              # an unexpected failure at some stage
+    EXPECTED_FAILURE = "expected-failure"
+    UNEXPECTED_PASS = "unexpected-pass"  # declared as expected to fail, but did not: flagged loudly
+    INCOMPATIBLE = "incompatible"  # excluded by a rule or refused by the lock (drift)
+    SKIPPED = "skipped"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StageResult(Record):
+    name: str
+    status: Status
+    duration_s: float = 0.0
+    reason: str | None = None                 # why skipped/aborted/failed, one line
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    failure_class: str | None = None
+    hint: str | None = None
+    log_excerpt: str | None = None
+    where: str = "container (cpu)"           # e.g. "container (cpu)", "host: NVIDIA H200 (sm_90)"
+    gpu: str | None = None                    # GPU name when it ran on one
+    arch: str | None = None                   # sm_XX of that GPU
+    run_id: str | None = None                 # provenance, filled when results of several runs merge
+    runner: str | None = None
+    finished: str | None = None
+
+
+class ImageInfo(Record):
+    ref: str | None = None          # candidate tag
+    id: str | None = None           # image id (sha256:...)
+    digest: str | None = None       # registry digest once pushed
+    size_bytes: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class BuildResult(Record):
+    status: Status
+    duration_s: float = 0.0
+    reason: str | None = None
+    cached: bool = False            # nothing rebuilt: every layer came from the cache
+    log: str | None = None          # path of the build log, relative to the run folder
+    layers: dict[str, float] = Field(default_factory=dict)  # stage name -> seconds (0 when cached)
+
+
+class ExpectedFailure(Record):
+    """A cell declared to fail (matrix.yaml `expect:`), like pytest's xfail."""
+
+    stages: list[str] = Field(min_length=1)   # it fails at one of these stages
+    failure_class: str | None = None           # and, when given, with this class
+    reason: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_older_files(cls, data: Any) -> Any:
+        """Results written before this field was typed: {"stage": "a,b", "class": "" | ID, "reason"}."""
+        if isinstance(data, dict) and "stage" in data and "stages" not in data:
+            data = dict(data)
+            data["stages"] = [s for s in str(data.pop("stage")).split(",") if s]
+            data["failure_class"] = data.pop("class", None) or None
+        return data
+
+
+class CellResult(Record):
+    cell_id: str
+    axes: dict[str, str] = Field(default_factory=dict)      # the cell's coordinates (tag template fields)
+    targets: list[str] = Field(default_factory=list)        # target archs, e.g. ["sm_90a", "sm_100a"]
+    excluded: str | None = None
+    expected: ExpectedFailure | None = None
+    build: BuildResult | None = None
+    image: ImageInfo = Field(default_factory=ImageInfo)
+    stages: list[StageResult] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)  # key resolved versions (torch, sglang, ...)
+    verdict: Verdict = Verdict.SKIPPED
+    verdict_reason: str | None = None
+    tags: list[str] = Field(default_factory=list)           # good tags earned in this run
+    locks: dict[str, str] = Field(default_factory=dict)     # lockfile path -> sha256 (good-tag labels)
+    promoted: dict[str, str] = Field(default_factory=dict)  # registry ref -> manifest digest, all pushed
+    run_id: str | None = None                                # provenance after merging
+    runner: str | None = None
+    finished: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _targets_from_axes(cls, data: Any) -> Any:
+        """Results written before `targets` existed kept the archs only as the `archs` axis."""
+        if isinstance(data, dict) and "targets" not in data:
+            archs = (data.get("axes") or {}).get("archs", "")
+            if archs:
+                data = {**data, "targets": str(archs).split()}
+        return data
+
+    def stage(self, name: str) -> StageResult | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def first_failure(self) -> StageResult | None:
+        return next((s for s in self.stages if s.status is Status.FAILED), None)
+
+
+class RunResults(BaseModel):
+    """One run: it grows a cell at a time (and is saved after each), so it alone is not frozen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgraded(cls, data: Any) -> Any:
+        """A schema-1 file is read as schema 2 (its cells are upgraded by their own validators)."""
+        if isinstance(data, dict) and data.get("schema_version") == 1:
+            data = {**data, "schema_version": SCHEMA_VERSION}
+        return data
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    started: str
+    finished: str | None = None
+    runner: str = Field(default_factory=socket.gethostname)
+    host: dict[str, str] = Field(default_factory=lambda: {"platform": " ".join(os.uname()[0:3:2])})
+    matrix: str | None = None
+    cells: list[CellResult] = Field(default_factory=list)
+
+    def cell(self, cell_id: str) -> CellResult | None:
+        return next((c for c in self.cells if c.cell_id == cell_id), None)

@@ -1,0 +1,122 @@
+"""`nox -s verify -- IMAGE | --host`: run the verification ladder inside any image (or, with --host, in a
+Python environment on this machine), classify failures, print the verdict and save the results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from docker.errors import ImageNotFound
+from rich.table import Table
+
+from .. import engine, log, results
+from ..errors import ConfigError, RunFailed
+from ..matrix import load
+from ..matrix.schema import LABEL_PREFIX, Profile
+from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from ..workspace import Workspace
+from . import gpus
+from .container import KEEP_ENV, network_options
+from .host import verify_on_host
+from .ladder import check_image, image_facts
+from .plan import DEFAULT_ARCHS, Plan
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="nox -s verify --", description=__doc__)
+    ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3)")
+    ap.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
+    ap.add_argument("--python", default=sys.executable, help="with --host: the interpreter to verify")
+    ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
+    ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
+    ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
+    ap.add_argument("--stage-timeout", type=float, default=900.0, help="seconds per stage (default 900)")
+    ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
+    ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
+    ap.add_argument("--out", type=Path, help="results JSON (default: runs/RUN_ID/results.json)")
+    ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
+    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    a = ap.parse_args(list(argv))
+    if not a.host and not a.image:
+        ap.error("give an IMAGE, or --host to verify this Python environment")
+    return a
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    ws, env = ws or Workspace.at(), env or {}
+    a = parse(argv)
+    run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S-verify")
+    run_dir = ws.run_dir(run_id)
+    archs = a.archs.split(",") if a.archs else None
+    stages = a.stages.split(",") if a.stages else None
+    started = results.now()
+    profile = _profile(ws, a.profile)
+    if a.host:
+        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
+    else:
+        client = engine.connect()
+        try:
+            labels = image_facts(client, a.image).labels
+        except ImageNotFound:
+            labels = {}
+        found_gpus = gpus.discover(client.info())
+        options = {**gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None),
+                   **network_options(client)}
+        log.info(found_gpus.summary())
+        cell = check_image(client, a.image, logs=run_dir, matrix=ws.matrix, archs=archs, lane_cuda=a.lane_cuda,
+                           stages=stages, stage_timeout=a.stage_timeout, run_id=run_id, options=options,
+                           profile=profile, keep=env.get(KEEP_ENV) == "1")
+        cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
+    out = a.out or run_dir / "results.json"
+    results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell]), out)
+    show(cell)
+    log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
+    if results.is_unexpected(cell.verdict):
+        msg = f"{a.image or 'host'}: {cell.verdict.value} ({cell.verdict_reason})"
+        raise RunFailed(msg, hint="see the table above and the probe log")
+    return 0
+
+
+def _profile(ws: Workspace, name: str) -> Profile:
+    spec = load(ws.matrix)
+    profile = spec.spec.profiles.get(name)
+    if profile is None:
+        msg = f"no server profile {name!r} in {ws.matrix} (known: {', '.join(spec.spec.profiles)})"
+        raise ConfigError(msg, hint="pass --profile with one of those names")
+    return profile
+
+
+def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
+                 stages: list[str] | None, profile: Profile, env: Mapping[str, str]) -> CellResult:
+    cell_id = a.cell_id or "host"
+    plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
+                     stage_timeout=a.stage_timeout, profile=profile)
+    found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
+                           env=env, python=a.python)
+    return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
+                       image=ImageInfo(ref="host", id=f"host:{a.python}"), stages=found, run_id=run_id)
+
+
+def _detail(stage: StageResult) -> str:
+    if stage.failure_class:
+        return f"[bold]{stage.failure_class}[/]: {stage.reason or ''}\n[dim]hint: {stage.hint or ''}[/]"
+    if stage.name == "import":
+        modules = stage.evidence.get("modules", {})
+        return ", ".join(f"{k} {v}" for k, v in modules.items())
+    return stage.reason or ""
+
+
+def show(cell: CellResult) -> None:
+    table = Table(title=f"{cell.cell_id}  ({cell.image.ref})", show_lines=False)
+    for column in ("stage", "status", "seconds", "detail"):
+        table.add_column(column, overflow="fold")
+    for stage in cell.stages:
+        table.add_row(stage.name, log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
+                      f"{stage.duration_s:.1f}", _detail(stage))
+    log.console.print(table)
+    total = sum(s.duration_s for s in cell.stages)
+    log.console.print(f"verdict: [bold]{cell.verdict.value}[/] - {cell.verdict_reason} "
+                      f"[dim](stages {total:.0f}s)[/]")

@@ -1,0 +1,235 @@
+"""The container runner: the probe inside an image, one labelled container per verification, always removed.
+
+The container runs a keep-alive (the image's own python3, else `sleep`); the probe package is
+copied in with put_archive (nothing is installed into the image) and executed with `docker exec`,
+its output streamed line by line so that a container killed mid-stage still leaves the stages done
+so far. A stage that produces no result within its deadline ends the probe (the container is
+killed); a dead container is reported with its exit status and last log lines.
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import re
+import shlex
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, NotFound
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+
+from ..results import StageResult
+from .output import ProbeRun, failed, interpret
+from .plan import Plan, grace
+
+PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
+PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
+LABEL_RUN, LABEL_CELL = "sglang-images.run", "sglang-images.cell"
+KEEP_ENV = "SGLANG_IMAGES_KEEP_CONTAINERS"
+KEEPALIVES = (["python3", "-c", "import time; time.sleep(1e9)"], ["sleep", "infinity"])
+NOT_FOUND_RE = re.compile(r"executable file not found|no such file or directory", re.I)
+
+
+def probe_archive(source: Path = PROBE_SOURCE) -> bytes:
+    """A tar of the probe package (its .py files) rooted at PROBE_ROOT."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for folder in ("opt", "opt/probe", "opt/probe/probe"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path in sorted(source.glob("*.py")):
+            tar.add(str(path), arcname=f"opt/probe/probe/{path.name}")
+    return buf.getvalue()
+
+
+def network_options(client: docker.DockerClient) -> dict[str, Any]:
+    """Where the engine has no default bridge network (dockerd --bridge=none, as on hosts without
+    iptables), containers can only share the host's network; elsewhere the engine's default is kept."""
+    try:
+        bridges = client.networks.list(names=["bridge"])
+    except (APIError, DockerException):
+        return {}
+    return {} if any(n.name == "bridge" for n in bridges) else {"network_mode": "host"}
+
+
+def verify_in_container(image: str, plan: Plan, *, log_file: Path, run_id: str, cell_id: str,
+                        options: Mapping[str, Any] | None = None,
+                        keep: bool = False) -> list[StageResult]:
+    """The plan's stages inside a container of `image`; every failure is a stage result, never an exception.
+
+    `options` are docker SDK `run` keyword arguments (GPUs, shm, ulimits, environment); `keep` leaves the
+    container behind for debugging (SGLANG_IMAGES_KEEP_CONTAINERS=1 at the top)."""
+    args = plan.probe_args("container")
+    try:
+        with probe_container(image, run_id=run_id, cell_id=cell_id, options=options, keep=keep) as (
+                started, keepalive):
+            if started is None:
+                with log_file.open("a") as fh:
+                    fh.write(f"# cannot start a keep-alive in the image: {keepalive}\n")
+                return [failed("probe", f"no Python interpreter in the image: {keepalive}", "no-python",
+                               log=keepalive)]
+            run = run_probe(started, "python3", args, planned=plan.stages, stage_timeout=plan.stage_timeout,
+                            log_file=log_file)
+    except APIError as exc:  # the engine refused the container itself: a result for this cell, not a crash
+        why = str(exc.explanation or exc)
+        with log_file.open("a") as fh:
+            fh.write(f"# the engine could not start a container: {why}\n")
+        return [failed("container", f"the engine could not start a container from {image}: {why[:300]}",
+                       "container-start-failed", log=why)]
+    return interpret(run, plan.stages, plan.stage_timeout)
+
+
+@contextmanager
+def probe_container(image: str, *, run_id: str, cell_id: str, options: Mapping[str, Any] | None = None,
+                    keep: bool = False) -> Iterator[tuple[DockerContainer | None, str]]:
+    """A started container with a keep-alive (and the keep-alive used), removed on exit unless `keep`."""
+    testcontainers_config.ryuk_disabled = True   # we remove our own containers; no reaper image to pull
+    opts = dict(options or {})
+    env = dict(opts.pop("environment", None) or {})
+    name = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"sglang-images-{cell_id}-{uuid.uuid4().hex[:8]}")
+    labels = {LABEL_RUN: run_id, LABEL_CELL: cell_id, **opts.pop("labels", {})}
+    started: DockerContainer | None = None
+    keepalive, errors = "", []
+    try:
+        for argv in KEEPALIVES:
+            candidate = DockerContainer(image, name=name, env=env, entrypoint=argv, labels=labels, **opts)
+            try:
+                started, keepalive = candidate.start(), argv[0]
+                break
+            except APIError as exc:
+                _remove(candidate, keep=False)
+                errors.append(str(exc.explanation or exc))
+                if not NOT_FOUND_RE.search(errors[-1]):
+                    raise
+            except BaseException:
+                _remove(candidate, keep=False)   # Ctrl-C while starting: no half-started container stays
+                raise
+        yield (started, keepalive) if started is not None else (None, "; ".join(errors))
+    finally:
+        if started is not None:
+            _remove(started, keep=keep)
+
+
+def _remove(container: DockerContainer, *, keep: bool) -> None:
+    if keep:
+        container.get_docker_client().client.close()
+        return
+    with suppress(NotFound):
+        container.stop(force=True, delete_volume=True)
+
+
+def run_probe(container: DockerContainer, python: str, probe_args: Sequence[str], *, planned: Sequence[str],
+              stage_timeout: float, log_file: Path, env: Mapping[str, str] | None = None) -> ProbeRun:
+    """Copy the probe in, exec it, stream its output to `log_file`; enforce a deadline per stage."""
+    wrapped = container.get_wrapped_container()
+    api = container.get_docker_client().client.api
+    run = ProbeRun(python=python)
+    wrapped.put_archive("/", probe_archive())
+    argv = [python, "-m", "probe", *probe_args]
+    exec_id = api.exec_create(wrapped.id, argv, workdir=PROBE_ROOT,
+                              environment={"PYTHONDONTWRITEBYTECODE": "1", **(env or {})})["Id"]
+    lines: queue.Queue[str | None] = queue.Queue()
+    stream = api.exec_start(exec_id, stream=True)
+    reader = threading.Thread(target=_pump, args=(stream, lines), daemon=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a", encoding="utf-8") as log, closing(_Closer(stream)):
+        log.write(f"$ docker exec -w {PROBE_ROOT} {wrapped.name} {shlex.join(argv)}\n")
+        reader.start()
+        _follow(run, lines, log, planned, stage_timeout, kill=lambda: _kill(wrapped))
+        reader.join(timeout=10)
+        run.exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        state = _state(wrapped, settle=len(run.results) < len(planned))
+        if not state.get("Running", False):
+            run.container_exit = {"status": state.get("ExitCode"), "oom_killed": state.get("OOMKilled"),
+                                  "error": state.get("Error") or ""}
+        state_text = "running" if run.container_exit is None else f"exited {run.container_exit}"
+        log.write(f"# probe exit {run.exit_code}; container {state_text}\n")
+    return run
+
+
+class _Closer:
+    """Closes an exec output stream and its HTTP response: after a kill, docker-py's stream.close()
+    alone leaves the socket's file object open (a ResourceWarning at exit)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self.stream.close()
+        response = getattr(self.stream, "_response", None)
+        if response is not None:
+            with suppress(Exception):
+                response.raw.close()
+            with suppress(Exception):
+                response.close()
+
+
+def _state(wrapped: Any, settle: bool) -> dict[str, Any]:
+    """The container's State; when the probe ended early, give a kill a moment to show up there."""
+    until = time.monotonic() + (5.0 if settle else 0.0)
+    while True:
+        wrapped.reload()
+        state: dict[str, Any] = wrapped.attrs.get("State", {})
+        if not state.get("Running", False) or time.monotonic() >= until:
+            return state
+        time.sleep(0.25)
+
+
+def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper, planned: Sequence[str],
+            stage_timeout: float, kill: Any) -> None:
+    """Read lines until the probe ends; kill the container when a stage runs past its deadline."""
+    deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
+    while True:
+        try:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            done = {r.get("name") for r in run.results}
+            run.hung_stage = next((s for s in planned if s not in done), "probe")
+            log.write(f"# no result within {stage_timeout + grace(stage_timeout):.0f}s: "
+                      f"probe timed out in stage {run.hung_stage}; killing the container\n")
+            kill()
+            return
+        if line is None:
+            return
+        log.write(line + "\n")
+        log.flush()
+        if run.add_line(line):
+            deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
+
+
+def _pump(stream: Iterator[bytes], lines: queue.Queue[str | None]) -> None:
+    pending = b""
+    try:
+        for chunk in stream:
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for raw in complete:
+                lines.put(raw.decode("utf-8", "replace").rstrip("\r"))
+    except (DockerException, OSError):
+        pass  # the container went away mid-stream: what arrived so far is kept
+    finally:
+        if pending:
+            lines.put(pending.decode("utf-8", "replace"))
+        lines.put(None)
+
+
+def _kill(wrapped: Any) -> None:
+    with suppress(APIError, NotFound):
+        wrapped.kill()
+
+
+def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[str]:
+    """Names of containers this project started (of one run, when given) that still exist."""
+    label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
+    return [c.name or "" for c in client.containers.list(all=True, filters={"label": label})]

@@ -1,0 +1,164 @@
+"""GPUs on the runner: which ones, whether Docker can hand them to containers, and how to ask.
+
+`discover()` looks once per run (nvidia-smi for the GPUs and the driver; `docker info` runtimes and
+CDI spec folders for the engine's side). `container_options()` gives the docker SDK `run` keyword
+arguments for one GPU, all GPUs, or none (per-GPU verification lives in `pergpu`).
+When no GPU can be handed over, containers get PROBE_NO_GPU_REASON so that the probe's GPU stages
+are SKIPPED with the host's reason instead of a vague "no device".
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from docker.types import DeviceRequest, Ulimit
+
+from .. import proc
+from ..errors import GpuError
+
+NO_GPU_ENV = "PROBE_NO_GPU_REASON"   # read by the probe's gpu-visible stage
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")   # where nvidia-ctk writes specs, when the engine does not say
+CDI_KIND = "nvidia.com/gpu"
+SMI_QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
+# /dev/shm is 64 MB by default in Docker; NCCL and SGLang's shared-memory queues need far more
+# (a too-small /dev/shm is a known NCCL failure: "Error while creating shared memory segment").
+SHM_SIZE = "16g"
+STACK_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str
+    capability: str      # "9.0"
+    driver: str          # "580.159.04"
+    memory_mib: int
+
+    @property
+    def arch(self) -> str:
+        major, _, minor = self.capability.partition(".")
+        return f"sm_{major}{minor or '0'}"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    gpus: tuple[Gpu, ...] = ()
+    runtime: str | None = None          # "nvidia" (runtime) or "cdi": how containers get GPUs
+    problem: str | None = None          # why GPU stages cannot run in containers here
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def usable_in_containers(self) -> bool:
+        return bool(self.gpus) and self.runtime is not None
+
+    def summary(self) -> str:
+        if not self.gpus:
+            return f"no GPU: {self.problem}"
+        names = ", ".join(f"{g.index}: {g.name} ({g.arch})" for g in self.gpus)
+        how = f"via {self.runtime}" if self.runtime else f"not usable in containers: {self.problem}"
+        return f"{len(self.gpus)} GPU(s) [{names}], driver {self.gpus[0].driver}, {how}"
+
+
+def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
+    """Rows of `nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 6 or not cells[0].isdigit():
+            continue
+        memory = int(float(cells[5])) if cells[5].replace(".", "", 1).isdigit() else 0
+        gpus.append(Gpu(int(cells[0]), cells[1], cells[2], cells[3], cells[4], memory))
+    return tuple(gpus)
+
+
+def container_runtime(info: Mapping[str, Any], cdi_kinds: Sequence[str]) -> str | None:
+    """How the engine hands GPUs over: its nvidia runtime, else CDI, when the engine has CDI on (it then
+    lists its spec folders) and a spec there declares the kind nvidia.com/gpu."""
+    if "nvidia" in (info.get("Runtimes") or {}):
+        return "nvidia"
+    if info.get("CDISpecDirs") and CDI_KIND in cdi_kinds:
+        return "cdi"
+    return None
+
+
+def cdi_specs(dirs: Sequence[str]) -> dict[str, str]:
+    """{spec file: the device kind it declares} for the CDI specs in `dirs` (JSON is YAML too)."""
+    found: dict[str, str] = {}
+    for folder in dirs:
+        for path in sorted(glob.glob(f"{folder}/*")):
+            if not path.endswith((".json", ".yaml", ".yml")):
+                continue
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    data = yaml.safe_load(fh)
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("kind"), str):
+                found[path] = data["kind"]
+    return found
+
+
+def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
+    """GPUs and the engine's GPU support. `docker_info` is `client.info()`, or None in host mode."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return Discovery(problem="nvidia-smi not found on PATH (no NVIDIA driver on this runner)")
+    done = proc.run([smi, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"], timeout=60)
+    if not done.ok:
+        return Discovery(problem=f"nvidia-smi failed: {done.tail(3)}")
+    gpus = parse_nvidia_smi(done.output)
+    if not gpus:
+        return Discovery(problem="nvidia-smi lists no GPU")
+    if docker_info is None:
+        return Discovery(gpus=gpus, runtime="host")
+    specs = cdi_specs(docker_info.get("CDISpecDirs") or CDI_DIRS)
+    runtime = container_runtime(docker_info, list(specs.values()))
+    problem = None
+    if runtime is None and CDI_KIND in specs.values():
+        problem = ("a CDI spec for nvidia.com/gpu exists, but the Docker engine has CDI off: set "
+                   '`"features": {"cdi": true}` in /etc/docker/daemon.json (Docker 25+) and restart it')
+    elif runtime is None:
+        problem = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu; install the "
+                   "NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
+                   "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
+    return Discovery(gpus=gpus, runtime=runtime, problem=problem, details={"cdi_specs": " ".join(specs)})
+
+
+def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
+                      shm_size: str = SHM_SIZE) -> dict[str, Any]:
+    """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
+    options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
+    if not discovery.usable_in_containers:
+        options["environment"][NO_GPU_ENV] = discovery.problem or "no GPU on this runner"
+        return options
+    if gpu is None and not all_gpus:
+        options["environment"][NO_GPU_ENV] = "no GPU requested for this container"
+        return options
+    chosen = [g for g in discovery.gpus if all_gpus or g.index == gpu]
+    if not chosen:
+        known = ", ".join(str(g.index) for g in discovery.gpus)
+        msg = f"GPU {gpu} does not exist on this runner (GPUs: {known or 'none'})"
+        raise GpuError(msg, hint="list them with `nvidia-smi -L` and pick one of those indexes")
+    # Pinned host memory (NCCL, CUDA IPC) needs an unlimited memlock and PyTorch wants a big stack.
+    # Only GPU containers ask for them: a runtime may refuse to raise rlimits (rootless, nested).
+    options["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1),
+                          Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)]
+    if discovery.runtime == "cdi":
+        ids = [f"nvidia.com/gpu={g.index}" for g in chosen]
+        options["device_requests"] = [DeviceRequest(driver="cdi", device_ids=ids)]
+    else:
+        options["device_requests"] = [DeviceRequest(device_ids=[str(g.index) for g in chosen],
+                                                    capabilities=[["gpu"]])]
+        options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+    return options
+
+
+def host_env(gpu: Gpu) -> dict[str, str]:
+    """Environment that pins a host-mode probe to one GPU (the per-GPU mode without Docker)."""
+    return {"CUDA_VISIBLE_DEVICES": gpu.uuid or str(gpu.index)}

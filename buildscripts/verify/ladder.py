@@ -1,0 +1,91 @@
+"""Verifying an image: the ladder inside a container of it, its facts attached, and (for `verify IMAGE`
+and the tests) the judged record of the cell it belongs to.
+
+verify_image() is what the build pipeline calls per cell; every failure inside it (no such image, no
+Python, a hung stage, a container killed mid-stage) is a stage result, never an exception, so the run
+goes on with the next cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import ImageNotFound
+
+from ..errors import FatalError
+from ..matrix import Cell, load
+from ..matrix.schema import LABEL_PREFIX, Profile
+from ..matrix.tagtemplates import AXIS_FIELDS
+from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, cell_record
+from .container import verify_in_container
+from .output import failed
+from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
+
+
+def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
+    """Size, labels and id of a local image (ImageNotFound when it is not there)."""
+    found = client.images.get(image)
+    return ImageInfo(ref=image, id=found.id, size_bytes=found.attrs.get("Size"), labels=dict(found.labels or {}))
+
+
+def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_file: Path, run_id: str = "manual",
+                 cell_id: str = "adhoc", options: Mapping[str, Any] | None = None,
+                 keep: bool = False) -> list[StageResult]:
+    """Run the plan inside `image`; the full output goes to `log_file`; the facts stage carries the image."""
+    try:
+        info = image_facts(client, image)
+    except ImageNotFound:
+        return [failed("image", f"image {image} not found in the local engine", "image-missing")]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_text(f"# image {image} ({info.id}), cell {cell_id}, run {run_id}\n")
+    stages = verify_in_container(image, plan, log_file=log_file, run_id=run_id, cell_id=cell_id, options=options,
+                                 keep=keep)
+    image_evidence = info.model_dump(exclude_none=True)
+    return [s.model_copy(update={"evidence": {**s.evidence, "image": image_evidence}}) if s.name == "facts" else s
+            for s in stages]
+
+
+def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Cell | None = None,
+                matrix: Path | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
+                stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
+                options: Mapping[str, Any] | None = None, profile: Profile | None = None,
+                keep: bool = False) -> CellResult:
+    """verify_image + judge in one call (what `verify IMAGE` and end-to-end tests use). The targets come
+    from `archs`, else `cell`, else the cell of `matrix` the image's labels name, else the labels,
+    else the defaults; so does the lane and the declared expected failure."""
+    try:
+        info = image_facts(client, image)
+    except ImageNotFound:
+        info = ImageInfo(ref=image)
+    label_lane, label_archs = lane_from_labels(info.labels)
+    cell_id = cell.id if cell else info.labels.get(f"{LABEL_PREFIX}.cell", "adhoc")
+    cell = cell or (_matrix_cell(matrix, cell_id) if matrix else None)
+    plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
+                     lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
+                     stages=stages, stage_timeout=stage_timeout, profile=profile)
+    found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
+                         cell_id=cell_id, options=options, keep=keep)
+    build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id
+             else BuildResult(status=Status.FAILED, reason=f"image {image} not found"))
+    return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(info.labels), targets=plan.archs,
+                       expected=cell.expected_failure() if cell else None, build=build, image=info, stages=found,
+                       run_id=run_id)
+
+
+def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:
+    """The cell coordinates an image declares in this project's labels (every build writes them; an image
+    made elsewhere may carry them too), or None when any is missing: then no good tag can be named."""
+    found = {name: labels.get(f"{LABEL_PREFIX}.{name}") for name in AXIS_FIELDS}
+    return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
+
+
+def _matrix_cell(matrix: Path, cell_id: str) -> Cell | None:
+    """The cell of matrix.yaml an image was built for (so its declared expected failure applies)."""
+    try:
+        spec = load(matrix)
+    except FatalError:
+        return None
+    return next((c for c in spec.cells if c.id == cell_id), None)

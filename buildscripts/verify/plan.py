@@ -1,0 +1,75 @@
+"""Planning a verification: which stages run, for which target archs and torch lane, with which server
+profile, and how long the host waits for each stage. The same plan drives every runner (container,
+host) and becomes the probe's command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..matrix import Cell
+from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX, Profile
+from ..probe import __main__ as probe_main  # registers every stage, as in the image
+from ..probe import core
+
+del probe_main
+DEFAULT_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
+MIN_STAGE_TIMEOUT = 900.0
+
+
+def planned_stages(stages: Sequence[str] | None) -> list[str]:
+    """The stages that will run, in ladder order (all registered ones by default)."""
+    wanted = list(stages) if stages else list(core.ORDER)
+    unknown = [s for s in wanted if s not in core.REGISTRY]
+    if unknown:
+        msg = f"unknown stage(s): {', '.join(unknown)}"
+        raise ConfigError(msg, hint="known stages, in order: " + ", ".join(n for n in core.ORDER if n in core.REGISTRY))
+    return [s for s in core.ORDER if s in wanted]
+
+
+def grace(stage_timeout: float) -> float:
+    """Extra time the host waits beyond a stage's own timeout before it declares the probe hung."""
+    return min(60.0, 10.0 + stage_timeout * 0.1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    archs: tuple[str, ...]
+    lane_cuda: str | None                   # CUDA major.minor the torch lane promises, e.g. "13.0"
+    stages: tuple[str, ...]                 # planned, in ladder order
+    stage_timeout: float = MIN_STAGE_TIMEOUT
+    server_args: tuple[str, ...] = ()
+    server_env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, *, archs: Sequence[str], lane_cuda: str | None, stages: Sequence[str] | None = None,
+             stage_timeout: float = MIN_STAGE_TIMEOUT, profile: Profile | None = None) -> Plan:
+        profile = profile or Profile()
+        return cls(archs=tuple(archs), lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
+                   stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env))
+
+    @classmethod
+    def for_cell(cls, cell: Cell, *, stages: Sequence[str] | None = None, profile: Profile | None = None) -> Plan:
+        """A matrix cell's archs and lane; the stage deadline covers the profile's server timeout."""
+        profile = profile or Profile()
+        return cls.make(archs=cell.archs, lane_cuda=cell.lane.cuda_version, stages=stages, profile=profile,
+                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)))
+
+    @property
+    def deadline(self) -> float:
+        """Seconds the host waits for one stage's result."""
+        return self.stage_timeout + grace(self.stage_timeout)
+
+    def probe_args(self, mode: str) -> list[str]:
+        args = ["--archs", ",".join(self.archs), "--stages", ",".join(self.stages),
+                "--stage-timeout", str(self.stage_timeout), "--mode", mode,
+                "--server-args", json.dumps(list(self.server_args)), "--server-env", json.dumps(dict(self.server_env))]
+        return args + (["--lane-cuda", self.lane_cuda] if self.lane_cuda else [])
+
+
+def lane_from_labels(labels: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """(lane CUDA, archs) from the labels this project's builds put on an image."""
+    flavour = labels.get(f"{LABEL_PREFIX}.cuda")
+    return CUDA_FLAVOURS.get(flavour or ""), labels.get(f"{LABEL_PREFIX}.archs", "").split()

@@ -1,0 +1,46 @@
+"""The one place that knows where things live: the project root, matrix.yaml, the locks and the runs.
+
+Made once at the top (by `cli` and each command's argument parsing) and passed down, so that `lock`,
+`build`, `verify`, `promote` and `report` can never look in different places. The project root is
+where images/ (the Dockerfile and layer recipes) and lockfiles/ live; a matrix file may live
+elsewhere, its locks still go to the project's lockfiles/ (and `lock --check` then says whether
+they were made from that file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workspace:
+    root: Path       # the build context: images/, lockfiles/ and (by default) matrix.yaml
+    matrix: Path     # matrix.yaml
+    locks: Path      # lockfiles/
+    runs: Path       # one folder per run: logs, results.json, reports
+
+    @classmethod
+    def at(cls, root: Path = PROJECT_ROOT, *, matrix: Path | None = None, runs: Path | None = None,
+           locks: Path | None = None) -> Workspace:
+        root = root.resolve()
+        return cls(root=root, matrix=matrix or root / "matrix.yaml", locks=locks or root / "lockfiles",
+                   runs=runs or root / "runs")
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def cache(self) -> Path:
+        """Generated build inputs (per-cell metadata files) inside the build context."""
+        return self.root / ".cache"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+    def shown(self, path: Path) -> str:
+        """`path` relative to the project root when it is inside, for messages and records."""
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
