@@ -124,6 +124,8 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     ctx = prepare(client, spec, buildable, opts, run_dir)
     log.info(f"run {opts.run_id}: {len(buildable)} cell(s) to build, engine {found.version}; "
              f"{ctx.discovery.summary()}")
+    for warning in ctx.discovery.warnings:
+        log.warn(warning)
     try:
         for cell in cells:
             record = run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir)

@@ -56,11 +56,11 @@ def mark(status: str) -> str:
 
 
 def gpu_summary(cell: CellResult) -> str:
-    """Where the GPU stages ran: 'NVIDIA H200 (sm_90): gpu-visible, server, …' or 'not run on a GPU'."""
+    """Where the GPU stages ran: 'NVIDIA H200 (sm_90), in a container: all GPU stages' or 'not run on a GPU'."""
     places: dict[str, list[str]] = {}
     for stage in cell.stages:
         if stage.name in GPU_STAGES and stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
-            where = f"{stage.gpu} ({stage.arch or 'arch unknown'})"
+            where = f"{stage.gpu} ({stage.arch or 'arch unknown'}){placement(stage.where)}"
             places.setdefault(where, []).append(stage.name)
     if not places:
         return "not run on a GPU"
@@ -68,6 +68,12 @@ def gpu_summary(cell: CellResult) -> str:
         f"{where}: {'all GPU stages' if len(names) == len(GPU_STAGES) else ', '.join(names)}"
         for where, names in places.items()
     )
+
+
+def placement(where: str) -> str:
+    """`, in a container` or `, host mode`, from a stage's `where` (`container: NVIDIA H200 (sm_90)`)."""
+    mode = where.split(":", 1)[0].split(" ", 1)[0]
+    return {"container": ", in a container", "host": ", host mode"}.get(mode, "")
 
 
 def gpu_stage_places(cell: CellResult) -> list[tuple[str, str]]:

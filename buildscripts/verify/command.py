@@ -66,6 +66,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         options = {**gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None),
                    **network_options(client)}
         log.info(found_gpus.summary())
+        for warning in found_gpus.warnings:
+            log.warn(warning)
         cell = check_image(client, a.image, logs=run_dir, matrix=ws.matrix, archs=archs, lane_cuda=a.lane_cuda,
                            stages=stages, stage_timeout=a.stage_timeout, run_id=run_id, options=options,
                            profile=profile, keep=env.get(KEEP_ENV) == "1")

@@ -52,6 +52,7 @@ class Discovery:
     runtime: str | None = None          # "nvidia" (runtime) or "cdi": how containers get GPUs
     problem: str | None = None          # why GPU stages cannot run in containers here
     details: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()      # what may still go wrong in the containers (said before the first cell)
 
     @property
     def usable_in_containers(self) -> bool:
@@ -87,9 +88,9 @@ def container_runtime(info: Mapping[str, Any], cdi_kinds: Sequence[str]) -> str 
     return None
 
 
-def cdi_specs(dirs: Sequence[str]) -> dict[str, str]:
-    """{spec file: the device kind it declares} for the CDI specs in `dirs` (JSON is YAML too)."""
-    found: dict[str, str] = {}
+def read_cdi_specs(dirs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """{spec file: its content} for the readable CDI specs in `dirs` (JSON is YAML too)."""
+    found: dict[str, dict[str, Any]] = {}
     for folder in dirs:
         for path in sorted(glob.glob(f"{folder}/*")):
             if not path.endswith((".json", ".yaml", ".yml")):
@@ -100,8 +101,22 @@ def cdi_specs(dirs: Sequence[str]) -> dict[str, str]:
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 continue
             if isinstance(data, dict) and isinstance(data.get("kind"), str):
-                found[path] = data["kind"]
+                found[path] = data
     return found
+
+
+def cdi_specs(dirs: Sequence[str]) -> dict[str, str]:
+    """{spec file: the device kind it declares}."""
+    return {path: str(data["kind"]) for path, data in read_cdi_specs(dirs).items()}
+
+
+def refreshes_ld_cache(spec: Mapping[str, Any]) -> bool:
+    """Whether a CDI spec runs ldconfig in the container (nvidia-ctk's update-ldcache hook does). Without it
+    the driver's mounted libcuda.so.1 is missing from the ld cache and Triton fails at the first launch."""
+    edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices") or []]
+    hooks = [h for e in edits for h in e.get("hooks") or []]
+    return any("ldcache" in " ".join(h.get("args") or []) or str(h.get("path", "")).endswith("ldconfig")
+               for h in hooks)
 
 
 def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
@@ -117,7 +132,8 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
         return Discovery(problem="nvidia-smi lists no GPU")
     if docker_info is None:
         return Discovery(gpus=gpus, runtime="host")
-    specs = cdi_specs(docker_info.get("CDISpecDirs") or CDI_DIRS)
+    read = read_cdi_specs(docker_info.get("CDISpecDirs") or CDI_DIRS)
+    specs = {path: str(data["kind"]) for path, data in read.items()}
     runtime = container_runtime(docker_info, list(specs.values()))
     problem = None
     if runtime is None and CDI_KIND in specs.values():
@@ -127,7 +143,12 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
         problem = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu; install the "
                    "NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
                    "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
-    return Discovery(gpus=gpus, runtime=runtime, problem=problem, details={"cdi_specs": " ".join(specs)})
+    warnings: tuple[str, ...] = ()
+    if runtime == "cdi" and not any(refreshes_ld_cache(d) for d in read.values() if d["kind"] == CDI_KIND):
+        warnings = ("the CDI spec for nvidia.com/gpu has no hook that refreshes the container's ld cache: Triton "
+                    "will not find libcuda.so.1 (regenerate it with `nvidia-ctk cdi generate`)",)
+    return Discovery(gpus=gpus, runtime=runtime, problem=problem, details={"cdi_specs": " ".join(specs)},
+                     warnings=warnings)
 
 
 def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,

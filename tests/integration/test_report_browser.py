@@ -136,7 +136,7 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
     verified = chromium.evaluate(
         "Array.from(document.querySelectorAll('tr.cell-row')).filter(r => r.dataset.verdict === 'verified')"
         ".map(r => r.cells[r.cells.length - 1].textContent)")
-    assert verified == ["NVIDIA H200 (sm_90): all GPU stages"]
+    assert verified == ["NVIDIA H200 (sm_90), in a container: all GPU stages"]
     # The log excerpt holds a <script> tag: it must show as text, not run or become an element.
     assert chromium.evaluate("document.querySelectorAll('script').length") == 1
     assert "<script>alert" in chromium.evaluate("document.body.textContent")

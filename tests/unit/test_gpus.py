@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,16 @@ def test_per_gpu_results_combine_to_the_worst_per_stage() -> None:
     assert one_bad[1].status is Status.FAILED
     assert one_bad[1].reason == "on GPU 1: died at 30 s"
     assert one_bad[0].status is Status.PASSED
+
+
+def test_a_cdi_spec_without_an_ld_cache_hook_is_warned_about() -> None:
+    root = Path(__file__).resolve().parents[2]
+    measured = json.loads((root / "evidence" / "h200-container-2026-11-30" / "cdi-spec.json").read_text())
+    assert not gpus.refreshes_ld_cache(measured)  # the spec that made Triton miss libcuda.so.1 there
+    ldconfig = [{"hookName": "startContainer", "path": "/sbin/ldconfig"}]
+    with_ldconfig = {**measured, "containerEdits": {**measured["containerEdits"], "hooks": ldconfig}}
+    assert gpus.refreshes_ld_cache(with_ldconfig)
+    nvidia_ctk = {"kind": "nvidia.com/gpu", "devices": [], "containerEdits": {"hooks": [
+        {"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+         "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]}}
+    assert gpus.refreshes_ld_cache(nvidia_ctk)

@@ -25,7 +25,7 @@ def test_gpu_places_say_where_each_gpu_stage_ran_or_that_it_did_not() -> None:
     run = make_run()
     verified, cpu = run.cell(VERIFIED_ID), run.cell(CPU_ID)
     assert verified is not None and cpu is not None
-    assert common.gpu_summary(verified) == "NVIDIA H200 (sm_90): all GPU stages"
+    assert common.gpu_summary(verified) == "NVIDIA H200 (sm_90), in a container: all GPU stages"
     assert common.gpu_summary(cpu) == "not run on a GPU"
     assert all("NVIDIA H200 (sm_90)" in where for _, where in common.gpu_stage_places(verified))
     assert all(where.startswith("not run on a GPU") for _, where in common.gpu_stage_places(cpu))
@@ -37,7 +37,7 @@ def test_console_summary_marks_and_verdicts() -> None:
     text = out.export_text()
     assert "✓" in text and "✕" in text and "–" in text
     assert "verified" in text and "cpu-checked" in text and "expected-failure" in text
-    assert "NVIDIA H200 (sm_90): all GPU stages" in text and "not run on a GPU" in text
+    assert "NVIDIA H200 (sm_90), in a container: all GPU stages" in text and "not run on a GPU" in text
     assert "hint: use a CUDA toolkit >= 12.8 for sm_120a" in text
     narrow = Console(record=True, width=80, color_system=None)
     console.summary(make_run(), narrow)
