@@ -59,6 +59,18 @@ def promote(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def export(session: nox.Session) -> None:
+    """Export a verified image as an OCI archive for Proxmox VE (`-- CELL_OR_IMAGE [--out DIR]`)."""
+    _cli(session, "export")
+
+
+@nox.session(python=PYTHON)
+def preflight(session: nox.Session) -> None:
+    """Read-only checks of an LXC host, and a container (`-- --ctid ID` or `--lxc-name NAME`), for GPUs."""
+    _cli(session, "preflight")
+
+
+@nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images)."""
     session.install("-e", ".[test]")

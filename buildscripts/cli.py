@@ -24,6 +24,8 @@ COMMANDS = {
     "report": ("buildscripts.report", "render console/Markdown/HTML/JUnit reports from saved results"),
     "tag": ("buildscripts.publish.tagcmd", "apply the good tags that verified cells of a results file earned"),
     "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
+    "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
+    "preflight": ("buildscripts.publish.preflight", "read-only checks of an LXC host (and container) for GPUs"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
 }
 

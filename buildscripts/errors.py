@@ -96,3 +96,15 @@ class GpuError(FatalError):
     """A requested GPU does not exist, or GPUs were required and none can be used."""
 
     exit_code = 11
+
+
+class PreflightFailed(FatalError):
+    """The LXC host or container is not ready for a GPU image (the checks say what to add)."""
+
+    exit_code = 14
+
+
+class ExportError(FatalError):
+    """An image could not be written as an OCI archive (nothing partial is left)."""
+
+    exit_code = 15

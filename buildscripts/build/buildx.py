@@ -39,6 +39,7 @@ class Recipe:
     context: Path
     dockerfile: Path
     toolkit_script: Path
+    lxc_init: Path
     empty_lock: Path
     bootstrap_lock: Path
     cell_files: Path
@@ -47,6 +48,7 @@ class Recipe:
     def of(cls, ws: Workspace) -> Recipe:
         return cls(context=ws.root, dockerfile=ws.images / "Dockerfile",
                    toolkit_script=ws.images / "toolkit" / "assemble-cuda-home.sh",
+                   lxc_init=ws.images / "lxc" / "init.sh",
                    empty_lock=ws.images / "toolkit" / "empty.txt", bootstrap_lock=ws.locks / "bootstrap.txt",
                    cell_files=ws.cache / "cells")
 
@@ -54,8 +56,8 @@ class Recipe:
 def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -> str:
     """Content hash of everything the cell's image is built from: its candidate tag."""
     h = hashlib.sha256()
-    for path in (recipe.dockerfile, recipe.toolkit_script, recipe.bootstrap_lock, locks.lane, locks.sglang,
-                 locks.toolkit or recipe.empty_lock):
+    for path in (recipe.dockerfile, recipe.toolkit_script, recipe.lxc_init, recipe.bootstrap_lock, locks.lane,
+                 locks.sglang, locks.toolkit or recipe.empty_lock):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
     h.update(cell.toolkit.model_dump_json().encode())  # pip recipe and cuda_home, not only apt

@@ -15,7 +15,7 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--archs", default="sm_90a,sm_100a,sm_120a")
     ap.add_argument("--lane-cuda", default=None, help="CUDA major.minor of the torch lane, e.g. 13.0")
     ap.add_argument("--stages", default=",".join(core.ORDER))
-    ap.add_argument("--mode", choices=["container", "host"], default="container")
+    ap.add_argument("--mode", choices=["container", "host", "lxc"], default="container")
     ap.add_argument("--workdir", default="/tmp/probe")
     ap.add_argument("--stage-timeout", type=float, default=900.0)
     ap.add_argument("--server-args", default="[]", help="JSON list of sglang.launch_server flags")

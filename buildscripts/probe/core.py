@@ -21,7 +21,7 @@ class Context:
 
     archs: List[str]                      # target archs, e.g. ["sm_90a", "sm_100a", "sm_120a"]
     lane_cuda: Optional[str] = None       # CUDA major.minor the torch lane promises, e.g. "13.0"
-    mode: str = "container"               # "container" or "host"
+    mode: str = "container"               # "container", "host" or "lxc": where the probe runs
     workdir: str = "/tmp/probe"
     stage_timeout: float = 900.0
     server_args: List[str] = field(default_factory=list)

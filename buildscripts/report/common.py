@@ -71,9 +71,9 @@ def gpu_summary(cell: CellResult) -> str:
 
 
 def placement(where: str) -> str:
-    """`, in a container` or `, host mode`, from a stage's `where` (`container: NVIDIA H200 (sm_90)`)."""
+    """`, in a container`, `, host mode` or `, in an LXC container`, from a stage's `where`."""
     mode = where.split(":", 1)[0].split(" ", 1)[0]
-    return {"container": ", in a container", "host": ", host mode"}.get(mode, "")
+    return {"container": ", in a container", "host": ", host mode", "lxc": ", in an LXC container"}.get(mode, "")
 
 
 def gpu_stage_places(cell: CellResult) -> list[tuple[str, str]]:

@@ -18,18 +18,22 @@ from ..matrix import load
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..workspace import Workspace
-from . import gpus
+from . import gpus, lxc
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
-from .ladder import check_image, image_facts
-from .plan import DEFAULT_ARCHS, Plan
+from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
+from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="nox -s verify --", description=__doc__)
     ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3)")
-    ap.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
-    ap.add_argument("--python", default=sys.executable, help="with --host: the interpreter to verify")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
+    where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
+    where.add_argument("--lxc-name", metavar="NAME", help="verify in place in a running LXC container (lxc-attach)")
+    ap.add_argument("--python", help="with --host: the interpreter to verify (default: this one); with --lxc: "
+                                     "the container's interpreter, e.g. a venv's (default: python3)")
     ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
     ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
@@ -40,8 +44,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))
-    if not a.host and not a.image:
-        ap.error("give an IMAGE, or --host to verify this Python environment")
+    in_place = a.host or a.lxc or a.lxc_name
+    if not in_place and not a.image:
+        ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
+    if in_place and a.image:
+        ap.error("give an IMAGE or a place to verify in (--host, --lxc, --lxc-name), not both")
     return a
 
 
@@ -56,6 +63,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     profile = _profile(ws, a.profile)
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
+    elif a.lxc or a.lxc_name:
+        cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, ws)
     else:
         client = engine.connect()
         try:
@@ -77,7 +86,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if results.is_unexpected(cell.verdict):
-        msg = f"{a.image or 'host'}: {cell.verdict.value} ({cell.verdict_reason})"
+        msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
     return 0
 
@@ -97,9 +106,29 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
                      stage_timeout=a.stage_timeout, profile=profile)
     found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
-                           env=env, python=a.python)
+                           env=env, python=a.python or sys.executable)
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
                        image=ImageInfo(ref="host", id=f"host:{a.python}"), stages=found, run_id=run_id)
+
+
+def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
+                stages: list[str] | None, profile: Profile, ws: Workspace) -> CellResult:
+    """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
+    when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
+    image of this project carries (and an export keeps)."""
+    target = lxc.Target.pct(a.lxc) if a.lxc else lxc.Target.named(a.lxc_name)
+    labels = lxc.cell_labels(target)
+    label_lane, label_archs = lane_from_labels(labels)
+    plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
+                     stages=stages, stage_timeout=a.stage_timeout, profile=profile)
+    cell_id = a.cell_id or labels.get(f"{LABEL_PREFIX}.cell") or f"lxc-{target.ident}"
+    cell = matrix_cell(ws.matrix, cell_id)   # its declared expected failure applies in place too
+    found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
+    where = f"lxc:{target.tool}:{target.ident}"
+    return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(labels), targets=plan.archs,
+                       expected=cell.expected_failure() if cell else None,
+                       build=BuildResult(status=Status.PASSED, reason=f"in place: {target.shown}"),
+                       image=ImageInfo(ref=where, id=where, labels=labels), stages=found, run_id=run_id)
 
 
 def _detail(stage: StageResult) -> str:

@@ -62,7 +62,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
         info = ImageInfo(ref=image)
     label_lane, label_archs = lane_from_labels(info.labels)
     cell_id = cell.id if cell else info.labels.get(f"{LABEL_PREFIX}.cell", "adhoc")
-    cell = cell or (_matrix_cell(matrix, cell_id) if matrix else None)
+    cell = cell or (matrix_cell(matrix, cell_id) if matrix else None)
     plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
                      lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
                      stages=stages, stage_timeout=stage_timeout, profile=profile)
@@ -82,7 +82,7 @@ def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:
     return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
 
 
-def _matrix_cell(matrix: Path, cell_id: str) -> Cell | None:
+def matrix_cell(matrix: Path, cell_id: str) -> Cell | None:
     """The cell of matrix.yaml an image was built for (so its declared expected failure applies)."""
     try:
         spec = load(matrix)

@@ -87,6 +87,8 @@ def interpret(run: ProbeRun, planned: Sequence[str], stage_timeout: float) -> li
     elif not out and run.exit_code not in (0, None):
         current = "probe"
         why = f"the probe could not run ({run.python} exited with status {run.exit_code})"
+        if run.exit_code == 127:  # the shell found no such interpreter
+            why, cls = f"{why}: {run.python}: not found", "no-python-in-container"
     else:
         why = f"the probe ended (status {run.exit_code}) before this stage reported"
     out.append(failed(current, why, cls, log=tail))

@@ -52,13 +52,15 @@ def _tar(files: Mapping[str, bytes | object]) -> bytes:
     return buf.getvalue()
 
 
-def derive(client: docker.DockerClient, base: str, files: Mapping[str, bytes | object]) -> str:
-    """`base` plus `files` (path -> bytes, or FIFO), committed as a new throw-away image."""
+def derive(client: docker.DockerClient, base: str, files: Mapping[str, bytes | object],
+           changes: list[str] | None = None) -> str:
+    """`base` plus `files` (path -> bytes, or FIFO) and Dockerfile `changes` (ENV, LABEL, CMD), committed as a
+    new throw-away image."""
     holder = client.containers.create(base, command=["true"])
     try:
         holder.put_archive("/", _tar(files))
         tag = f"sglang-images-test/derived:{uuid.uuid4().hex[:10]}"
-        holder.commit(repository=tag.split(":", maxsplit=1)[0], tag=tag.split(":")[1])
+        holder.commit(repository=tag.split(":", maxsplit=1)[0], tag=tag.split(":")[1], changes=changes or [])
         return tag
     finally:
         holder.remove(force=True)

@@ -1,0 +1,225 @@
+"""`nox -s export -- CELL_OR_IMAGE [--out DIR] [--force]`: an OCI archive that Proxmox VE's `pct create`
+(and LXC's `oci` template) accepts, its sha256, and an install note with the exact commands.
+
+The archive is `NAME.oci.tar`: an OCI layout (oci-layout, index.json, blobs/) with gzip layers, written
+by skopeo from the local engine, with the cell's facts as manifest annotations (cell id, lock hashes,
+verdict, verified archs). Only an image that earned a good tag is exported, unless `--force`, and then
+the annotations say so. Everything is made in a hidden folder next to the target and moved into place
+at the end: an interrupted or failed export leaves no partial archive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import tarfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.images import Image
+
+from .. import engine, log, proc
+from ..errors import ConfigError, DiskSpaceError, ExportError
+from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
+from ..workspace import Workspace
+from . import pct
+
+REF_NAME = "latest"       # the tag inside the archive: `oci-archive:NAME.oci.tar:latest`
+GZIP_MAGIC = b"\x1f\x8b"
+FORCED = f"{LABEL_PREFIX}.export.forced"
+ANNOTATED = ("cell", "verdict", "verified.archs", "verified.gpus", "results.digest", "tested-image", "sglang",
+             "lane", "toolkit", "archs")
+
+
+@dataclass(frozen=True)
+class Exported:
+    archive: Path
+    sha256: str
+    size_bytes: int
+    image_size_bytes: int
+    seconds: float
+    note: Path
+
+
+def resolve(client: docker.DockerClient, what: str) -> Image:
+    """An image reference or id, else a cell id: its newest local image, a good tag's first."""
+    try:
+        return client.images.get(what)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:  # e.g. a name that is no valid reference
+        if "invalid reference" not in str(exc).lower():
+            raise
+    found = client.images.list(filters={"label": f"{LABEL_PREFIX}.cell={what}"})
+    if not found:
+        msg = f"{what!r} is neither a local image nor a cell with a built image"
+        raise ConfigError(msg, hint=f"build it first (`nox -s build -- --only {what}`), or give an image reference")
+    return max(found, key=lambda i: (not_good_because(dict(i.labels or {})) is None, i.attrs.get("Created", "")))
+
+
+def not_good_because(labels: Mapping[str, str]) -> str | None:
+    """Why an image has not earned a good tag (good tags point at labelled children of verified images)."""
+    if labels.get(f"{LABEL_PREFIX}.verdict") != "verified" or not labels.get(f"{LABEL_PREFIX}.tested-image"):
+        return "it is not the image of a good tag (no verification on a GPU recorded in its labels)"
+    return None
+
+
+def manifest_annotations(labels: Mapping[str, str], *, forced: str | None) -> dict[str, str]:
+    found = {f"{LABEL_PREFIX}.{k}": labels[f"{LABEL_PREFIX}.{k}"] for k in ANNOTATED
+             if labels.get(f"{LABEL_PREFIX}.{k}")}
+    found.update({k: v for k, v in labels.items() if k.startswith((f"{LABEL_PREFIX}.lock.", "org.opencontainers."))})
+    if forced:
+        found[FORCED] = f"true: {forced}"
+    return dict(sorted(found.items()))
+
+
+def annotate(layout: Path, extra: Mapping[str, str]) -> str:
+    """Add `extra` to the annotations of the layout's one manifest; return the new manifest digest.
+    Config and layer blobs are untouched (the image id stays the tested one)."""
+    index_path = layout / "index.json"
+    index = json.loads(index_path.read_text())
+    (entry,) = index["manifests"]
+    old = layout / "blobs" / Path(*entry["digest"].split(":", 1))
+    manifest = json.loads(old.read_bytes())
+    manifest["annotations"] = {**manifest.get("annotations", {}), **extra}
+    data = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    (layout / "blobs" / "sha256" / digest.split(":", 1)[1]).write_bytes(data)
+    if old.name != digest.split(":", 1)[1]:
+        old.unlink()
+    entry.update(digest=digest, size=len(data))
+    index_path.write_text(json.dumps(index, separators=(",", ":"), sort_keys=True))
+    return digest
+
+
+def layer_problems(layout: Path) -> list[str]:
+    """Layers that are not gzip (Proxmox unpacks gzip; mediaTypes alone are not to be trusted)."""
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].split(":", 1)[1]).read_bytes())
+    problems = []
+    for layer in manifest["layers"]:
+        with (blobs / layer["digest"].split(":", 1)[1]).open("rb") as fh:
+            magic = fh.read(2)
+        if not layer["mediaType"].endswith("+gzip") or magic != GZIP_MAGIC:
+            problems.append(f"{layer['digest'][:19]} ({layer['mediaType']})")
+    return problems
+
+
+def pack(layout: Path, archive: Path) -> None:
+    """A reproducible tar of the layout (sorted names, no times, no owners); the layout's blobs are consumed."""
+    def add(tar: tarfile.TarFile, path: Path) -> None:
+        info = tar.gettarinfo(str(path), arcname=str(path.relative_to(layout)))
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        info.mode = 0o755 if info.isdir() else 0o644
+        if info.isfile():
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+        else:
+            tar.addfile(info)
+
+    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in [layout / "oci-layout", layout / "index.json", layout / "blobs", *sorted(
+                (layout / "blobs").rglob("*"))]:
+            add(tar, path)
+            if path.is_file() and path.parent.name == "sha256":
+                path.unlink()  # the layout is scratch: the disk holds one copy of each blob, not two
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_target(out: Path, need_bytes: int) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{uuid.uuid4().hex[:8]}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        msg = f"cannot write the archive to {out}: {exc.strerror}"
+        raise ConfigError(msg, hint="pass --out DIR with a folder you can write to") from None
+    free = shutil.disk_usage(out).free
+    if free < need_bytes:
+        msg = f"only {free / 1e9:.1f} GB free in {out}; exporting this image needs about {need_bytes / 1e9:.1f} GB"
+        raise DiskSpaceError(msg, hint="free space there, or pass --out DIR on a larger disk")
+
+
+def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
+           cuda: str | None = None) -> Exported:
+    size = int(image.attrs.get("Size", 0))
+    # The gzip layout and the archive each take up to the compressed size (about half; never more).
+    check_target(out, size)
+    skopeo = proc.which("skopeo", hint="apt-get install skopeo (`.ci/install-engine` does)")
+    labels = dict(image.labels or {})
+    work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    try:
+        work.mkdir()
+        done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip",
+                         f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200)
+        if not done.ok:
+            msg = f"skopeo could not export {image.id}: {done.tail(5)}"
+            raise ExportError(msg, hint="check that skopeo can reach the Docker engine (DOCKER_HOST)")
+        bad = layer_problems(work / "layout")
+        if bad:
+            msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
+            raise ExportError(msg, hint="Proxmox unpacks gzip layers; upgrade skopeo")
+        annotate(work / "layout", manifest_annotations(labels, forced=forced))
+        pack(work / "layout", work / "archive.tar")
+        digest = sha256_of(work / "archive.tar")
+        archive = out / f"{name}.oci.tar"
+        (work / "archive.tar").replace(archive)   # the one visible step: a whole archive or none
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    (out / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
+    plan = pct.Plan(archive=archive.name, cuda=cuda)
+    note = out / f"{name}.proxmox.md"
+    note.write_text(pct.install_note(plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced),
+                                     forced=forced))
+    return Exported(archive, digest, archive.stat().st_size, size, round(time.monotonic() - started, 1), note)
+
+
+def archive_name(image: Image, what: str) -> str:
+    cell = (image.labels or {}).get(f"{LABEL_PREFIX}.cell")
+    raw = cell or what.replace("/", "_").replace(":", "_")
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in raw)
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    del env  # nothing here reads the environment
+    ws = ws or Workspace.at()
+    ap = argparse.ArgumentParser(prog="nox -s export --", description=__doc__.splitlines()[0])
+    ap.add_argument("image", metavar="CELL_OR_IMAGE", help="a cell id (its built image) or an image reference")
+    ap.add_argument("--out", type=Path, default=ws.root / "exports", help="folder for the archive (default exports/)")
+    ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
+    ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
+    a = ap.parse_args(list(argv))
+    client = engine.connect()
+    image = resolve(client, a.image)
+    labels = dict(image.labels or {})
+    why_not = not_good_because(labels)
+    if why_not and not a.force:
+        msg = f"{a.image}: {why_not}"
+        raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
+                                    "or pass --force to export it marked as unverified")
+    name = a.name or archive_name(image, a.image)
+    cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
+    with log.working(f"exporting {image.id} to {a.out}"):
+        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda)
+    if why_not:
+        log.warn(f"exported although {why_not}; the archive's annotations say so")
+    log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "
+             f"{done.seconds:.0f} s), sha256 {done.sha256}; commands: {done.note}")
+    return 0

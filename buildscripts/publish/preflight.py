@@ -1,0 +1,254 @@
+"""`nox -s preflight`: is this LXC host (Proxmox or plain LXC), and optionally one container, ready to
+run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
+container a few questions, and prints per check what passed, what failed, and the exact lines to add.
+It never edits the host or the container.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
+
+from .. import log, proc
+from ..errors import ConfigError, PreflightFailed
+from ..matrix.schema import CUDA_FLAVOURS
+from ..verify.lxc import LXC_PATH, Target, running
+from ..workspace import Workspace
+
+# The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
+MIN_DRIVER_BRANCH = {"12.8": 570, "12.9": 575, "13.0": 580}
+NVIDIA_HOOK = "/usr/share/lxc/hooks/nvidia"
+DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+SHM_WANTED_KB = 16 * 1024 * 1024    # what the verifier gives containers (SGLang's queues, NCCL)
+LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$")
+Attach = Callable[[Sequence[str]], tuple[int, str]]   # a command inside the container -> (exit, output)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str                       # pass | fail | warn | skip
+    detail: str
+    fix: tuple[str, ...] = ()         # exact lines to add, or commands to run
+
+
+@dataclass(frozen=True)
+class HostView:
+    """The host's files, rooted at `root` (the real host at /; a fixture tree in tests)."""
+
+    root: Path = Path("/")
+
+    def read(self, path: str) -> str | None:
+        try:
+            return (self.root / path.lstrip("/")).read_text(errors="replace")
+        except OSError:
+            return None
+
+    def device_nodes(self) -> dict[str, tuple[int, int]]:
+        """{/dev/nvidia*: (major, minor)} for the character devices present."""
+        found: dict[str, tuple[int, int]] = {}
+        for path in sorted((self.root / "dev").glob("nvidia*")):
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            if stat.S_ISCHR(info.st_mode):
+                found[f"/dev/{path.name}"] = (os.major(info.st_rdev), os.minor(info.st_rdev))
+        return found
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    target: Target
+    config: str | None                                 # the config file's text (None: unreadable)
+    attach: Attach | None = None                       # None when the container is not running
+    state: str = ""
+
+    def keys(self, key: str) -> list[str]:
+        """Values of `key: value` (Proxmox) or `key = value` (LXC) lines."""
+        found = (re.match(r"^([\w.]+)\s*[:=]\s*(.*)$", line.strip()) for line in (self.config or "").splitlines())
+        return [m.group(2).strip() for m in found if m and m.group(1) == key]
+
+
+def kernel_module(host: HostView) -> tuple[Check, str | None]:
+    text = host.read("/proc/driver/nvidia/version")
+    match = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([\d.]+)", text or "")
+    if match is None:
+        return Check("kernel module", "fail", "no NVIDIA kernel module is loaded (/proc/driver/nvidia/version)",
+                     ("install the NVIDIA driver on the host (Proxmox: the .run installer or Debian's "
+                      "nvidia-driver, with the pve headers), then `modprobe nvidia`",)), None
+    return Check("kernel module", "pass", f"NVIDIA kernel module {match.group(1)}"), match.group(1)
+
+
+def driver_for_cuda(version: str | None, cuda: str | None) -> Check:
+    if version is None:
+        return Check("driver for the image's CUDA", "skip", "no kernel module to compare")
+    if cuda is None:
+        return Check("driver for the image's CUDA", "skip", "no CUDA given (--cuda 13.0 or --image REF)")
+    need = MIN_DRIVER_BRANCH.get(cuda)
+    if need is None:
+        return Check("driver for the image's CUDA", "skip", f"no known minimum driver for CUDA {cuda}")
+    branch = int(version.split(".")[0])
+    if branch < need:
+        return Check("driver for the image's CUDA", "fail",
+                     f"driver {version} is older than CUDA {cuda} needs (branch {need} or newer)",
+                     (f"install an NVIDIA driver of branch {need} or newer on the host, or use an image of an "
+                      "older CUDA lane",))
+    return Check("driver for the image's CUDA", "pass", f"driver {version} runs CUDA {cuda} (needs {need}+)")
+
+
+def device_nodes(host: HostView) -> tuple[Check, dict[str, tuple[int, int]]]:
+    nodes = host.device_nodes()
+    gpus = sorted(n for n in nodes if re.fullmatch(r"/dev/nvidia\d+", n))
+    missing = [f"/dev/{n}" for n in DEVICE_NODES if f"/dev/{n}" not in nodes]
+    if not gpus or "/dev/nvidiactl" in missing:
+        return Check("device nodes", "fail", "no /dev/nvidia0 or /dev/nvidiactl on the host",
+                     ("modprobe nvidia && nvidia-smi   # creates /dev/nvidia0.. and /dev/nvidiactl",)), nodes
+    majors = sorted({f"{node} {major}:{minor}" for node, (major, minor) in nodes.items()})
+    if missing:
+        return Check("device nodes", "fail", "missing " + ", ".join(missing) + "; present: " + "; ".join(majors),
+                     ("modprobe nvidia-uvm && nvidia-modprobe -u -c=0   # creates /dev/nvidia-uvm*",)), nodes
+    return Check("device nodes", "pass", "; ".join(majors)), nodes
+
+
+def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) -> Check:
+    if view.config is None:
+        return Check("container config", "fail", f"cannot read {view.target.config_path()}",
+                     (f"check the container exists: {'pct list' if view.target.tool == 'pct' else 'lxc-ls -f'}",))
+    unprivileged = bool(view.keys("unprivileged") and view.keys("unprivileged")[0] == "1") or bool(
+        view.keys("lxc.idmap"))
+    hook = any(NVIDIA_HOOK in v for v in view.keys("lxc.hook.mount"))
+    kind = "unprivileged" if unprivileged else "privileged"
+    if hook:
+        if not unprivileged:
+            return Check("container config", "fail", "the nvidia mount hook refuses privileged containers",
+                         ("use an unprivileged container (`unprivileged: 1`), or pass the devices without the hook",))
+        return Check("container config", "pass", f"{kind}, LXC's nvidia mount hook (host libraries injected)")
+    wanted = sorted(nodes)
+    devs = {v.split(",")[0].strip() for k in range(64) for v in view.keys(f"dev{k}")}   # Proxmox devN:
+    binds = _bind_mounts(view)
+    missing = [n for n in wanted if n not in devs | binds]
+    if view.target.tool == "pct" and not binds:
+        # devN passthrough also grants the device cgroup: nothing else to add.
+        first = next(k for k in range(64) if not view.keys(f"dev{k}"))
+        lines = [f"dev{first + i}: {node}" for i, node in enumerate(missing)]
+    else:
+        sep = ":" if view.target.tool == "pct" else " ="
+        allowed = " ".join(view.keys("lxc.cgroup2.devices.allow"))
+        lines = [f"lxc.mount.entry{sep} {n} {n[1:]} none bind,optional,create=file" for n in missing]
+        lines += [f"lxc.cgroup2.devices.allow{sep} c {m}:* rwm" for m in sorted({mj for mj, _ in nodes.values()})
+                  if f"c {m}:" not in allowed and allowed.strip() != "a"]
+    if lines:
+        what = ", ".join(missing) if missing else "the device cgroup does not allow their majors"
+        return Check("container config", "fail", f"{kind}; GPU devices not passed: {what}",
+                     (f"add to {view.target.config_path()}:", *lines))
+    return Check("container config", "pass", f"{kind}; every /dev/nvidia* node passed through")
+
+
+def _bind_mounts(view: ContainerView) -> set[str]:
+    return {v.split()[0] for v in view.keys("lxc.mount.entry") if v.startswith("/dev/nvidia")}
+
+
+def shared_memory(view: ContainerView) -> Check:
+    if view.attach is None:
+        return Check("/dev/shm", "skip", f"{view.target.shown} is not running: {view.state}")
+    code, out = view.attach(["df", "-k", "/dev/shm"])
+    sizes = [int(parts[1]) for line in out.splitlines()[1:] if len(parts := line.split()) > 1 and parts[1].isdigit()]
+    if code != 0 or not sizes:
+        return Check("/dev/shm", "warn", f"could not read its size: {out.strip()[-200:]}")
+    if sizes[0] < SHM_WANTED_KB:
+        have = f"{sizes[0] // 1024} MiB"
+        return Check("/dev/shm", "warn", f"{have}; SGLang and NCCL want more (the verifier gives 16 GiB)",
+                     ("give the container more memory (/dev/shm is a tmpfs of half of it), or add: "
+                      "lxc.mount.entry: tmpfs dev/shm tmpfs size=16G,nosuid,nodev,create=dir 0 0",))
+    return Check("/dev/shm", "pass", f"{sizes[0] // 1024} MiB")
+
+
+def userspace_driver(view: ContainerView, host_version: str | None) -> Check:
+    if any(NVIDIA_HOOK in v for v in view.keys("lxc.hook.mount")):
+        return Check("driver in the container", "skip", "the nvidia hook mounts the host's own libraries")
+    if view.attach is None:
+        return Check("driver in the container", "skip", f"{view.target.shown} is not running: {view.state}")
+    _, out = view.attach(["sh", "-c", "ls /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 "
+                                         "2>/dev/null | grep '^libcuda\\.so\\.'"])
+    versions = sorted({m.group(1) for line in out.split() if (m := LIBCUDA.search(line)) and m.group(1).count(".")})
+    if not versions:
+        return Check("driver in the container", "fail", "no libcuda.so.<version> in the container",
+                     (f"install the host's driver userspace without its kernel module in the container: "
+                      f"NVIDIA-Linux-x86_64-{host_version or 'VERSION'}.run --no-kernel-module",))
+    if host_version and host_version not in versions:
+        return Check("driver in the container", "fail",
+                     f"the container has libcuda {', '.join(versions)}, the host's kernel module is {host_version}",
+                     (f"install exactly {host_version}'s userspace in the container (--no-kernel-module)",))
+    return Check("driver in the container", "pass", f"libcuda {', '.join(versions)}")
+
+
+def run_checks(host: HostView, container: ContainerView | None, cuda: str | None) -> list[Check]:
+    module, version = kernel_module(host)
+    nodes_check, nodes = device_nodes(host)
+    checks = [module, driver_for_cuda(version, cuda), nodes_check]
+    if nodes and "/dev/nvidia-uvm" not in nodes:
+        checks.append(Check("nvidia-uvm", "fail", "the nvidia-uvm module is not loaded (CUDA needs it)",
+                            ("modprobe nvidia-uvm   # and add nvidia-uvm to /etc/modules-load.d/",)))
+    if container is not None:
+        checks += [container_config(container, nodes), shared_memory(container),
+                   userspace_driver(container, version)]
+    return checks
+
+
+def container_view(target: Target, lxc_path: Path) -> ContainerView:
+    path = target.config_path(lxc_path)
+    try:
+        config: str | None = path.read_text(errors="replace")
+    except OSError:
+        config = None
+    is_running, state = running(target) if config is not None else (False, "no config")
+
+    def attach(argv: Sequence[str]) -> tuple[int, str]:
+        done = proc.run(target.exec_argv(argv), timeout=60)
+        return done.returncode, done.output
+
+    return ContainerView(target, config, attach if is_running else None, state)
+
+
+def show(checks: Sequence[Check]) -> None:
+    marks = {"pass": "[green]✓ pass[/]", "fail": "[red]✕ fail[/]", "warn": "[yellow]! warn[/]",
+             "skip": "[dim]– skip[/]"}
+    table = Table("check", "result", "detail", title="LXC host preflight (read-only)")
+    for check in checks:
+        table.add_row(check.name, marks[check.status], check.detail)
+    log.console.print(table)
+    for check in checks:
+        if check.fix and check.status in ("fail", "warn"):
+            log.console.print(f"[bold]{check.name}[/]:", markup=True)
+            for line in check.fix:
+                log.console.print(f"  {line}", markup=False, highlight=False)
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    del ws, env  # read-only host inspection: nothing of the workspace or the environment
+    ap = argparse.ArgumentParser(prog="nox -s preflight --", description=__doc__.splitlines()[0])
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--ctid", help="a Proxmox container id to check too (read with pct)")
+    where.add_argument("--lxc-name", help="a plain LXC container name to check too (read with lxc-attach)")
+    ap.add_argument("--cuda", help="the image's CUDA, e.g. 13.0 (checked against the host's driver)")
+    ap.add_argument("--lxc-path", type=Path, default=LXC_PATH, help="LXC's container folder (plain LXC)")
+    a = ap.parse_args(list(argv))
+    if a.cuda and a.cuda not in CUDA_FLAVOURS.values():
+        msg = f"--cuda {a.cuda!r} is not a CUDA this project builds for"
+        raise ConfigError(msg, hint="one of " + ", ".join(sorted(CUDA_FLAVOURS.values())))
+    target = Target.pct(a.ctid) if a.ctid else Target.named(a.lxc_name) if a.lxc_name else None
+    checks = run_checks(HostView(), container_view(target, a.lxc_path) if target else None, a.cuda)
+    show(checks)
+    failed = [c.name for c in checks if c.status == "fail"]
+    if failed:
+        msg = f"{len(failed)} preflight check(s) failed: {', '.join(failed)}"
+        raise PreflightFailed(msg, hint="add the lines shown above, then run the preflight again")
+    return 0

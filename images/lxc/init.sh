@@ -1,0 +1,26 @@
+#!/bin/sh
+# The image's init when it runs as a system container (Proxmox VE's OCI containers, `lxc-start`): it keeps
+# the container up and stops at once on the signals LXC and Proxmox send. When
+# /etc/sglang-images/server.args holds server flags, it runs
+#   python3 -m sglang.launch_server <those flags>
+# in a login environment (CUDA_HOME and PATH from /etc/profile.d/sglang-images.sh), logs to
+# /var/log/sglang-server.log and starts it again 10 s after it exits.
+ARGS=/etc/sglang-images/server.args
+child=""
+stop() {
+  [ -n "$child" ] && kill "$child" 2>/dev/null
+  exit 0
+}
+trap stop TERM INT PWR HUP
+while :; do
+  if [ -s "$ARGS" ]; then
+    sh -lc "exec python3 -m sglang.launch_server $(cat "$ARGS")" >>/var/log/sglang-server.log 2>&1 &
+    child=$!
+    wait "$child"
+    child=""
+    sleep 10 &
+  else
+    sleep 3600 &
+  fi
+  wait $!
+done

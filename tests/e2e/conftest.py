@@ -1,0 +1,44 @@
+"""The real cells of the e2e tier, built and verified once per session by `nox -s build`'s code path and
+shared by every e2e module; the images this session made are removed at its end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts.results import RunResults
+from buildscripts.verify import gpus
+
+ROOT = Path(__file__).resolve().parents[2]
+CELLS = "sglang0.5.16-torch2.11.0-cu130-*"
+
+
+@pytest.fixture(scope="session")
+def gpu_in_containers() -> bool:
+    """Whether this runner hands a GPU to containers: then the GPU stages must pass, else be skipped."""
+    return gpus.discover(docker.from_env().info()).usable_in_containers
+
+
+@pytest.fixture(scope="session")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
+    client = docker.from_env()
+    before = {str(i.id) for i in client.images.list()}
+    tagged_before = {t for i in client.images.list() for t in i.tags}
+    runs = tmp_path_factory.mktemp("runs")
+    done = subprocess.run(
+        [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
+    results = RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
+    yield results
+    for ref in {t for c in results.cells for t in c.tags} - tagged_before:  # good tags this run applied
+        client.images.remove(ref, force=True)
+    for made in {c.image.id for c in results.cells if c.image.id} - before:  # only this test's images
+        client.images.remove(made, force=True)

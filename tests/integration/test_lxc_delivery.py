@@ -1,0 +1,162 @@
+"""Delivery into LXC with real parts: `export` writes an OCI archive from the local engine, LXC's own `oci`
+template creates a real container from it, and `verify --lxc-name` runs the probe in place, with the
+container's Python and the environment a login shell has there. A tiny image stands in for SGLang here
+(the real cells go through the same path in tests/e2e/test_lxc_cells.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts.errors import DiskSpaceError
+from buildscripts.publish import export
+from tests.integration import tinyimages
+from tests.lxc_container import attach, container
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_CUDA = "/opt/fake-cuda"
+CELL = "tiny-lxc-cell"
+LABELS = {"io.sglang-images.cell": CELL, "io.sglang-images.cuda": "cu130", "io.sglang-images.archs": "sm_90a"}
+
+
+def _need(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        import os
+
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs {', '.join(missing)} (.ci/install-engine installs them)")
+        pytest.skip(f"not installed: {', '.join(missing)}")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "buildscripts", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900)
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[dict[str, str]]:
+    """A tiny image shaped like a cell (init, cell.json, profile.d, ENV), and a 'good tag' child of it."""
+    _need("skopeo", "umoci", "jq", "lxc-create")
+    client = docker.from_env()
+    files = {
+        "/usr/local/sbin/sglang-images-init": (ROOT / "images" / "lxc" / "init.sh").read_bytes(),
+        "/etc/sglang-images/cell.json": json.dumps(LABELS).encode(),
+        "/etc/environment": f"CUDA_HOME={FAKE_CUDA}\n".encode(),
+        "/etc/profile.d/sglang-images.sh": f'export CUDA_HOME="{FAKE_CUDA}"\n'.encode(),
+    }
+    labels = [f'LABEL "{k}"="{v}"' for k, v in LABELS.items()]
+    plain = tinyimages.derive(client, tinyimages.python_image(client), files,
+                              [f"ENV CUDA_HOME={FAKE_CUDA}", 'CMD ["/usr/local/sbin/sglang-images-init"]', *labels])
+    tested = client.images.get(plain).id
+    good = tinyimages.derive(client, plain, {}, ['LABEL "io.sglang-images.verdict"="verified"',
+                                                f'LABEL "io.sglang-images.tested-image"="{tested}"',
+                                                'LABEL "io.sglang-images.verified.archs"="sm90"'])
+    yield {"plain": plain, "good": good}
+    for ref in (good, plain):
+        client.images.remove(ref, force=True)
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir()) if out.exists() else []
+
+
+def test_an_image_without_a_good_tag_is_refused(images: dict[str, str], tmp_path: Path) -> None:
+    done = cli("export", images["plain"], "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert "not the image of a good tag" in done.stderr and "--force" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_the_archive_is_an_oci_layout_with_gzip_layers_and_the_cells_annotations(
+        images: dict[str, str], tmp_path: Path) -> None:
+    done = cli("export", images["good"], "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    archive = tmp_path / f"{CELL}.oci.tar"
+    assert leftovers(tmp_path) == sorted([archive.name, f"{archive.name}.sha256", f"{CELL}.proxmox.md"])
+    assert (tmp_path / f"{archive.name}.sha256").read_text().split()[0] == export.sha256_of(archive)
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert names[:3] == ["oci-layout", "index.json", "blobs"] and all(n.startswith("blobs/") for n in names[3:])
+    raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{archive}:latest"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert all(layer["mediaType"].endswith("tar+gzip") for layer in raw["layers"])
+    notes = raw["annotations"]
+    assert notes["io.sglang-images.cell"] == CELL and notes["io.sglang-images.verdict"] == "verified"
+    assert export.FORCED not in notes
+    note = (tmp_path / f"{CELL}.proxmox.md").read_text()
+    assert f"pct create 200 local:vztmpl/{archive.name}" in note and "--dev0 /dev/nvidia0" in note
+    again = cli("export", images["good"], "--out", str(tmp_path / "again"))
+    assert again.returncode == 0
+    assert export.sha256_of(tmp_path / "again" / archive.name) == export.sha256_of(archive)  # reproducible
+
+
+def test_bad_targets_leave_nothing_behind(images: dict[str, str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    done = cli("export", images["good"], "--out", "/proc/sglang-images-export")
+    assert done.returncode == 2 and "cannot write the archive to /proc/sglang-images-export" in done.stderr
+
+    class Usage:
+        free = 10_000
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
+    with pytest.raises(DiskSpaceError, match="GB free"):
+        export.main([images["good"], "--out", str(tmp_path)])
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def forced_archive(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export")
+    done = cli("export", images["plain"], "--out", str(out), "--force")
+    assert done.returncode == 0, done.stderr
+    assert "exported although" in done.stderr
+    return out / f"{CELL}.oci.tar"
+
+
+def test_a_forced_export_says_so_in_its_annotations(forced_archive: Path) -> None:
+    raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{forced_archive}:latest"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert raw["annotations"][export.FORCED].startswith("true: it is not the image of a good tag")
+    assert "Not verified on a GPU" in (forced_archive.parent / f"{CELL}.proxmox.md").read_text()
+
+
+def test_verify_in_place_in_a_real_lxc_container(forced_archive: Path, tmp_path: Path) -> None:
+    with container(forced_archive) as name:
+        out = tmp_path / "lxc.json"
+        done = cli("verify", "--lxc-name", name, "--stages", "facts,import", "--out", str(out))
+        assert done.returncode == 10, done.stderr   # import fails: no torch in the tiny image
+        cell = json.loads(out.read_text())["cells"][0]
+        assert cell["cell_id"] == CELL                 # from /etc/sglang-images/cell.json in the container
+        facts, imports = cell["stages"]
+        assert facts["status"] == "passed" and facts["where"] == "lxc (cpu)"
+        assert facts["evidence"]["env"]["CUDA_HOME"] == FAKE_CUDA  # the container's login environment
+        assert imports["failure_class"] == "required-module-missing"
+        # The init is the image's: it stays up and is the container's PID 1.
+        assert "sglang-images-init" in attach(name, "cat", "/proc/1/cmdline")
+
+
+def test_a_missing_or_stopped_container_and_a_missing_python(forced_archive: Path, tmp_path: Path) -> None:
+    missing = cli("verify", "--lxc-name", "sgi-test-no-such-container", "--out", str(tmp_path / "a.json"))
+    assert missing.returncode == 10 and "Traceback" not in missing.stderr
+    first = json.loads((tmp_path / "a.json").read_text())["cells"][0]["stages"][0]
+    assert first["failure_class"] == "lxc-not-running" and "pct start" in first["hint"]
+    with container(forced_archive, start=False) as name:
+        stopped = cli("verify", "--lxc-name", name, "--out", str(tmp_path / "b.json"))
+        assert stopped.returncode == 10
+        assert "STOPPED" in json.loads((tmp_path / "b.json").read_text())["cells"][0]["stages"][0]["reason"]
+    with container(forced_archive) as name:
+        nopython = cli("verify", "--lxc-name", name, "--python", "/opt/no/python3", "--stages", "facts",
+                       "--out", str(tmp_path / "c.json"))
+        assert nopython.returncode == 10
+        stage = json.loads((tmp_path / "c.json").read_text())["cells"][0]["stages"][0]
+        assert stage["failure_class"] == "no-python-in-container", stage
