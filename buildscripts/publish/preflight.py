@@ -131,6 +131,8 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
             return Check("container config", "fail", "the nvidia mount hook refuses privileged containers",
                          ("use an unprivileged container (`unprivileged: 1`), or pass the devices without the hook",))
         return Check("container config", "pass", f"{kind}, LXC's nvidia mount hook (host libraries injected)")
+    if not nodes:
+        return Check("container config", "skip", f"{kind}; no /dev/nvidia* on the host to pass through yet")
     wanted = sorted(nodes)
     devs = {v.split(",")[0].strip() for k in range(64) for v in view.keys(f"dev{k}")}   # Proxmox devN:
     binds = _bind_mounts(view)
@@ -161,13 +163,17 @@ def shared_memory(view: ContainerView) -> Check:
         return Check("/dev/shm", "skip", f"{view.target.shown} is not running: {view.state}")
     code, out = view.attach(["df", "-k", "/dev/shm"])
     sizes = [int(parts[1]) for line in out.splitlines()[1:] if len(parts := line.split()) > 1 and parts[1].isdigit()]
+    sep = ":" if view.target.tool == "pct" else " ="
+    mount = f"lxc.mount.entry{sep} tmpfs dev/shm tmpfs size=16G,nosuid,nodev,create=dir 0 0"
+    if "No such file" in out:
+        return Check("/dev/shm", "fail", "the container has no /dev/shm (PyTorch, SGLang and NCCL need one)",
+                     (f"add to {view.target.config_path()}: {mount}", "(this project's images mount one at start)"))
     if code != 0 or not sizes:
         return Check("/dev/shm", "warn", f"could not read its size: {out.strip()[-200:]}")
     if sizes[0] < SHM_WANTED_KB:
         have = f"{sizes[0] // 1024} MiB"
         return Check("/dev/shm", "warn", f"{have}; SGLang and NCCL want more (the verifier gives 16 GiB)",
-                     ("give the container more memory (/dev/shm is a tmpfs of half of it), or add: "
-                      "lxc.mount.entry: tmpfs dev/shm tmpfs size=16G,nosuid,nodev,create=dir 0 0",))
+                     (f"give the container more memory (/dev/shm is a tmpfs of half of it), or add: {mount}",))
     return Check("/dev/shm", "pass", f"{sizes[0] // 1024} MiB")
 
 

@@ -6,6 +6,10 @@
 # in a login environment (CUDA_HOME and PATH from /etc/profile.d/sglang-images.sh), logs to
 # /var/log/sglang-server.log and starts it again 10 s after it exits.
 ARGS=/etc/sglang-images/server.args
+# LXC gives a container no /dev/shm of its own (systemd would mount one); PyTorch, SGLang and NCCL need it.
+if ! grep -qs ' /dev/shm ' /proc/mounts; then
+  mkdir -p /dev/shm && mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /dev/shm 2>/dev/null || true
+fi
 child=""
 stop() {
   [ -n "$child" ] && kill "$child" 2>/dev/null

@@ -80,6 +80,7 @@ def test_the_pip_cell_passes_every_cpu_stage_inside_lxc(run: RunResults, tmp_pat
                 "empty login": attach(name, "env", "-i", "/bin/sh", "-lc", 'echo "$CUDA_HOME $(command -v nvcc)"'),
                 "init": attach(name, "/bin/sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep ^CUDA_HOME="),
                 "systemd": attach(name, "cat", "/etc/systemd/system.conf.d/sglang-images.conf"),
+                "shm": attach(name, "/bin/sh", "-c", "grep ' /dev/shm ' /proc/mounts"),
             }
     finally:
         archive.unlink(missing_ok=True)
@@ -92,6 +93,7 @@ def test_the_pip_cell_passes_every_cpu_stage_inside_lxc(run: RunResults, tmp_pat
         assert env[how].split() == ["/usr/local/cuda", "/usr/local/cuda/bin/nvcc"], (how, env[how])
     assert env["init"].strip() == "CUDA_HOME=/usr/local/cuda"
     assert '"CUDA_HOME=/usr/local/cuda"' in env["systemd"] and "DefaultEnvironment=" in env["systemd"]
+    assert env["shm"].split()[:3] == ["tmpfs", "/dev/shm", "tmpfs"]  # mounted by the image's init
 
 
 @pytest.fixture(autouse=True)

@@ -143,6 +143,12 @@ def test_verify_in_place_in_a_real_lxc_container(forced_archive: Path, tmp_path:
         assert imports["failure_class"] == "required-module-missing"
         # The init is the image's: it stays up and is the container's PID 1.
         assert "sglang-images-init" in attach(name, "cat", "/proc/1/cmdline")
+        # The preflight reads the real container: its config, its /dev/shm, its (absent) driver libraries.
+        checked = cli("preflight", "--lxc-name", name, "--cuda", "13.0")
+        assert checked.returncode == 14 and "Traceback" not in checked.stderr
+        rows = {line.split("│")[1].strip(): line for line in checked.stdout.splitlines() if line.count("│") == 4}
+        assert "fail" in rows["driver in the container"] and "MiB" in rows["/dev/shm"], checked.stdout
+        assert "NVIDIA-Linux-x86_64-VERSION.run --no-kernel-module" in checked.stdout
 
 
 def test_a_missing_or_stopped_container_and_a_missing_python(forced_archive: Path, tmp_path: Path) -> None:

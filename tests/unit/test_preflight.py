@@ -112,6 +112,13 @@ def test_in_the_running_container_shm_and_the_userspace_driver() -> None:
     assert preflight.shared_memory(stopped).status == "skip" and "STOPPED" in preflight.shared_memory(stopped).detail
 
 
+def test_no_shm_and_no_host_nodes() -> None:
+    missing = ContainerView(Target.pct("200"), "", lambda argv: (1, "df: /dev/shm: No such file or directory"))
+    check = preflight.shared_memory(missing)
+    assert check.status == "fail" and "tmpfs dev/shm tmpfs size=16G" in check.fix[0] and "200.conf" in check.fix[0]
+    assert preflight.container_config(ContainerView(Target.pct("200"), "unprivileged: 1\n"), {}).status == "skip"
+
+
 def test_unreadable_config_names_the_file() -> None:
     check = preflight.container_config(ContainerView(Target.named("nope"), None), NODES)
     assert check.status == "fail" and "/var/lib/lxc/nope/config" in check.detail
