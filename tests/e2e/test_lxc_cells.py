@@ -12,6 +12,7 @@ image's init, and verified in place by `verify --lxc-name` with the container's 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -96,10 +97,15 @@ def test_the_pip_cell_passes_every_cpu_stage_inside_lxc(run: RunResults, tmp_pat
     assert env["shm"].split()[:3] == ["tmpfs", "/dev/shm", "tmpfs"]  # mounted by the image's init
 
 
-@pytest.fixture(autouse=True)
-def _tools() -> None:
-    import shutil
+NEEDS_BYTES = 20 * 10**9   # archive + LXC's copy of its blobs + the unpacked rootfs of a ~10 GB cell
 
+
+@pytest.fixture(autouse=True)
+def _tools_and_room() -> None:
     missing = [t for t in ("skopeo", "umoci", "jq", "lxc-create") if shutil.which(t) is None]
     if missing:
         pytest.fail(f"the LXC tier needs {', '.join(missing)} (.ci/install-engine installs them)")
+    free = shutil.disk_usage("/var/lib").free
+    if free < NEEDS_BYTES:
+        pytest.fail(f"the LXC tier needs about {NEEDS_BYTES / 1e9:.0f} GB free under /var/lib, there are "
+                    f"{free / 1e9:.1f} GB: prune the BuildKit cache (`docker builder prune --keep-storage 25GB`)")
