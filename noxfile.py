@@ -36,7 +36,7 @@ def lock(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
-    """Run the verification ladder on an image (`-- IMAGE`) or this Python environment (`-- --host`)."""
+    """Run the verification ladder on an image (`-- IMAGE`), here (`-- --host`) or in LXC (`-- --lxc CTID`)."""
     _cli(session, "verify")
 
 

@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         "", "| cell | image | archive | archive / image | export | create from archive | start |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [f"| `{c}` | {s / 1e9:.2f} GB | {z / 1e9:.2f} GB | {z / s:.2f} | {e:.0f} s | {cr:.0f} s | {st:.1f} s |"
+    lines += [f"| `{c}` | {s / 1e9:.2f} GB | {z / 1e9:.2f} GB | {z / s:.2f} | {e:.0f} s | {cr:.0f} s | {st:.2f} s |"
               for c, s, z, e, cr, st in rows]
     a.out.write_text("\n".join(lines) + "\n")
     print(a.out.read_text())

@@ -20,7 +20,7 @@ COMMANDS = {
     "build": ("buildscripts.pipeline", "select cells, lock-check, build, verify, tag, report"),
     "matrix": ("buildscripts.matrix.listing", "list the selected cell ids (--json for machines)"),
     "lock": ("buildscripts.lock.command", "resolve hash-pinned lockfiles per layer (--check, --upgrade)"),
-    "verify": ("buildscripts.verify.command", "run the verification ladder on an image, or on this Python (--host)"),
+    "verify": ("buildscripts.verify.command", "the ladder on an image, on this Python (--host) or in LXC (--lxc)"),
     "report": ("buildscripts.report", "render console/Markdown/HTML/JUnit reports from saved results"),
     "tag": ("buildscripts.publish.tagcmd", "apply the good tags that verified cells of a results file earned"),
     "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),

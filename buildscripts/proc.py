@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -100,8 +101,7 @@ def run(
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     if stdin and proc.stdin:
-        proc.stdin.write(stdin)
-        proc.stdin.close()
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     timed_out = False
     try:
         proc.wait(timeout=timeout)
@@ -120,6 +120,13 @@ def run(
             log_handle.close()
     return Completed(argv, proc.returncode if proc.returncode is not None else -1, "\n".join(tail),
                      duration, timed_out)
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write a child's input in a thread, so that the timeout covers a child that never reads it; a child that
+    exits before reading all of it closes the pipe, which ends the input (its exit status says why)."""
+    with suppress(OSError), pipe:
+        pipe.write(data)
 
 
 def shutdown(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:

@@ -159,8 +159,9 @@ def check_target(out: Path, need_bytes: int) -> None:
 def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
            cuda: str | None = None) -> Exported:
     size = int(image.attrs.get("Size", 0))
-    # The gzip layout and the archive each take up to the compressed size (about half; never more).
-    check_target(out, size)
+    # skopeo first copies the image out of the engine uncompressed (into TMPDIR: the work folder here), then
+    # writes the gzip layout (about half); packing consumes the layout blob by blob.
+    check_target(out, int(size * 1.6))
     skopeo = proc.which("skopeo", hint="apt-get install skopeo (`.ci/install-engine` does)")
     labels = dict(image.labels or {})
     work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
@@ -168,7 +169,8 @@ def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, f
     try:
         work.mkdir()
         done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip",
-                         f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200)
+                         f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
+                        env={"TMPDIR": str(work)})
         if not done.ok:
             msg = f"skopeo could not export {image.id}: {done.tail(5)}"
             raise ExportError(msg, hint="check that skopeo can reach the Docker engine (DOCKER_HOST)")
@@ -177,24 +179,32 @@ def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, f
             msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
             raise ExportError(msg, hint="Proxmox unpacks gzip layers; upgrade skopeo")
         annotate(work / "layout", manifest_annotations(labels, forced=forced))
-        pack(work / "layout", work / "archive.tar")
-        digest = sha256_of(work / "archive.tar")
-        archive = out / f"{name}.oci.tar"
-        (work / "archive.tar").replace(archive)   # the one visible step: a whole archive or none
+        archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
+        pack(work / "layout", work / archive.name)
+        digest = sha256_of(work / archive.name)
+        (work / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
+        plan = pct.Plan(archive=archive.name, cuda=cuda)
+        (work / note.name).write_text(pct.install_note(
+            plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
+        # The visible steps: the archive last, so that a checksum beside an archive is always its own.
+        for made in (f"{archive.name}.sha256", note.name, archive.name):
+            (work / made).replace(out / made)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    (out / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
-    plan = pct.Plan(archive=archive.name, cuda=cuda)
-    note = out / f"{name}.proxmox.md"
-    note.write_text(pct.install_note(plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced),
-                                     forced=forced))
     return Exported(archive, digest, archive.stat().st_size, size, round(time.monotonic() - started, 1), note)
 
 
 def archive_name(image: Image, what: str) -> str:
-    cell = (image.labels or {}).get(f"{LABEL_PREFIX}.cell")
-    raw = cell or what.replace("/", "_").replace(":", "_")
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in raw)
+    return safe_name((image.labels or {}).get(f"{LABEL_PREFIX}.cell") or what)
+
+
+def safe_name(raw: str) -> str:
+    """A file name for the archive: letters, digits, '.', '_' and '-' only (no folder, no way out of --out)."""
+    name = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in raw).lstrip(".")
+    if not name:
+        msg = f"{raw!r} gives no usable archive name"
+        raise ConfigError(msg, hint="pass --name NAME (letters, digits, '.', '_', '-')")
+    return name
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -214,7 +224,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = f"{a.image}: {why_not}"
         raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
                                     "or pass --force to export it marked as unverified")
-    name = a.name or archive_name(image, a.image)
+    name = safe_name(a.name) if a.name else archive_name(image, a.image)
     cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
     with log.working(f"exporting {image.id} to {a.out}"):
         done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda)

@@ -41,8 +41,8 @@ def set_resources(plan: Plan) -> list[str]:
 
 
 def server_args(plan: Plan) -> list[str]:
-    """The image's init runs the server with the flags in /etc/sglang-images/server.args."""
-    line = f"echo {shlex.quote(plan.server_args)} > /etc/sglang-images/server.args"
+    """The image's init runs the server with the flags in /etc/sglang-images/server.args (one line)."""
+    line = f"printf '%s\\n' {shlex.quote(plan.server_args)} > /etc/sglang-images/server.args"
     return ["pct", "exec", plan.ctid, "--", "sh", "-c", line]
 
 
@@ -57,7 +57,6 @@ def commands(plan: Plan) -> list[list[str]]:
         ["nox", "-s", "preflight", "--", "--ctid", plan.ctid, *cuda],
         ["nox", "-s", "verify", "--", "--lxc", plan.ctid],
         server_args(plan),
-        ["pct", "reboot", plan.ctid],
     ]
 
 
@@ -80,6 +79,7 @@ def install_note(plan: Plan, *, image: str, annotations: dict[str, str], forced:
               "or use LXC's nvidia hook in an unprivileged container. `nox -s preflight` checks both.",
               "- CUDA_HOME and PATH come from the image: its environment (the init), /etc/environment and "
               "/etc/profile.d/sglang-images.sh (login shells: `pct enter`, `pct exec CTID -- bash -l`).",
-              "- The server runs under the image's init once /etc/sglang-images/server.args exists; its log is "
+              "- The image's init starts the server within 10 s of /etc/sglang-images/server.args appearing (one "
+              "line of flags, read as shell words) and restarts it if it exits; its log is "
               "/var/log/sglang-server.log.", ""]
     return "\n".join(lines)

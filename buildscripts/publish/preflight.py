@@ -91,7 +91,7 @@ def driver_for_cuda(version: str | None, cuda: str | None) -> Check:
     if version is None:
         return Check("driver for the image's CUDA", "skip", "no kernel module to compare")
     if cuda is None:
-        return Check("driver for the image's CUDA", "skip", "no CUDA given (--cuda 13.0 or --image REF)")
+        return Check("driver for the image's CUDA", "skip", "no CUDA given (--cuda 13.0)")
     need = MIN_DRIVER_BRANCH.get(cuda)
     if need is None:
         return Check("driver for the image's CUDA", "skip", f"no known minimum driver for CUDA {cuda}")
@@ -133,10 +133,16 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
         return Check("container config", "pass", f"{kind}, LXC's nvidia mount hook (host libraries injected)")
     if not nodes:
         return Check("container config", "skip", f"{kind}; no /dev/nvidia* on the host to pass through yet")
-    wanted = sorted(nodes)
     devs = {v.split(",")[0].strip() for k in range(64) for v in view.keys(f"dev{k}")}   # Proxmox devN:
     binds = _bind_mounts(view)
-    missing = [n for n in wanted if n not in devs | binds]
+    passed = devs | binds
+    gpus = sorted(n for n in nodes if re.fullmatch(r"/dev/nvidia\d+", n))
+    # What CUDA needs: the control and uvm nodes, and at least one GPU (the container may get one of several).
+    missing = [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+               if n in nodes and n not in passed]
+    if gpus and not any(g in passed for g in gpus):
+        missing.insert(0, gpus[0])
+    needed = [n for n in nodes if n in passed or n in missing]
     if view.target.tool == "pct" and not binds:
         # devN passthrough also grants the device cgroup: nothing else to add.
         first = next(k for k in range(64) if not view.keys(f"dev{k}"))
@@ -145,13 +151,14 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
         sep = ":" if view.target.tool == "pct" else " ="
         allowed = " ".join(view.keys("lxc.cgroup2.devices.allow"))
         lines = [f"lxc.mount.entry{sep} {n} {n[1:]} none bind,optional,create=file" for n in missing]
-        lines += [f"lxc.cgroup2.devices.allow{sep} c {m}:* rwm" for m in sorted({mj for mj, _ in nodes.values()})
+        majors = sorted({nodes[n][0] for n in needed})
+        lines += [f"lxc.cgroup2.devices.allow{sep} c {m}:* rwm" for m in majors
                   if f"c {m}:" not in allowed and allowed.strip() != "a"]
     if lines:
         what = ", ".join(missing) if missing else "the device cgroup does not allow their majors"
         return Check("container config", "fail", f"{kind}; GPU devices not passed: {what}",
                      (f"add to {view.target.config_path()}:", *lines))
-    return Check("container config", "pass", f"{kind}; every /dev/nvidia* node passed through")
+    return Check("container config", "pass", f"{kind}; passed through: {', '.join(n for n in needed)}")
 
 
 def _bind_mounts(view: ContainerView) -> set[str]:

@@ -75,6 +75,8 @@ def not_good_because(cell: CellResult) -> str | None:
         return f"verdict {verdict.value}: {reason}"
     if cell.image.id is None:
         return "no image id recorded: nothing identifies the image that was tested"
+    if not cell.image.id.startswith("sha256:"):
+        return f"the tested {cell.image.id} is no image of the engine (a host or LXC run): there is nothing to tag"
     not_passed = [s.name for s in cell.stages if s.status is not Status.PASSED]
     if not_passed:
         return "not every stage passed: " + ", ".join(not_passed)
@@ -161,6 +163,7 @@ def apply_good_tags(
     if image_id != cell.image.id:
         msg = f"{cell.cell_id}: asked to tag {image_id}, but the verified image is {cell.image.id}"
         raise RegistryError(msg, hint="tag the image id recorded in the results, nothing else")
+    tested = client.images.get(image_id)  # ImageNotFound before anything is built
     all_labels = {**good_labels(cell), **(labels or {})}
     # One LABEL instruction: no intermediate images. The classic builder (docker-py has no
     # BuildKit) is fine here: FROM + LABEL adds no layer, only config.
@@ -168,7 +171,6 @@ def apply_good_tags(
         f"{_quoted(k)}={_quoted(v)}" for k, v in sorted(all_labels.items())
     ) + "\n"
     child, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), pull=False, rm=True, forcerm=True)
-    tested = client.images.get(image_id)
     if child.attrs["RootFS"] != tested.attrs["RootFS"]:
         msg = f"{cell.cell_id}: the labelled image {child.id} has other layers than the tested {image_id}"
         raise RegistryError(msg, hint="this is a bug; no good tag was moved")

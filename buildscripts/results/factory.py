@@ -1,6 +1,6 @@
 """The one way a cell's results record is made: from what happened, judged once, frozen.
 
-The pipeline (a built cell), `verify IMAGE`, `verify --host` and `import-probe` all call
+The pipeline (a built cell), `verify IMAGE`, `verify --host`, `verify --lxc` and `import-probe` all call
 `cell_record`; nothing else constructs a judged CellResult.
 """
 

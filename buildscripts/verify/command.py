@@ -1,5 +1,6 @@
-"""`nox -s verify -- IMAGE | --host`: run the verification ladder inside any image (or, with --host, in a
-Python environment on this machine), classify failures, print the verdict and save the results."""
+"""`nox -s verify -- IMAGE | --host | --lxc CTID | --lxc-name NAME`: run the verification ladder inside any
+image, in a Python environment on this machine, or in place in a running LXC container; classify failures,
+print the verdict and save the results."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from . import gpus, lxc
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
-from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
+from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -37,7 +38,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
     ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
-    ap.add_argument("--stage-timeout", type=float, default=900.0, help="seconds per stage (default 900)")
+    ap.add_argument("--stage-timeout", type=float, default=None,
+                    help="seconds per stage (default: 900, or the profile's timeout_s when longer)")
     ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
     ap.add_argument("--out", type=Path, help="results JSON (default: runs/RUN_ID/results.json)")
@@ -78,7 +80,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         for warning in found_gpus.warnings:
             log.warn(warning)
         cell = check_image(client, a.image, logs=run_dir, matrix=ws.matrix, archs=archs, lane_cuda=a.lane_cuda,
-                           stages=stages, stage_timeout=a.stage_timeout, run_id=run_id, options=options,
+                           stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                            profile=profile, keep=env.get(KEEP_ENV) == "1")
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
     out = a.out or run_dir / "results.json"
@@ -89,6 +91,11 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
     return 0
+
+
+def stage_timeout(a: argparse.Namespace, profile: Profile) -> float:
+    """--stage-timeout, else what `nox -s build` gives the profile: 900 s, or its server timeout when longer."""
+    return float(a.stage_timeout) if a.stage_timeout else max(MIN_STAGE_TIMEOUT, float(profile.timeout_s))
 
 
 def _profile(ws: Workspace, name: str) -> Profile:
@@ -103,12 +110,13 @@ def _profile(ws: Workspace, name: str) -> Profile:
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str]) -> CellResult:
     cell_id = a.cell_id or "host"
+    python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
-                     stage_timeout=a.stage_timeout, profile=profile)
+                     stage_timeout=stage_timeout(a, profile), profile=profile)
     found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
-                           env=env, python=a.python or sys.executable)
+                           env=env, python=python)
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
-                       image=ImageInfo(ref="host", id=f"host:{a.python}"), stages=found, run_id=run_id)
+                       image=ImageInfo(ref="host", id=f"host:{python}"), stages=found, run_id=run_id)
 
 
 def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
@@ -120,9 +128,11 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
-                     stages=stages, stage_timeout=a.stage_timeout, profile=profile)
-    cell_id = a.cell_id or labels.get(f"{LABEL_PREFIX}.cell") or f"lxc-{target.ident}"
-    cell = matrix_cell(ws.matrix, cell_id)   # its declared expected failure applies in place too
+                     stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile)
+    image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
+    # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
+    cell_id = a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}"
+    cell = matrix_cell(ws.matrix, image_cell)   # the cell's declared expected failure applies in place too
     found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
     where = f"lxc:{target.tool}:{target.ident}"
     return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(labels), targets=plan.archs,

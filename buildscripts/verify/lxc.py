@@ -2,14 +2,16 @@
 user's work runs there. Through `pct` on a Proxmox host (container by numeric id) and through LXC's own
 `lxc-attach` elsewhere (container by name). The probe travels as a tar on stdin; nothing is installed.
 
-The probe runs in a login shell (`sh -lc`) with a cleared environment: what a user who enters the
-container gets (`pct enter`, `lxc-attach` then `bash -l`), so CUDA_HOME and PATH must come from the
-container itself (/etc/environment, /etc/profile.d), not from this process.
+The probe runs from a temporary folder that is removed afterwards, in a login shell (`sh -lc`) with a
+cleared environment: what a user who enters the container gets (`pct enter`, `lxc-attach` then
+`bash -l`), so CUDA_HOME and PATH must come from the container itself (/etc/environment,
+/etc/profile.d), not from this process.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ class Target:
 
     @classmethod
     def pct(cls, ctid: str) -> Target:
-        if not ctid.isdigit():
+        if not re.fullmatch(r"[0-9]+", ctid):
             msg = f"--lxc {ctid!r} is not a Proxmox container id (a number such as 200)"
             raise ConfigError(msg, hint="`pct list` shows them; for plain LXC use --lxc-name NAME")
         return cls("pct", ctid)
@@ -91,22 +93,23 @@ def cell_labels(target: Target) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def probe_script(plan: Plan, python: str, workdir: str) -> str:
-    """The shell line that unpacks the probe from stdin and runs it with `python`."""
+def probe_script(plan: Plan, python: str) -> str:
+    """The shell line that unpacks the probe from stdin into a fresh temporary folder, runs it with `python`
+    (its work folder inside that one) and removes the folder again: nothing stays in the container."""
     args = shlex.join(plan.probe_args("lxc"))
-    return (f"mkdir -p {PROBE_ROOT} && tar -x -C / && cd {PROBE_ROOT} && "
-            f"PYTHONDONTWRITEBYTECODE=1 exec {shlex.quote(python)} -m probe {args} --workdir {shlex.quote(workdir)}")
+    return ('d=$(mktemp -d /tmp/sglang-images-probe.XXXXXX) || exit 125; tar -x -C "$d" && '
+            f'cd "$d{PROBE_ROOT}" && PYTHONDONTWRITEBYTECODE=1 {shlex.quote(python)} -m probe {args} '
+            '--workdir "$d/work"; rc=$?; cd / && rm -rf "$d"; exit $rc')
 
 
-def verify_in_lxc(target: Target, plan: Plan, *, log_file: Path, python: str = "python3",
-                  workdir: str = "/tmp/sglang-images-probe") -> list[StageResult]:
+def verify_in_lxc(target: Target, plan: Plan, *, log_file: Path, python: str = "python3") -> list[StageResult]:
     """The plan's stages inside a running container; a stopped or unknown container is one failed stage."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     is_running, state = running(target)
     if not is_running:
         log_file.write_text(f"# {target.shown} is not running: {state}\n")
         return [failed("container", f"{target.shown} is not running ({state})", "lxc-not-running", log=state)]
-    argv = target.login_argv(probe_script(plan, python, workdir))
+    argv = target.login_argv(probe_script(plan, python))
     done = proc.run(argv, log=log_file, timeout=len(plan.stages) * plan.deadline, stdin=probe_archive(),
                     keep_lines=100000)
     run = ProbeRun(exit_code=done.returncode, python=python)

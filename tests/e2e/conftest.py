@@ -31,14 +31,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
     before = {str(i.id) for i in client.images.list()}
     tagged_before = {t for i in client.images.list() for t in i.tags}
     runs = tmp_path_factory.mktemp("runs")
-    done = subprocess.run(
-        [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    print(done.stdout[-6000:], done.stderr[-3000:])
-    assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
-    results = RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
-    yield results
-    for ref in {t for c in results.cells for t in c.tags} - tagged_before:  # good tags this run applied
-        client.images.remove(ref, force=True)
-    for made in {c.image.id for c in results.cells if c.image.id} - before:  # only this test's images
-        client.images.remove(made, force=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],
+            cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        print(done.stdout[-6000:], done.stderr[-3000:])
+        assert done.returncode == 0, f"an unexpected outcome: {done.stderr[-2000:]}"
+        yield RunResults.model_validate(json.loads((runs / "e2e" / "results.json").read_text()))
+    finally:  # also after a failed build: what this run made goes, and only that (from its results)
+        saved = runs / "e2e" / "results.json"
+        cells = RunResults.model_validate(json.loads(saved.read_text())).cells if saved.is_file() else []
+        for ref in {t for c in cells for t in c.tags} - tagged_before:  # good tags this run applied
+            client.images.remove(ref, force=True)
+        for made in {c.image.id for c in cells if c.image.id} - before:
+            client.images.remove(made, force=True)

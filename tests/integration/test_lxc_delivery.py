@@ -136,13 +136,14 @@ def test_verify_in_place_in_a_real_lxc_container(forced_archive: Path, tmp_path:
         done = cli("verify", "--lxc-name", name, "--stages", "facts,import", "--out", str(out))
         assert done.returncode == 10, done.stderr   # import fails: no torch in the tiny image
         cell = json.loads(out.read_text())["cells"][0]
-        assert cell["cell_id"] == CELL                 # from /etc/sglang-images/cell.json in the container
+        assert cell["cell_id"] == f"{CELL}@lxc-{name}"  # the cell from /etc/sglang-images/cell.json, in place
         facts, imports = cell["stages"]
         assert facts["status"] == "passed" and facts["where"] == "lxc (cpu)"
         assert facts["evidence"]["env"]["CUDA_HOME"] == FAKE_CUDA  # the container's login environment
         assert imports["failure_class"] == "required-module-missing"
-        # The init is the image's: it stays up and is the container's PID 1.
+        # The init is the image's: it stays up and is the container's PID 1; the probe left nothing behind.
         assert "sglang-images-init" in attach(name, "cat", "/proc/1/cmdline")
+        assert attach(name, "/bin/sh", "-c", "ls -d /tmp/sglang-images-probe.* /opt/probe 2>/dev/null; true") == ""
         # The preflight reads the real container: its config, its /dev/shm, its (absent) driver libraries.
         checked = cli("preflight", "--lxc-name", name, "--cuda", "13.0")
         assert checked.returncode == 14 and "Traceback" not in checked.stderr

@@ -26,7 +26,7 @@ def test_pct_lines_create_then_set_the_gpu() -> None:
                                             "/dev/nvidia-uvm", "--dev3", "/dev/nvidia-uvm-tools"]
     lines = [" ".join(c) for c in pct.commands(plan)]
     assert lines.index("pct start 210") < lines.index("nox -s preflight -- --ctid 210 --cuda 13.0")
-    assert pct.server_args(plan)[-1] == ("echo '--model-path /models/MODEL --host 0.0.0.0 --port 30000' > "
+    assert pct.server_args(plan)[-1] == ("printf '%s\\n' '--model-path /models/MODEL --host 0.0.0.0 --port 30000' > "
                                          "/etc/sglang-images/server.args")
     forced = pct.install_note(plan, image="sha256:x", annotations={}, forced="no GPU run")
     assert "Not verified on a GPU" in forced and "pct create 210 nas:vztmpl/cell.oci.tar" in forced
@@ -43,10 +43,10 @@ def test_lxc_targets_and_their_command_lines() -> None:
         Target.pct("ct-1")
     with pytest.raises(ConfigError, match="not an LXC container name"):
         Target.named("../etc")
-    script = probe_script(Plan.make(archs=["sm_90a"], lane_cuda="13.0", stages=["facts"]), "/opt/venv/bin/python",
-                          "/tmp/w")
-    assert script.startswith("mkdir -p /opt/probe && tar -x -C / && cd /opt/probe && ")
-    assert "exec /opt/venv/bin/python -m probe --archs sm_90a --stages facts" in script and "--mode lxc" in script
+    script = probe_script(Plan.make(archs=["sm_90a"], lane_cuda="13.0", stages=["facts"]), "/opt/venv/bin/python")
+    assert script.startswith('d=$(mktemp -d /tmp/sglang-images-probe.XXXXXX) || exit 125; tar -x -C "$d" && ')
+    assert "/opt/venv/bin/python -m probe --archs sm_90a --stages facts" in script and "--mode lxc" in script
+    assert script.endswith('rm -rf "$d"; exit $rc')  # nothing of the probe stays in the container
 
 
 def layout(tmp_path: Path, gzip_layer: bool = True) -> Path:

@@ -70,8 +70,12 @@ def test_a_proxmox_container_without_devices_gets_the_dev_lines() -> None:
     view = ContainerView(Target.pct("200"), "arch: amd64\nunprivileged: 1\ndev0: /dev/dri/card0\n")
     check = preflight.container_config(view, NODES)
     assert check.status == "fail" and "unprivileged" in check.detail
-    assert check.fix == ("add to /etc/pve/lxc/200.conf:", "dev1: /dev/nvidia-uvm", "dev2: /dev/nvidia0",
-                         "dev3: /dev/nvidiactl")
+    assert check.fix == ("add to /etc/pve/lxc/200.conf:", "dev1: /dev/nvidia0", "dev2: /dev/nvidiactl",
+                         "dev3: /dev/nvidia-uvm")
+    # A container given one GPU of several, without the modeset node, has what CUDA needs.
+    more = {**NODES, "/dev/nvidia1": (195, 1), "/dev/nvidia-modeset": (195, 254)}
+    one = ContainerView(Target.pct("200"), "dev0: /dev/nvidia1\ndev1: /dev/nvidiactl\ndev2: /dev/nvidia-uvm\n")
+    assert preflight.container_config(one, more).status == "pass"
     done = ContainerView(Target.pct("200"), "dev0: /dev/nvidia0\ndev1: /dev/nvidiactl,gid=44\ndev2: /dev/nvidia-uvm\n")
     assert preflight.container_config(done, NODES).status == "pass"
 

@@ -10,7 +10,7 @@ import pytest
 from buildscripts import results
 from buildscripts.errors import ResultsError
 from buildscripts.results import Status, Verdict
-from buildscripts.verify import importprobe as hostrun
+from buildscripts.verify import importprobe
 
 GPU = {"gpu": "NVIDIA H200", "arch": "sm_90", "where": "host (gpu)"}
 
@@ -37,7 +37,7 @@ def passing() -> list[dict[str, object]]:
 
 
 def test_all_gpu_stages_passed_is_verified_on_the_arch(tmp_path: Path) -> None:
-    cell = hostrun.cell_from_probe("host-a", probe_file(tmp_path, "a", passing()), {"sglang": "0.5.16"})
+    cell = importprobe.cell_from_probe("host-a", probe_file(tmp_path, "a", passing()), {"sglang": "0.5.16"})
     assert cell.verdict is Verdict.VERIFIED and cell.verdict_reason == "verified on sm_90 (NVIDIA H200)"
     assert cell.stage("server").where == "host: NVIDIA H200 (sm_90)"  # type: ignore[union-attr]
     assert cell.stage("gpu-visible").arch == "sm_90"  # type: ignore[union-attr]
@@ -51,7 +51,7 @@ def test_a_server_that_dies_without_nvcc_fails_with_a_class_and_hint(tmp_path: P
                  "log_excerpt": "RuntimeError: ninja exited with status 127\n"
                                 "/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found"}
     stages[3] = {"name": "first-generation", "status": "aborted", "reason": "prerequisite did not pass: server"}
-    cell = hostrun.cell_from_probe("host-b", probe_file(tmp_path, "b", stages), {})
+    cell = importprobe.cell_from_probe("host-b", probe_file(tmp_path, "b", stages), {})
     assert cell.verdict is Verdict.FAILED
     server = cell.stage("server")
     assert server is not None and server.status is Status.FAILED
@@ -64,16 +64,16 @@ def test_without_gpu_the_cell_is_only_cpu_checked(tmp_path: Path) -> None:
     stages: list[dict[str, object]] = [
         *cpu, {"name": "gpu-visible", "status": "skipped", "reason": "no GPU visible: no /dev/nvidia* device"},
         {"name": "server", "status": "skipped", "reason": "needs a GPU: no GPU visible"}]
-    cell = hostrun.cell_from_probe("host-cpu", probe_file(tmp_path, "cpu", stages), {})
+    cell = importprobe.cell_from_probe("host-cpu", probe_file(tmp_path, "cpu", stages), {})
     assert cell.verdict is Verdict.CPU_CHECKED
-    partial = hostrun.cell_from_probe("host-part", probe_file(tmp_path, "part", stages[2:]), {})
+    partial = importprobe.cell_from_probe("host-part", probe_file(tmp_path, "part", stages[2:]), {})
     assert partial.verdict is Verdict.BUILT  # CPU stages that never ran: nothing can be claimed
 
 
 def test_main_writes_results_and_summary(tmp_path: Path) -> None:
     a = probe_file(tmp_path, "a", passing())
     out = tmp_path / "evidence"
-    assert hostrun.main(["--cell", f"host-a={a}", "--out", str(out), "--title", "H200", "--note", "n1"]) == 0
+    assert importprobe.main(["--cell", f"host-a={a}", "--out", str(out), "--title", "H200", "--note", "n1"]) == 0
     run = results.load(out / "results.json")
     assert [c.verdict for c in run.cells] == [Verdict.VERIFIED]
     summary = (out / "summary.md").read_text()
@@ -84,16 +84,16 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text('{"not": "a list"}')
     with pytest.raises(ResultsError, match="is not probe output"):
-        hostrun.cell_from_probe("x", bad, {})
+        importprobe.cell_from_probe("x", bad, {})
     with pytest.raises(ResultsError, match="must look like KEY=VALUE"):
-        hostrun.main(["--cell", "nonsense", "--out", str(tmp_path)])
+        importprobe.main(["--cell", "nonsense", "--out", str(tmp_path)])
 
 
 def test_timing_rows_show_flags_and_times_without_host_and_port() -> None:
     server = {"name": "server", "status": "passed", "evidence": {
         "argv": ["-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--port", "30000",
                  "--attention-backend", "flashinfer"], "seconds_to_http": 57.1, "seconds_to_ready": 59.1}}
-    row = hostrun.timing_rows("warm", [server])
+    row = importprobe.timing_rows("warm", [server])
     assert row == "| warm | `--attention-backend flashinfer` | 57.1 | 59.1 | passed |"
     died = {"name": "server", "status": "failed", "reason": "server process exited with code 1", "evidence": {}}
-    assert hostrun.timing_rows("c", [died]).endswith("| – | – | failed: server process exited with code 1 |")
+    assert importprobe.timing_rows("c", [died]).endswith("| – | – | failed: server process exited with code 1 |")
