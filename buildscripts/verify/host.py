@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import proc
 from ..results import StageResult
 from ..workspace import PROJECT_ROOT
-from .output import ProbeRun, interpret
+from .output import from_process
 from .plan import Plan
 
 
@@ -23,10 +23,4 @@ def verify_on_host(plan: Plan, *, log_file: Path, workdir: Path, env: Mapping[st
     done = proc.run([python, "-m", "buildscripts.probe", *plan.probe_args("host"), "--workdir", str(workdir)],
                     log=log_file, timeout=len(plan.stages) * plan.deadline,
                     env={**env, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}, keep_lines=100000)
-    run = ProbeRun(exit_code=done.returncode, python=python)
-    for line in done.output.splitlines():
-        run.add_line(line)
-    if done.timed_out:
-        reported = {r.get("name") for r in run.results}
-        run.hung_stage = next((s for s in plan.stages if s not in reported), "probe")
-    return interpret(run, plan.stages, plan.stage_timeout)
+    return from_process(done, plan.stages, plan.stage_timeout, python=python)

@@ -21,7 +21,7 @@ from .. import proc
 from ..errors import ConfigError
 from ..results import StageResult
 from .container import PROBE_ROOT, probe_archive
-from .output import ProbeRun, failed, interpret
+from .output import failed, from_process
 from .plan import Plan
 
 PVE_CONFIG = Path("/etc/pve/lxc")
@@ -112,10 +112,4 @@ def verify_in_lxc(target: Target, plan: Plan, *, log_file: Path, python: str = "
     argv = target.login_argv(probe_script(plan, python))
     done = proc.run(argv, log=log_file, timeout=len(plan.stages) * plan.deadline, stdin=probe_archive(),
                     keep_lines=100000)
-    run = ProbeRun(exit_code=done.returncode, python=python)
-    for line in done.output.splitlines():
-        run.add_line(line)
-    if done.timed_out:
-        reported = {r.get("name") for r in run.results}
-        run.hung_stage = next((s for s in plan.stages if s not in reported), "probe")
-    return interpret(run, plan.stages, plan.stage_timeout)
+    return from_process(done, plan.stages, plan.stage_timeout, python=python)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import ResultsError
 from ..probe.core import RESULT_PREFIX
+from ..proc import Completed
 from ..results import StageResult, Status
 from . import classify
 from .plan import grace
@@ -94,6 +95,18 @@ def interpret(run: ProbeRun, planned: Sequence[str], stage_timeout: float) -> li
     out.append(failed(current, why, cls, log=tail))
     out += [StageResult(name=s, status=Status.ABORTED, reason=f"not run: {current} did not finish") for s in rest[1:]]
     return out
+
+
+def from_process(done: Completed, planned: Sequence[str], stage_timeout: float, *, python: str) -> list[StageResult]:
+    """The stage results of a probe that ran as a process of ours (host mode, LXC): its output, its exit
+    status, and the stage it was in when the whole run's deadline ended it."""
+    run = ProbeRun(exit_code=done.returncode, python=python)
+    for line in done.output.splitlines():
+        run.add_line(line)
+    if done.timed_out:
+        reported = {r.get("name") for r in run.results}
+        run.hung_stage = next((s for s in planned if s not in reported), "probe")
+    return interpret(run, planned, stage_timeout)
 
 
 def failed(name: str, reason: str, failure_class: str | None, *, log: str = "") -> StageResult:
