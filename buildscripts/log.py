@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape  # user text (paths, names, log lines) is shown, never read as markup
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -26,20 +27,20 @@ def configure(env: Mapping[str, str]) -> None:
 def step(cell_id: str, what: str, status: str, seconds: float | None = None, detail: str = "") -> None:
     """One line per cell step: `✓ sglang0.5.16-… build 63.2s`."""
     took = f" [dim]{seconds:.1f}s[/]" if seconds is not None else ""
-    extra = f" [dim]{detail}[/]" if detail else ""
-    console.print(f"{MARK.get(status, '?')} [bold]{cell_id}[/] {what}{took}{extra}")
+    extra = f" [dim]{escape(detail)}[/]" if detail else ""
+    console.print(f"{MARK.get(status, '?')} [bold]{escape(cell_id)}[/] {escape(what)}{took}{extra}")
 
 
 def info(message: str) -> None:
-    console.print(f"[dim]{message}[/]")
+    console.print(f"[dim]{escape(message)}[/]")
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}")
+    err.print(f"[yellow]warning:[/] {escape(message)}")
 
 
 def error(message: str) -> None:
-    err.print(f"[red bold]error:[/] {message}")
+    err.print(f"[red bold]error:[/] {escape(message)}")
 
 
 @contextmanager
@@ -48,7 +49,7 @@ def working(message: str) -> Iterator[None]:
     if not console.is_terminal:
         yield
         return
-    with console.status(f"[dim]{message}[/]"):
+    with console.status(f"[dim]{escape(message)}[/]"):
         yield
 
 

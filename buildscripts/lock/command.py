@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from .. import log
@@ -150,8 +151,9 @@ def _summary(results: dict[str, LockStatus]) -> None:
         table.add_column(column, overflow="fold")
     for cell_id, status in results.items():
         v = status.versions
-        table.add_row(cell_id, status.state, v.get("torch", ""), v.get("cuda", ""), v.get("sglang", ""),
-                      v.get("nvcc", ""), status.reason or "")
+        row = (cell_id, status.state, v.get("torch", ""), v.get("cuda", ""), v.get("sglang", ""), v.get("nvcc", ""),
+               status.reason or "")
+        table.add_row(*(escape(text) for text in row))
     log.console.print(table)
     counts: dict[str, int] = {}
     for status in results.values():

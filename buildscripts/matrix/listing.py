@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from .. import log
@@ -39,9 +40,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         return 0
     table = Table("cell", "status", title=f"{len(cells)} cell(s) from {a.matrix.name}")
     for cell in cells:
-        status = f"[yellow]excluded:[/] {cell.excluded}" if cell.excluded else "[green]buildable[/]"
+        status = f"[yellow]excluded:[/] {escape(cell.excluded)}" if cell.excluded else "[green]buildable[/]"
         if cell.expected and not cell.excluded:
-            status += f" [dim](expected to fail at {' or '.join(cell.expected.stages)})[/]"
-        table.add_row(cell.id, status)
+            status += f" [dim](expected to fail at {escape(' or '.join(cell.expected.stages))})[/]"
+        table.add_row(escape(cell.id), status)
     log.console.print(table)
     return 0

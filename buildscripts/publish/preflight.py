@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from .. import log, proc
@@ -236,7 +237,7 @@ def show(checks: Sequence[Check]) -> None:
              "skip": "[dim]– skip[/]"}
     table = Table("check", "result", "detail", title="LXC host preflight (read-only)")
     for check in checks:
-        table.add_row(check.name, marks[check.status], check.detail)
+        table.add_row(check.name, marks[check.status], escape(check.detail))
     log.console.print(table)
     for check in checks:
         if check.fix and check.status in ("fail", "warn"):

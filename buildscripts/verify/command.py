@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from docker.errors import ImageNotFound
+from rich.markup import escape
 from rich.table import Table
 
 from .. import engine, log, results
@@ -143,15 +144,16 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
 
 def _detail(stage: StageResult) -> str:
     if stage.failure_class:
-        return f"[bold]{stage.failure_class}[/]: {stage.reason or ''}\n[dim]hint: {stage.hint or ''}[/]"
+        return (f"[bold]{escape(stage.failure_class)}[/]: {escape(stage.reason or '')}\n"
+                f"[dim]hint: {escape(stage.hint or '')}[/]")
     if stage.name == "import":
         modules = stage.evidence.get("modules", {})
-        return ", ".join(f"{k} {v}" for k, v in modules.items())
-    return stage.reason or ""
+        return escape(", ".join(f"{k} {v}" for k, v in modules.items()))
+    return escape(stage.reason or "")
 
 
 def show(cell: CellResult) -> None:
-    table = Table(title=f"{cell.cell_id}  ({cell.image.ref})", show_lines=False)
+    table = Table(title=escape(f"{cell.cell_id}  ({cell.image.ref})"), show_lines=False)
     for column in ("stage", "status", "seconds", "detail"):
         table.add_column(column, overflow="fold")
     for stage in cell.stages:
@@ -159,5 +161,5 @@ def show(cell: CellResult) -> None:
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
     total = sum(s.duration_s for s in cell.stages)
-    log.console.print(f"verdict: [bold]{cell.verdict.value}[/] - {cell.verdict_reason} "
+    log.console.print(f"verdict: [bold]{cell.verdict.value}[/] - {escape(cell.verdict_reason or '')} "
                       f"[dim](stages {total:.0f}s)[/]")

@@ -47,6 +47,12 @@ def test_selection_matching_nothing() -> None:
     assert_clean_failure(cli("matrix", "--only", "nothing-*"), 3, "matches no buildable cell")
 
 
+def test_user_text_in_messages_is_shown_literally() -> None:
+    """Names and references the user typed are never read as console markup (which ate or crashed on them)."""
+    assert_clean_failure(cli("verify", "--lxc-name", "[/]"), 2, "--lxc-name '[/]' is not an LXC container name")
+    assert_clean_failure(cli("export", "[bold]x"), 2, "'[bold]x' is neither a local image")
+
+
 def test_unreachable_engine_is_one_clear_error() -> None:
     done = cli("build", "--only", "sglang0.5.16-*-pip-*", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_clean_failure(done, 4, "Docker engine is not reachable", "hint:")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from buildscripts.probe import core, cpu_stages, cudatools
-from buildscripts.results import Status
+from buildscripts.results import StageResult, Status
 from buildscripts.verify import output, plan
 
 PLANNED = ["facts", "import", "flavour", "arch-audit"]
@@ -93,3 +93,19 @@ def test_probe_sources_parse_as_python_3_8() -> None:
     import buildscripts.probe as probe_pkg
     for path in sorted(Path(probe_pkg.__file__).parent.glob("*.py")):
         ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
+
+
+def test_log_text_and_stage_details_are_shown_literally() -> None:
+    from rich.text import Text
+
+    from buildscripts import log
+    from buildscripts.verify.command import _detail
+
+    stage = StageResult(name="server", status=Status.FAILED, failure_class="unclassified",
+                        reason="[rank0]: RuntimeError [/] in [bold]x", hint="see [dim]the log")
+    shown = Text.from_markup(_detail(stage)).plain   # what the table cell shows
+    assert "[rank0]: RuntimeError [/] in [bold]x" in shown and "see [dim]the log" in shown
+    with log.console.capture() as printed:
+        log.info("no such file [/tmp/x]")
+        log.step("c[/]", "server", "failed", 1.0, "[rank0]: died")
+    assert printed.get() == "no such file [/tmp/x]\n✕ c[/] server 1.0s [rank0]: died\n"
