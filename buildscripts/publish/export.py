@@ -30,6 +30,7 @@ from ..errors import ConfigError, DiskSpaceError, ExportError
 from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
 from ..workspace import Workspace
 from . import pct
+from .tags import TESTED_IMAGE_LABEL
 
 REF_NAME = "latest"       # the tag inside the archive: `oci-archive:NAME.oci.tar:latest`
 GZIP_MAGIC = b"\x1f\x8b"
@@ -66,7 +67,7 @@ def resolve(client: docker.DockerClient, what: str) -> Image:
 
 def not_good_because(labels: Mapping[str, str]) -> str | None:
     """Why an image has not earned a good tag (good tags point at labelled children of verified images)."""
-    if labels.get(f"{LABEL_PREFIX}.verdict") != "verified" or not labels.get(f"{LABEL_PREFIX}.tested-image"):
+    if labels.get(f"{LABEL_PREFIX}.verdict") != "verified" or not labels.get(TESTED_IMAGE_LABEL):
         return "it is not the image of a good tag (no verification on a GPU recorded in its labels)"
     return None
 

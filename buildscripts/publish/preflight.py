@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log, proc
+from .. import log
 from ..errors import ConfigError, PreflightFailed
 from ..matrix.schema import CUDA_FLAVOURS
 from ..verify.lxc import LXC_PATH, Target, running
@@ -226,7 +226,7 @@ def container_view(target: Target, lxc_path: Path) -> ContainerView:
     is_running, state = running(target) if config is not None else (False, "no config")
 
     def attach(argv: Sequence[str]) -> tuple[int, str]:
-        done = proc.run(target.exec_argv(argv), timeout=60)
+        done = target.run(argv)
         return done.returncode, done.output
 
     return ContainerView(target, config, attach if is_running else None, state)

@@ -66,6 +66,10 @@ class Target:
             return ["pct", "exec", self.ident, "--", *command]
         return ["lxc-attach", "-n", self.ident, *(["--clear-env"] if clear_env else []), "--", *command]
 
+    def run(self, command: Sequence[str], *, timeout: float = 60) -> proc.Completed:
+        """`command` inside the container, its output captured (short questions, not the probe)."""
+        return proc.run(self.exec_argv(command), timeout=timeout)
+
     def login_argv(self, script: str) -> list[str]:
         """`script` in a login shell inside the container (what a user who enters it gets)."""
         return self.exec_argv(["/bin/sh", "-lc", script])
@@ -85,7 +89,7 @@ def _hint(target: Target) -> str:
 
 def cell_labels(target: Target) -> dict[str, str]:
     """The cell's labels from /etc/sglang-images/cell.json inside the container ({} when it has none)."""
-    done = proc.run(target.exec_argv(["cat", "/etc/sglang-images/cell.json"]), timeout=60)
+    done = target.run(["cat", "/etc/sglang-images/cell.json"])
     try:
         data = json.loads(done.output) if done.ok else {}
     except ValueError:

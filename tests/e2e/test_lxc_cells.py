@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from buildscripts.results import RunResults
+from tests.cli import cli
 from tests.lxc_container import attach, container
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,16 +28,11 @@ PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 CPU_STAGES = "facts,import,flavour,arch-audit,toolchain,jit-compile"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "buildscripts", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=3600)
-
-
 def exported(run: RunResults, cell_id: str, out: Path) -> Path:
     image = run.cell(cell_id)
     assert image is not None and image.image.id
     started = time.monotonic()
-    done = cli("export", image.image.id, "--out", str(out), "--force")
+    done = cli("export", image.image.id, "--out", str(out), "--force", timeout=3600)
     assert done.returncode == 0, done.stderr
     archive = out / f"{cell_id}.oci.tar"
     print(f"export {cell_id}: {time.monotonic() - started:.0f}s, {archive.stat().st_size / 1e9:.2f} GB archive "
@@ -48,7 +42,7 @@ def exported(run: RunResults, cell_id: str, out: Path) -> Path:
 
 def verified(name: str, out: Path) -> dict[str, object]:
     started = time.monotonic()
-    done = cli("verify", "--lxc-name", name, "--stages", CPU_STAGES, "--out", str(out))
+    done = cli("verify", "--lxc-name", name, "--stages", CPU_STAGES, "--out", str(out), timeout=3600)
     print(f"verify in {name}: {time.monotonic() - started:.0f}s, exit {done.returncode}")
     assert "Traceback" not in done.stderr
     cell: dict[str, object] = json.loads(out.read_text())["cells"][0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import docker
@@ -14,13 +14,10 @@ from buildscripts import engine as engines
 from buildscripts.build import base
 from buildscripts.errors import DiskSpaceError, EngineError, ToolMissingError
 from buildscripts.matrix import schema as config
+from tests.cli import cli as run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "buildscripts", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=120)
+cli = partial(run_cli, timeout=120)  # every error here is answered within seconds
 
 
 def images() -> set[str]:

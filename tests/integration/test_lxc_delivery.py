@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from buildscripts.errors import DiskSpaceError
 from buildscripts.publish import export
+from tests.cli import cli
 from tests.integration import tinyimages
 from tests.lxc_container import attach, container
 
@@ -35,11 +35,6 @@ def _need(*tools: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs {', '.join(missing)} (.ci/install-engine installs them)")
         pytest.skip(f"not installed: {', '.join(missing)}")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "buildscripts", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
 
 
 @pytest.fixture(scope="module")
