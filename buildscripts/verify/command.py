@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .. import engine, log, results
 from ..errors import ConfigError, RunFailed
-from ..matrix import load
+from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..workspace import Workspace
@@ -63,11 +63,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     archs = a.archs.split(",") if a.archs else None
     stages = a.stages.split(",") if a.stages else None
     started = results.now()
-    profile = _profile(ws, a.profile)
+    spec = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
+    profile = _profile(spec, a.profile)
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
     elif a.lxc or a.lxc_name:
-        cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, ws)
+        cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
         client = engine.connect()
         try:
@@ -80,7 +81,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         log.info(found_gpus.summary())
         for warning in found_gpus.warnings:
             log.warn(warning)
-        cell = check_image(client, a.image, logs=run_dir, matrix=ws.matrix, archs=archs, lane_cuda=a.lane_cuda,
+        cell = check_image(client, a.image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                            profile=profile, keep=env.get(KEEP_ENV) == "1")
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
@@ -99,11 +100,10 @@ def stage_timeout(a: argparse.Namespace, profile: Profile) -> float:
     return float(a.stage_timeout) if a.stage_timeout else max(MIN_STAGE_TIMEOUT, float(profile.timeout_s))
 
 
-def _profile(ws: Workspace, name: str) -> Profile:
-    spec = load(ws.matrix)
+def _profile(spec: Matrix, name: str) -> Profile:
     profile = spec.spec.profiles.get(name)
     if profile is None:
-        msg = f"no server profile {name!r} in {ws.matrix} (known: {', '.join(spec.spec.profiles)})"
+        msg = f"no server profile {name!r} in {spec.path} (known: {', '.join(spec.spec.profiles)})"
         raise ConfigError(msg, hint="pass --profile with one of those names")
     return profile
 
@@ -121,7 +121,7 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
 
 
 def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
-                stages: list[str] | None, profile: Profile, ws: Workspace) -> CellResult:
+                stages: list[str] | None, profile: Profile, spec: Matrix) -> CellResult:
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
@@ -133,7 +133,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}"
-    cell = matrix_cell(ws.matrix, image_cell)   # the cell's declared expected failure applies in place too
+    cell = matrix_cell(spec, image_cell)   # the cell's declared expected failure applies in place too
     found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
     where = f"lxc:{target.tool}:{target.ident}"
     return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(labels), targets=plan.archs,

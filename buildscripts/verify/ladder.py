@@ -15,8 +15,7 @@ from typing import Any
 import docker
 from docker.errors import ImageNotFound
 
-from ..errors import FatalError
-from ..matrix import Cell, load
+from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..matrix.tagtemplates import AXIS_FIELDS
 from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, cell_record
@@ -49,7 +48,7 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
 
 
 def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Cell | None = None,
-                matrix: Path | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
+                matrix: Matrix | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
                 stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
                 options: Mapping[str, Any] | None = None, profile: Profile | None = None,
                 keep: bool = False) -> CellResult:
@@ -82,10 +81,6 @@ def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:
     return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
 
 
-def matrix_cell(matrix: Path, cell_id: str) -> Cell | None:
+def matrix_cell(matrix: Matrix, cell_id: str) -> Cell | None:
     """The cell of matrix.yaml an image was built for (so its declared expected failure applies)."""
-    try:
-        spec = load(matrix)
-    except FatalError:
-        return None
-    return next((c for c in spec.cells if c.id == cell_id), None)
+    return next((c for c in matrix.cells if c.id == cell_id), None)
