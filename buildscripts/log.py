@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.markup import escape  # user text (paths, names, log lines) is shown, never read as markup
 
-console = Console(stderr=False, highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: `:x:` in an image reference such as `repo:x: failed` stays text (icons are literal characters)
+console = Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 ON_GITHUB = False  # set by configure(): steps fold into ::group:: on GitHub Actions
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]"}

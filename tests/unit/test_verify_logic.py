@@ -108,4 +108,5 @@ def test_log_text_and_stage_details_are_shown_literally() -> None:
     with log.console.capture() as printed:
         log.info("no such file [/tmp/x]")
         log.step("c[/]", "server", "failed", 1.0, "[rank0]: died")
-    assert printed.get() == "no such file [/tmp/x]\n✕ c[/] server 1.0s [rank0]: died\n"
+        log.info("repo/absent:x: failed")
+    assert printed.get() == "no such file [/tmp/x]\n✕ c[/] server 1.0s [rank0]: died\nrepo/absent:x: failed\n"
