@@ -100,7 +100,7 @@ def read_index(locks: Path) -> dict[str, Any]:
         return {"format": LOCK_FORMAT, "cells": {}}
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
         msg = f"{path} is unreadable: {exc}"
         raise LockError(msg, hint="run `nox -s lock` to write it again") from None
     if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT:

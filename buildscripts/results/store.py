@@ -26,7 +26,7 @@ def save(results: RunResults, path: Path) -> None:
 def load(path: Path) -> RunResults:
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
         msg = f"cannot read results file {path}: {exc}"
         raise ResultsError(msg, hint="re-run `nox -s build` or delete the file") from None
     version = data.get("schema_version") if isinstance(data, dict) else None

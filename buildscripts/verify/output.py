@@ -122,7 +122,7 @@ def read_file(path: Path) -> list[dict[str, Any]]:
     """The JSON list of results that `python -m probe --out FILE` wrote."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
         msg = f"cannot read probe output {path}: {exc}"
         raise ResultsError(msg, hint="pass the file the probe wrote with --out") from None
     if not isinstance(data, list) or not all(isinstance(d, dict) and "name" in d for d in data):

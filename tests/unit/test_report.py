@@ -196,6 +196,10 @@ def test_corrupted_and_old_schema_files_are_named(tmp_path: Path) -> None:
     broken.write_text('{"schema_version": 1, "run_id": ')
     with pytest.raises(ResultsError, match=str(broken)):
         merge.load_all([broken])
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe{\x00")  # UTF-16, not UTF-8
+    with pytest.raises(ResultsError, match=str(binary)):
+        merge.load_all([binary])
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"schema_version": 0, "run_id": "x"}))
     with pytest.raises(ResultsError, match=f"{old}.*schema 0"):
