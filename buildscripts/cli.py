@@ -12,8 +12,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+import docker.errors
+
 from . import log
-from .errors import FatalError, Interrupted
+from .errors import EngineError, FatalError, Interrupted
 from .workspace import Workspace
 
 COMMANDS = {
@@ -50,6 +52,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             "interrupted: results so far are saved; no unverified image was given a good tag")
     except FatalError as exc:
         error = exc
+    except docker.errors.DockerException as exc:
+        # The engine changed under the run (an image removed by someone else, the daemon restarted): the
+        # step that asked has no better words for it than the engine's own.
+        error = EngineError(f"the Docker engine failed a request: {exc}",
+                            hint="check the engine (`docker info`) and run the command again")
     if debug:
         raise error
     log.error(str(error))

@@ -16,7 +16,8 @@ console = Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 ON_GITHUB = False  # set by configure(): steps fold into ::group:: on GitHub Actions
-MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]"}
+MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]",
+        "reused": "[green]↺[/]"}
 
 
 def configure(env: Mapping[str, str]) -> None:

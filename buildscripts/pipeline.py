@@ -14,21 +14,24 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
+from pydantic import ValidationError
 
 from . import engine, log, matrix, report, results
 from .build import base as base_images
-from .build import buildx
+from .build import buildx, cache
 from .errors import ConfigError, LockError, RunFailed, TagError
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
+from .matrix.schema import Cache
 from .publish import tags
 from .results import CellResult, RunResults, StageResult, Status, Verdict, cell_record
-from .verify import gpus
+from .verify import gpus, reuse
 from .verify.container import KEEP_ENV, network_options
 from .verify.ladder import verify_image
 from .verify.pergpu import combine_per_gpu, verify_per_gpu
@@ -48,6 +51,9 @@ class Options:
     run_id: str = ""
     gpu: int = 0
     per_gpu: bool = False
+    reverify: bool = False
+    builder: str | None = None
+    cache_ref: str | None = None        # overrides matrix.yaml's `cache.ref` ("" turns the cache off)
     keep_containers: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -62,6 +68,9 @@ class Context:
     network_options: dict[str, Any]
     bases: dict[str, base_images.BaseImage]
     recipe: buildx.Recipe
+    history: list[RunResults]           # saved runs, newest first: verifications that may be reused
+    builder: cache.Builder
+    cache: cache.CachePlan | None
 
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
@@ -78,11 +87,18 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     ap.add_argument("--per-gpu", action="store_true",
                     help="one container per GPU, side by side; a stage passes only if it passed on every GPU")
+    ap.add_argument("--reverify", action="store_true",
+                    help="verify every cell again, even where saved results of the same inputs exist")
+    ap.add_argument("--builder", help="buildx builder to build with (default: the current one); any driver")
+    ap.add_argument("--cache-ref", metavar="REF",
+                    help="registry repository of a build cache shared between runners (overrides matrix.yaml's "
+                         "`cache.ref`; '' turns it off)")
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip,
                    fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,
-                   profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, keep_containers=env.get(KEEP_ENV) == "1",
-                   env=env, run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
+                   profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
+                   builder=a.builder, cache_ref=a.cache_ref, keep_containers=env.get(KEEP_ENV) == "1", env=env,
+                   run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -120,9 +136,10 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client = engine.connect()
     found = engine.check(client)
-    engine.check_disk(found, len(buildable))
     ctx = prepare(client, spec, buildable, opts, run_dir)
-    log.info(f"run {opts.run_id}: {len(buildable)} cell(s) to build, engine {found.version}; "
+    missing = [c for c in buildable if not _image_exists(client, candidate(c, spec, ctx, opts.ws)[1])]
+    engine.check_disk(found, len(missing))  # only what will really be built needs room
+    log.info(f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to build, engine {found.version}; "
              f"{ctx.discovery.summary()}")
     for warning in ctx.discovery.warnings:
         log.warn(warning)
@@ -144,13 +161,54 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
 
 def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell], opts: Options,
             run_dir: Path) -> Context:
-    discovery = gpus.discover(client.info())
+    info = client.info()
+    discovery = gpus.discover(info)
     network = network_options(client)
     options = {**gpus.container_options(discovery, gpu=opts.gpu if discovery.usable_in_containers else None),
                **network}
-    bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir)
+    builder = cache.builder(opts.builder, info)
+    shared, notes = cache.plan(shared_cache(spec, opts), builder) if buildable else (None, [])
+    for note in notes:
+        log.warn(note)
+    bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir,
+                                      shared=partial(shared.base_ref, name) if shared else None,
+                                      push=bool(shared and shared.exports))
              for name in sorted({c.base_name for c in buildable})}
-    return Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws))
+    history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
+    return Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared)
+
+
+def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
+    """matrix.yaml's `cache:`, with the ref `--cache-ref` gives (which may also turn it on, or off)."""
+    if opts.cache_ref is None:
+        return spec.spec.cache
+    if not opts.cache_ref:
+        return None
+    try:
+        return (spec.spec.cache or Cache(ref=opts.cache_ref)).model_copy(update={"ref": opts.cache_ref})
+    except ValidationError:
+        msg = f"--cache-ref {opts.cache_ref!r} is not a registry repository reference"
+        raise ConfigError(msg, hint="e.g. --cache-ref registry.example.com/sglang-images/cache") from None
+
+
+def related_cells(cell: Cell, spec: Matrix) -> list[str]:
+    """Cells whose builds share layers with `cell` (same base and torch lane): their caches are imported."""
+    return [c.id for c in spec.cells
+            if c.excluded is None and c.id != cell.id and c.lane_layer_id == cell.lane_layer_id]
+
+
+def candidate(cell: Cell, spec: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
+    """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed."""
+    inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe)
+    return inputs, tags.candidate_tag(cell, inputs, spec.spec.tags)
+
+
+def _image_exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
 
 
 def check_locks(spec: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[str, LockStatus]:
@@ -173,23 +231,31 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     locks = paths_for(cell, opts.ws.locks)
     facts["locks"] = {opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
                       for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
-    inputs = buildx.inputs_hash(cell, base, locks, ctx.recipe)
-    tag = tags.candidate_tag(cell, inputs, spec.spec.tags)
+    inputs, tag = candidate(cell, spec, ctx, opts.ws)
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
+        extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, spec)) if ctx.cache else [])
         build, image = buildx.build_cell(cell, base, locks, ctx.recipe, tag=tag, inputs=inputs, client=ctx.client,
-                                         log_file=build_log, env=opts.env)
+                                         log_file=build_log, env=opts.env, extra_args=extra)
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
     stages: list[StageResult] = []
+    key = reused = None
     if build.status is Status.PASSED and opts.verify:
         plan = Plan.for_cell(cell, stages=opts.stages, profile=spec.spec.profiles[opts.profile])
-        with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
-            stages = _verify(image.id or tag, cell, plan, ctx, opts, run_dir / cell.id)
-        for stage in stages:
-            log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
-                     stage.failure_class or stage.reason or "")
-    record = cell_record(cell.id, build=build, image=image, stages=stages, **facts)
+        key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
+        reused = reuse.find(ctx.history, cell.id, key)
+        if reused:
+            stages = reused.stages()
+            log.step(cell.id, "verify", "reused", 0.0, f"inputs unchanged since {reused.origin()} (--reverify to run)")
+        else:
+            with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
+                stages = _verify(image.id or tag, cell, plan, ctx, opts, run_dir / cell.id)
+            for stage in stages:
+                log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
+                         stage.failure_class or stage.reason or "")
+    record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
+                         reused_from=reused.origin() if reused else None, **facts)
     if record.verdict is Verdict.VERIFIED:
         try:
             record = record.model_copy(update={"tags": tags.apply_good_tags(ctx.client, record, spec.spec.tags)})

@@ -2,7 +2,8 @@
 
 No registry is needed. The image is tagged by a hash of its inputs (suite, variant, packages,
 mirror), so it is reused while they are unchanged; its id is recorded in every cell's labels.
-A base declared as `image: REF` is taken from a registry instead.
+A base declared as `image: REF` is taken from a registry instead. With a shared build cache, a
+debootstrapped base is shared beside it (see `ensure`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from .. import log, proc
 from ..errors import BaseBuildError, ConfigError, ToolMissingError
@@ -71,8 +74,14 @@ def inputs_hash(name: str, base: Base, mirror: str | None) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path) -> BaseImage:
-    """The base image for `name`, built only when no image with the same inputs exists."""
+def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
+           shared: Callable[[str], str] | None = None, push: bool = False) -> BaseImage:
+    """The base image for `name`, built only when no image with the same inputs exists.
+
+    `shared(digest)` names where runners share debootstrapped bases (beside the build cache): a base
+    found there is pulled instead of built, and (`push`) one built here is pushed there. Two runners'
+    debootstraps never give the same image, and the cache keys of every layer hang on the base's id.
+    """
     if base.image:
         return _registry_base(base.image, client)
     assert base.debootstrap is not None
@@ -84,6 +93,46 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path) ->
         return BaseImage(ref, str(image.id), digest, built=False)
     except docker.errors.ImageNotFound:
         pass
+    remote = shared(digest) if shared else None
+    if remote and (pulled := _pull_shared(client, remote, ref)):
+        return BaseImage(ref, str(pulled.id), digest, built=False)
+    built = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref)
+    if remote and push:
+        _push_shared(client, ref, remote)
+    return built
+
+
+def _pull_shared(client: docker.DockerClient, remote: str, ref: str) -> Image | None:
+    repository, _, tag = remote.rpartition(":")
+    try:
+        image = client.images.pull(repository, tag=tag)
+    except docker.errors.APIError:
+        return None   # not shared yet (or not readable): this runner builds it
+    image.tag(*ref.rsplit(":", 1))
+    client.images.remove(remote, noprune=True)   # keep only the local name
+    log.info(f"base {ref} pulled from the build cache ({remote})")
+    return image
+
+
+def _push_shared(client: docker.DockerClient, ref: str, remote: str) -> None:
+    repository, _, tag = remote.rpartition(":")
+    client.images.get(ref).tag(repository, tag)
+    try:
+        for line in client.images.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in line:
+                log.warn(f"base {ref} not shared to {remote}: {line['error']}")
+                break
+        else:
+            log.info(f"base {ref} shared as {remote}")
+    except docker.errors.APIError as exc:
+        log.warn(f"base {ref} not shared to {remote}: {exc.explanation}")
+    finally:
+        client.images.remove(remote, noprune=True)   # only the extra name goes
+
+
+def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Path, mirror: str, digest: str,
+                 ref: str) -> BaseImage:
+    assert base.debootstrap is not None
     debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
     boot = base.debootstrap
     packages = ",".join((*BASE_PACKAGES, *boot.include))

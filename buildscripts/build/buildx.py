@@ -14,7 +14,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,8 +111,10 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
 def build_cell(
     cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe, *, tag: str, inputs: str,
     client: docker.DockerClient, log_file: Path, env: Mapping[str, str], timeout: float = 3600,
+    extra_args: Sequence[str] = (),
 ) -> tuple[BuildResult, ImageInfo]:
-    """Build one cell's image under its candidate `tag` (skipped when that tag already exists)."""
+    """Build one cell's image under its candidate `tag` (skipped when that tag already exists).
+    `extra_args`: the builder and shared-cache flags (build/cache.py)."""
     try:
         image = client.images.get(tag)
         return BuildResult(status=Status.PASSED, cached=True, reason="candidate tag exists: inputs unchanged",
@@ -127,7 +129,7 @@ def build_cell(
     with build_secrets(env) as secrets:
         argv = [
             "docker", "buildx", "build", "--progress=plain", "--target", "cell", "--tag", tag,
-            "--file", str(recipe.dockerfile), *secrets, *build_args(cell, base, locks, cell_json, recipe),
+            "--file", str(recipe.dockerfile), *secrets, *build_args(cell, base, locks, cell_json, recipe), *extra_args,
             *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
             str(recipe.context),
         ]

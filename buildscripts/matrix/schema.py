@@ -144,6 +144,18 @@ class Registry(Strict):
     url: str | None = Field(default=None, description="host[:port] of a registry to promote to")
 
 
+class Cache(Strict):
+    """A build cache shared between runners: BuildKit's registry cache, one ref per cell under `ref`, and
+    the debootstrapped bases pushed beside it (every runner must build on the very same base image for
+    the cache's keys to match)."""
+
+    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*[a-z0-9]$",
+                     description="registry repository for the cache, e.g. registry.example.com/sglang-images/cache")
+    mode: Literal["max", "min"] = Field(default="max", description="max: every layer of every stage; min: the image's")
+    compression: Literal["zstd", "gzip", "uncompressed"] = "zstd"
+    export: bool = Field(default=True, description="push what this runner built (false: only read the cache)")
+
+
 class MatrixFile(Strict):
     schema_version: Literal[1] = Field(alias="schema")
     bases: dict[Name, Base]
@@ -156,6 +168,7 @@ class MatrixFile(Strict):
     profiles: dict[Name, Profile] = Field(default_factory=lambda: {"default": Profile()})
     tags: Tags = Tags()
     registry: Registry = Registry()
+    cache: Cache | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -116,6 +116,8 @@ class CellResult(Record):
     run_id: str | None = None                                # provenance after merging
     runner: str | None = None
     finished: str | None = None
+    verification_key: str | None = None      # hash of every input of the verification (verify/reuse.py)
+    reused_from: str | None = None           # "run ID of TIME on RUNNER" when its stages were reused
 
     @model_validator(mode="before")
     @classmethod

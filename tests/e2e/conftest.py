@@ -26,11 +26,16 @@ def gpu_in_containers() -> bool:
 
 
 @pytest.fixture(scope="session")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResults]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runs folder of this session's builds (the first is run `e2e`)."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="session")
+def run(runs: Path) -> Iterator[RunResults]:
     client = docker.from_env()
     before = {str(i.id) for i in client.images.list()}
     tagged_before = {t for i in client.images.list() for t in i.tags}
-    runs = tmp_path_factory.mktemp("runs")
     try:
         done = subprocess.run(
             [sys.executable, "-m", "buildscripts", "build", "--only", CELLS, "--runs", str(runs), "--run-id", "e2e"],

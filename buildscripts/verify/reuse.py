@@ -1,0 +1,98 @@
+"""Results reuse: a verification whose every input is unchanged is not run again.
+
+A verification's outcome depends on the image (its id), the probe's code, the plan (stages, target
+archs, lane, stage timeout, server profile) and the GPU its GPU stages run on (model, arch, driver,
+how the engine hands it over; or why there is none). `key()` hashes exactly these; the pipeline stores
+the key with each cell's record, and `find()` looks through the saved runs for the newest record of
+the same cell with the same key. Only settled outcomes are reused (verified, cpu-checked, an expected
+failure): a failure or an unexpected pass is verified again, since a user re-runs to retry those.
+`--reverify` skips the lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ..errors import ResultsError
+from ..results import CellResult, RunResults, StageResult, Verdict, load
+from .container import PROBE_SOURCE
+from .gpus import Discovery
+from .plan import Plan
+
+SETTLED = (Verdict.VERIFIED, Verdict.CPU_CHECKED, Verdict.EXPECTED_FAILURE)
+
+
+@cache
+def probe_digest(source: Path = PROBE_SOURCE) -> str:
+    """sha256 over the probe package's files (what runs inside the image)."""
+    digest = hashlib.sha256()
+    for path in sorted(source.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, object]:
+    """The GPU side of the key: the GPU(s) the stages would run on, or why none can."""
+    if not discovery.usable_in_containers:
+        return {"gpu": None, "problem": discovery.problem}
+    chosen = [g for g in discovery.gpus if per_gpu or g.index == gpu]
+    return {"runtime": discovery.runtime, "per_gpu": per_gpu,
+            "gpus": [{"name": g.name, "arch": g.arch, "driver": g.driver, "memory_mib": g.memory_mib}
+                     for g in chosen]}
+
+
+def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gpu: bool = False) -> str:
+    """sha256 of everything a verification's outcome depends on."""
+    inputs = {"image": image_id, "probe": probe_digest(), "stages": list(plan.stages), "archs": list(plan.archs),
+              "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
+              "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
+              "gpu": gpu_identity(discovery, gpu, per_gpu)}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A saved record that may stand for this run's verification, and the run it came from."""
+
+    record: CellResult
+    run: RunResults
+
+    @property
+    def when(self) -> str:
+        return self.record.finished or self.run.finished or self.run.started
+
+    def stages(self) -> list[StageResult]:
+        """The saved stages, each stamped with where and when it really ran (kept if stamped already)."""
+        return [s if s.run_id else s.model_copy(update={"run_id": self.run.run_id, "runner": self.run.runner,
+                                                         "finished": self.when})
+                for s in self.record.stages]
+
+    def origin(self) -> str:
+        return f"run {self.run.run_id} of {self.when} on {self.run.runner}"
+
+
+def saved_runs(runs: Path, *, skip: str = "") -> list[RunResults]:
+    """Saved runs under `runs/`, newest first; unreadable files are passed over (`nox -s report` names
+    them, and a build must not fail because an old run's file is broken)."""
+    files = [p for p in runs.glob("*/results.json") if p.parent.name != skip]
+    found = []
+    for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            found.append(load(path))
+        except ResultsError:
+            continue
+    return found
+
+
+def find(history: Iterable[RunResults], cell_id: str, verification_key: str) -> Reused | None:
+    """The newest saved, settled record of `cell_id` made with exactly this key (`history`: newest first)."""
+    for run in history:
+        record = run.cell(cell_id)
+        if record and record.verification_key == verification_key and record.verdict in SETTLED:
+            return Reused(record, run)
+    return None

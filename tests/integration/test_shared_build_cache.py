@@ -1,0 +1,91 @@
+"""The build cache shared between runners, for real: a second engine (Docker 26, containerd image store)
+plays two runners in turn, a loopback registry holds the cache, and the flags are the project's own
+(build/cache.py). The base is debootstrapped once and shared through the registry: every layer's cache
+key hangs on the base image's id, so a runner that debootstrapped its own would never hit the cache."""
+
+from __future__ import annotations
+
+import subprocess
+from functools import partial
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts import matrix
+from buildscripts.build import base, cache
+from buildscripts.matrix.schema import Cache
+from tests import second_engine
+from tests.registry_server import RegistryServer
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = """\
+ARG BASE
+FROM $BASE AS lane
+RUN python3 -c "import time; open('/lane', 'w').write(repr(time.time()))"
+FROM lane AS cell
+ARG CELL
+RUN echo "$CELL" > /cell
+"""
+
+
+def build(engine: second_engine.SecondEngine, context: Path, base_ref: str, cell: str, args: list[str]) -> str:
+    """`docker buildx build` of the tiny recipe's cell on `engine` with the project's cache flags; the log."""
+    done = subprocess.run(
+        ["docker", "buildx", "build", "--progress=plain", "--target", "cell", "--tag", f"cache-test/{cell}:1",
+         "--build-arg", f"BASE={base_ref}", "--build-arg", f"CELL={cell}", *args, str(context)],
+        env=engine.env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+def lane_stamp(client: docker.DockerClient, image: str) -> str:
+    return client.containers.run(image, ["cat", "/lane"], remove=True).decode()
+
+
+def test_a_fresh_runner_builds_on_the_cache_another_runner_pushed(tmp_path: Path, server: RegistryServer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    second_engine.require()
+    spec = matrix.load(ROOT / "matrix.yaml", {}).spec
+    context = tmp_path / "recipe"
+    context.mkdir()
+    (context / "Dockerfile").write_text(RECIPE)
+    with second_engine.second_engine(tmp_path / "engine") as engine:
+        monkeypatch.setenv("DOCKER_HOST", engine.host)   # `docker buildx inspect` asks this engine
+        client = engine.client()
+        builder = cache.builder(None, client.info())
+        assert (builder.driver, builder.exports_cache) == ("docker", True)
+        plan, notes = cache.plan(Cache(ref=f"{server.url}/sglang-images/cache"), builder)
+        assert plan is not None and plan.exports and notes == []
+        shared = partial(plan.base_ref, "bookworm")
+
+        # runner 1: debootstraps the base (and shares it), builds cell `a`, exports its cache
+        first = base.ensure("bookworm", spec.bases["bookworm"], client=client, logs=tmp_path, shared=shared,
+                            push=True)
+        assert first.built
+        log_a = build(engine, context, first.ref, "a", builder.args() + plan.args("a", ["b"]))
+        assert "exporting cache" in log_a or "writing cache manifest" in log_a
+        stamp = lane_stamp(client, "cache-test/a:1")
+
+        engine.wipe()   # runner 2 starts bare: no image, no build cache
+        assert client.images.list(all=True) == []
+
+        second = base.ensure("bookworm", spec.bases["bookworm"], client=client, logs=tmp_path, shared=shared,
+                             push=True)
+        assert not second.built and second.id == first.id   # pulled: the very same base
+        log_b = build(engine, context, second.ref, "b", builder.args() + plan.args("b", ["a"]))
+        print(log_a[-3000:], log_b, sep="\n----\n")
+        lane_step = next(line for line in log_b.splitlines() if "[lane 2/2] RUN" in line).split()[0]
+        assert f"{lane_step} CACHED" in log_b          # the lane layer came from the registry...
+        assert lane_stamp(client, "cache-test/b:1") == stamp   # ...byte for byte, not rebuilt
+        assert client.containers.run("cache-test/b:1", ["cat", "/cell"], remove=True).decode().strip() == "b"
+
+
+def test_the_engine_says_whether_its_default_builder_can_export_a_cache() -> None:
+    """Docker 20.10's default builder (classic image store) imports a registry cache but cannot export one."""
+    info = docker.from_env().info()
+    builder = cache.builder(None, info)
+    assert builder.exports_cache is (builder.driver != "docker" or cache.containerd_store(info))
+    if not builder.exports_cache:
+        assert builder.why_not and "containerd image store" in builder.why_not
+        assert "--builder NAME" in builder.why_not
