@@ -1,7 +1,8 @@
-"""Failure classification over the whole public failure corpus, and the catalogue's own rules."""
+"""Failure classification over the public failure corpus, and the catalogue's own rules."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,38 @@ from buildscripts.errors import ConfigError
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import classify
 
-CORPUS = yaml.safe_load((Path(__file__).parent / "data" / "failure-corpus.yaml").read_text())
+CORPUS_DIR = Path(__file__).parent / "data" / "corpus"
+SEEN = yaml.safe_load((CORPUS_DIR / "seen.yaml").read_text())
+UNSEEN = yaml.safe_load((CORPUS_DIR / "unseen.yaml").read_text())
+CORPUS = SEEN["original"]
 LITERAL = [e for e in CORPUS if not e["error"].startswith("(paraphrase")]
+
+
+def held_out(source: str) -> bool:
+    """The split rule: an added entry is unseen when sha256 of its source URL starts with 0-7."""
+    return hashlib.sha256(source.encode()).hexdigest()[0] in "01234567"
 
 
 def test_corpus_is_the_whole_file() -> None:
     assert len(CORPUS) >= 50
     assert len(LITERAL) >= 40
+
+
+def test_the_split_follows_the_rule_by_source() -> None:
+    added = SEEN["added"] + UNSEEN["added"]
+    assert len(added) >= 60
+    assert len(UNSEEN["added"]) >= 30
+    assert all(held_out(e["source"]) for e in UNSEEN["added"])
+    assert not any(held_out(e["source"]) for e in SEEN["added"])
+    unseen_sources = {e["source"] for e in UNSEEN["added"]}
+    assert not unseen_sources & {e["source"] for e in SEEN["added"] + SEEN["original"]}
+
+
+def test_every_added_entry_is_labelled_with_its_source() -> None:
+    for entry in SEEN["added"] + UNSEEN["added"]:
+        assert entry.keys() == {"id", "stage", "error", "note", "source"}
+        assert entry["source"].startswith("https://github.com/")
+        assert entry["error"].strip()
 
 
 def test_every_corpus_entry_has_a_class() -> None:
