@@ -26,13 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import ConfigError
 from ..results import StageResult, Status
 from ..results.decisive import EVIDENCE_KEY, decisive_line
+from ..results.judge import UNCLASSIFIED as _UNCLASSIFIED
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
-UNCLASSIFIED = "unclassified"
 STAGES = ("build", "image", "probe", "facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
           "gpu-visible", "kernel-smoke", "server", "first-generation")
 # Stage names used by public reports (and the failure corpus) -> the ladder's names.
 STAGE_ALIASES = {"install": "build", "server-start": "server", "first-request": "first-generation"}
+UNCLASSIFIED = _UNCLASSIFIED          # the class of a failure no entry matches (callers use classify.UNCLASSIFIED)
 Pattern = str | tuple[str, ...]       # one signal, or signals that must all be found
 _SPACES = re.compile(r"[ \t]+")
 
@@ -216,12 +217,9 @@ def label(result: StageResult) -> StageResult:
     match = classify(text, result.name)
     if match.id != UNCLASSIFIED:
         return result.model_copy(update={"failure_class": match.id, "hint": match.hint})
-    line = decisive_line(text)
-    return result.model_copy(update={
-        "failure_class": match.id,
-        "hint": f"unclassified {result.name} failure" + (f", decisive line: {line}. " if line else ". ") + match.hint,
-        "evidence": {**result.evidence, EVIDENCE_KEY: line} if line else result.evidence,
-    })
+    line = decisive_line(text)  # reports show it next to "unclassified" (results.judge.failure_detail)
+    evidence = {**result.evidence, EVIDENCE_KEY: line} if line else result.evidence
+    return result.model_copy(update={"failure_class": match.id, "hint": match.hint, "evidence": evidence})
 
 
 def hint_for(class_id: str) -> str | None:
