@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from ..probe.core import ORDER
 from ..results import GPU_STAGES, CellResult, RunResults, Status, Verdict, judge
+from ..results.judge import failure_detail
 
 BUILD = "build"
 MARKS = {"passed": "✓", "failed": "✕", "skipped": "–", "aborted": "·"}
@@ -46,8 +47,9 @@ def outcome(cell: CellResult, column: str) -> tuple[str, str]:
     if stage is None:
         return "", ""
     if stage.status is Status.FAILED:
-        reason = "; ".join(p for p in (stage.failure_class, stage.reason) if p)
-        return "failed", reason
+        detail = failure_detail(stage)  # an unclassified failure shows its decisive log line
+        extra = [stage.reason] if stage.reason and stage.reason not in detail else []
+        return "failed", "; ".join([detail, *extra])
     return stage.status.value, stage.reason or ""
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from .archs import families
-from .schema import CPU_STAGES, GPU_STAGES, CellResult, Status, Verdict
+from .decisive import EVIDENCE_KEY, decisive_line
+from .schema import CPU_STAGES, GPU_STAGES, CellResult, StageResult, Status, Verdict
+
+UNCLASSIFIED = "unclassified"
 
 
 def judge(cell: CellResult) -> tuple[Verdict, str]:
@@ -24,7 +27,7 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
             not expected.failure_class or expected.failure_class == failed.failure_class
         ):
             return Verdict.EXPECTED_FAILURE, f"{failed.name}: {failed.failure_class} (expected: {expected.reason})"
-        detail = failed.failure_class or "unclassified"
+        detail = failure_detail(failed)
         if expected:
             detail += f"; expected {','.join(expected.stages)}/{expected.failure_class or ''} instead"
         return Verdict.FAILED, f"failed at {failed.name}: {detail}"
@@ -42,6 +45,15 @@ def judge(cell: CellResult) -> tuple[Verdict, str]:
         return Verdict.CPU_CHECKED, f"GPU stages passed on {', '.join(archs)}, which is not a target arch"
     gpus = sorted({s.gpu for s in gpu.values() if s.gpu})
     return Verdict.VERIFIED, f"verified on {', '.join(archs)} ({', '.join(gpus) or 'GPU'})"
+
+
+def failure_detail(stage: StageResult) -> str:
+    """A failed stage's class; an unclassified one with its decisive log line, so no report hides the error."""
+    if stage.failure_class and stage.failure_class != UNCLASSIFIED:
+        return stage.failure_class
+    text = "\n".join(part for part in (stage.reason, stage.log_excerpt) if part)
+    line = str(stage.evidence.get(EVIDENCE_KEY) or "") or decisive_line(text)
+    return f"{UNCLASSIFIED}: {line}" if line else UNCLASSIFIED
 
 
 def judged(cell: CellResult) -> CellResult:

@@ -1,8 +1,15 @@
 """Failure classification: a stage's reason and log excerpt -> a known failure class and a fix hint.
 
 The catalogue is data (`data/failures.yaml`, with sources); this module loads and validates it and
-picks the best match: the pattern with the most literal characters wins (a long, exact signature
-beats a generic one), ties go to the entry of the stage that failed, then to the earlier entry.
+picks the best match. Patterns are short robust signals (exception type, the module or file raising
+it, a key phrase, an arch or a version), searched case-insensitively in the log with runs of spaces
+and tabs collapsed; a pattern written as a list matches only when all of its signals are found.
+Among the classes that match:
+1. a class marked `generic` (an outcome such as "the server exited") yields to any specific one;
+2. a class drops out when another matching class `beats` it (the cause beats the wrapper reporting it);
+3. the most specific match wins: the most literal characters in the matching pattern's signals;
+   ties go to the class of the stage that failed, then to the earlier class in the file.
+An unclassified failure carries its decisive log line (`results.decisive`) instead of a cause.
 """
 
 from __future__ import annotations
@@ -18,13 +25,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError
 from ..results import StageResult, Status
+from ..results.decisive import EVIDENCE_KEY, decisive_line
+from ..results.judge import UNCLASSIFIED as _UNCLASSIFIED
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
-UNCLASSIFIED = "unclassified"
 STAGES = ("build", "image", "probe", "facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
           "gpu-visible", "kernel-smoke", "server", "first-generation")
 # Stage names used by public reports (and the failure corpus) -> the ladder's names.
 STAGE_ALIASES = {"install": "build", "server-start": "server", "first-request": "first-generation"}
+UNCLASSIFIED = _UNCLASSIFIED          # the class of a failure no entry matches (callers use classify.UNCLASSIFIED)
+Pattern = str | tuple[str, ...]       # one signal, or signals that must all be found
+_SPACES = re.compile(r"[ \t]+")
 
 
 class FailureClass(BaseModel):
@@ -33,9 +44,11 @@ class FailureClass(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     stage: str
     title: str
-    patterns: tuple[str, ...]
+    patterns: tuple[Pattern, ...]
     hint: str = Field(min_length=1)
     sources: tuple[str, ...] = Field(min_length=1)
+    beats: tuple[str, ...] = ()       # classes this one explains when both match
+    generic: bool = False             # an outcome, chosen only when no specific class matches
 
     @field_validator("stage")
     @classmethod
@@ -47,13 +60,17 @@ class FailureClass(BaseModel):
 
     @field_validator("patterns")
     @classmethod
-    def _compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _compiles(cls, value: tuple[Pattern, ...]) -> tuple[Pattern, ...]:
         for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                msg = f"pattern {pattern!r} is not a valid regular expression: {exc}"
-                raise ValueError(msg) from None
+            if isinstance(pattern, tuple) and not pattern:
+                msg = "a list of signals must hold at least one signal"
+                raise ValueError(msg)
+            for signal in signals(pattern):
+                try:
+                    re.compile(signal)
+                except re.error as exc:
+                    msg = f"pattern {signal!r} is not a valid regular expression: {exc}"
+                    raise ValueError(msg) from None
         return value
 
 
@@ -83,22 +100,56 @@ class Catalogue:
     def classify(self, text: str, stage: str | None = None) -> Match:
         """The best-matching class for `text`, from a stage named `stage` (ladder or report names)."""
         stage = STAGE_ALIASES.get(stage or "", stage)
-        best: tuple[float, bool, int] | None = None
-        found: Match | None = None
+        text = normalise(text)
+        hits: dict[str, tuple[tuple[float, bool, int], FailureClass, str]] = {}
         for index, entry in enumerate(self.classes):
             for pattern in entry.patterns:
-                hit = re.search(pattern, text)
-                if hit is None:
+                matched = search(pattern, text)
+                if matched is None:
                     continue
-                key = (literal_weight(pattern), entry.stage == stage, -index)
-                if best is None or key > best:
-                    best = key
-                    found = Match(entry.id, entry.stage, entry.title, entry.hint, hit.group(0)[:300])
-        if found is None:
+                key = (pattern_weight(pattern), entry.stage == stage, -index)
+                if entry.id not in hits or key > hits[entry.id][0]:
+                    hits[entry.id] = (key, entry, matched)
+        if any(not entry.generic for _, entry, _ in hits.values()):
+            hits = {cid: hit for cid, hit in hits.items() if not hit[1].generic}
+        beaten = {loser for _, entry, _ in hits.values() for loser in entry.beats}
+        candidates = [hit for cid, hit in hits.items() if cid not in beaten] or list(hits.values())
+        if not candidates:
             return Match(UNCLASSIFIED, stage or "", "no known signature matched",
-                         "Read the log excerpt; if this failure is worth recognising, add it to "
-                         "buildscripts/data/failures.yaml with its source.", "")
-        return found
+                         "Read the decisive line and the log excerpt; if this failure is worth recognising, "
+                         "add it to buildscripts/data/failures.yaml with its source.", "")
+        _, entry, matched = max(candidates, key=lambda hit: hit[0])
+        return Match(entry.id, entry.stage, entry.title, entry.hint, matched[:300])
+
+
+def signals(pattern: Pattern) -> tuple[str, ...]:
+    return (pattern,) if isinstance(pattern, str) else pattern
+
+
+@cache
+def _compiled(signal: str) -> re.Pattern[str]:
+    return re.compile(signal, re.IGNORECASE)
+
+
+def normalise(text: str) -> str:
+    """Runs of spaces and tabs become one space (`nvcc fatal   :` and `nvcc fatal :` read the same)."""
+    return _SPACES.sub(" ", text)
+
+
+def search(pattern: Pattern, text: str) -> str | None:
+    """The matched text of every signal (joined by ` … `), or None when one is missing."""
+    found = []
+    for signal in signals(pattern):
+        hit = _compiled(signal).search(text)
+        if hit is None:
+            return None
+        found.append(hit.group(0))
+    return " … ".join(found)
+
+
+def pattern_weight(pattern: Pattern) -> float:
+    """How specific a pattern is: the literal characters of all its signals."""
+    return sum(literal_weight(signal) for signal in signals(pattern))
 
 
 def literal_weight(pattern: str) -> float:
@@ -147,6 +198,10 @@ def load(path: Path = CATALOGUE) -> Catalogue:
     if duplicates:
         msg = f"{path}: duplicate class id(s): {', '.join(duplicates)}"
         raise ConfigError(msg, hint="give every class its own id")
+    unknown = sorted({f"{c.id} beats {b}" for c in spec.classes for b in c.beats if b not in ids or b == c.id})
+    if unknown:
+        msg = f"{path}: `beats` names no other class: {', '.join(unknown)}"
+        raise ConfigError(msg, hint="list ids of other classes in `beats`")
     return Catalogue(spec.classes)
 
 
@@ -160,7 +215,11 @@ def label(result: StageResult) -> StageResult:
         return result
     text = "\n".join(part for part in (result.reason, result.log_excerpt) if part)
     match = classify(text, result.name)
-    return result.model_copy(update={"failure_class": match.id, "hint": match.hint})
+    if match.id != UNCLASSIFIED:
+        return result.model_copy(update={"failure_class": match.id, "hint": match.hint})
+    line = decisive_line(text)  # reports show it next to "unclassified" (results.judge.failure_detail)
+    evidence = {**result.evidence, EVIDENCE_KEY: line} if line else result.evidence
+    return result.model_copy(update={"failure_class": match.id, "hint": match.hint, "evidence": evidence})
 
 
 def hint_for(class_id: str) -> str | None:
