@@ -172,8 +172,8 @@ def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
 def test_merge_never_mixes_stages_of_different_images() -> None:
     old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
     new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
-    rebuilt = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt"})
-    # the rebuilt image only ran facts and import
+    # other build inputs (another candidate tag, another image id); the rebuilt image only ran facts and import
+    rebuilt = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt", "ref": "sglang-images:x-fedcba987654"})
     new.cells[0] = new.cells[0].model_copy(update={"image": rebuilt, "stages": new.cells[0].stages[:2]})
     merged = merge.merge([old, new])
     assert [s.name for s in merged.cells[0].stages] == ["facts", "import"]
