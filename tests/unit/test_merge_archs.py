@@ -18,10 +18,10 @@ from buildscripts.publish import promote, tagcmd, tags
 from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Status, Verdict
 from buildscripts.workspace import Workspace
-from tests.results_factory import cpu_passed, finish, gpu_passed, gpu_skipped, make_cell
+from tests.results_factory import B200, RTX, ci_job, gpu_passed
+from tests.results_factory import three_ci_jobs as _three_ci_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
-B200, RTX = "NVIDIA B200", "NVIDIA RTX PRO 6000 Blackwell"
 PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"       # verified on both archs
 APT = "sglang0.5.16-torch2.11.0-cu130-apt-bookworm"       # verified on sm_100, server fails on sm_120
 NOCCCL = "sglang0.5.16-torch2.11.0-cu130-pip-nocccl-bookworm"  # only the CPU-only runner built it
@@ -30,38 +30,12 @@ DIGEST = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
 TAGS = matrix.load(ROOT / "matrix.yaml").spec.tags
 
 
-def server_fails(gpu: str, arch: str) -> list[StageResult]:
-    stages = gpu_passed(gpu, arch)
-    stages[2] = stages[2].model_copy(update={"status": Status.FAILED, "failure_class": "server-died",
-                                             "reason": "the server exited during start-up"})
-    stages[3] = stages[3].model_copy(update={"status": Status.ABORTED, "reason": "server failed", "gpu": None,
-                                             "arch": None, "where": "container (cpu)"})
-    return stages
+def three_jobs() -> list[RunResults]:
+    return _three_ci_jobs(DIGEST)
 
 
 def job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageResult] | None]) -> RunResults:
-    """One CI job's results: each cell with the given GPU stages after the CPU stages passed."""
-    made = []
-    for kind, gpu_stages in cells.items():
-        cell = make_cell(kind)
-        if gpu_stages is not None:
-            cell = finish(cell, stages=cpu_passed() + gpu_stages)
-        made.append(cell)
-    return RunResults(run_id=run_id, started=finished, finished=finished, runner=runner, matrix="matrix.yaml",
-                      matrix_digest=DIGEST, cells=made)
-
-
-def three_jobs() -> list[RunResults]:
-    return [
-        job("job-sm100", "runner-a", "2026-11-30T08:00:00+00:00",
-            {"verified": gpu_passed(B200, "sm_100"), "cpu-checked": gpu_passed(B200, "sm_100"),
-             "incompatible": None}),
-        job("job-sm120", "runner-b", "2026-11-30T08:10:00+00:00",
-            {"verified": gpu_passed(RTX, "sm_120"), "cpu-checked": server_fails(RTX, "sm_120"),
-             "incompatible": None}),
-        job("job-cpu", "runner-c", "2026-11-30T08:20:00+00:00",  # newest, no GPU
-            {"verified": gpu_skipped(), "failed": None, "incompatible": None}),
-    ]
+    return ci_job(run_id, runner, finished, cells, DIGEST)
 
 
 def test_one_row_per_cell_with_every_arch_and_its_provenance() -> None:
