@@ -3,7 +3,8 @@
 The candidate tag is content-addressed (`{inputs}` is a hash of the build inputs), so it changes
 whenever an input changes. Good tags are earned per GPU arch: every CPU stage passed and every
 GPU stage passed on a GPU of that arch, one of the cell's targets (`results.judge`); the arch-less
-good tags only when no GPU stage failed on any arch. Docker tags cannot carry labels, so a good tag points at a label-only child of the tested image: the same filesystem layers, a config that
+good tags only when no GPU stage failed on any arch. Docker tags cannot carry labels, so a good
+tag points at a label-only child of the tested image: the same filesystem layers, a config that
 adds OCI labels (cell id, lock hashes, results digest, GPUs, archs, date). The child is built
 first and tagged after, so an interruption never leaves a good tag on an unverified image, and a
 cell that did not earn its tags never touches them: the previous good image stays where it was.
@@ -107,10 +108,8 @@ def good_tags(cell: CellResult, cfg: Tags) -> list[str]:
     every_arch = judge(cell)[0] is Verdict.VERIFIED
     refs: list[str] = []
     for template in cfg.good:
-        if "{arch}" in template:
-            archs = verified_archs(cell)
-        else:
-            archs = [""] if every_arch else []
+        # An arch-less tag vouches for every arch the cell ran on: only when none failed.
+        archs = verified_archs(cell) if "{arch}" in template else ([""] if every_arch else [])
         for arch in archs:
             ref = f"{cfg.repository}:{render(template, {**cell.axes, 'arch': arch})}"
             if ref not in refs:

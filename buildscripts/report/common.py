@@ -55,11 +55,10 @@ def outcome(cell: CellResult, column: str) -> tuple[str, str]:
     if not found:
         return "", ""
     worst = max(found, key=lambda s: RANK[s.status])
-    reasons = [_reason(s) for s in found]
-    if len(found) > 1:
-        reasons = [f"{s.arch or 'no GPU'}: {s.status.value}" + (f" ({r})" if r else "") for s, r in zip(found, reasons,
-                                                                                              strict=True)]
-    return worst.status.value, "; ".join(r for r in reasons if r)
+    if len(found) == 1:
+        return worst.status.value, _reason(worst)
+    per_arch = [f"{s.arch or 'no GPU'}: {s.status.value}" + (f" ({_reason(s)})" if _reason(s) else "") for s in found]
+    return worst.status.value, "; ".join(per_arch)
 
 
 def _reason(stage: StageResult) -> str:

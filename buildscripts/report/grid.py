@@ -110,8 +110,8 @@ def place(cell: CellResult) -> str:
     """Where an 'other run' ran: host mode, an LXC container, or a container on another base."""
     if cell.image.id and cell.image.id.startswith("lxc:"):
         return "in place in an LXC container"
-    if cell.image.id and cell.image.id.startswith("host:") or cell.axes.get("base") == "host" or \
-            (cell.build and cell.build.reason and cell.build.reason.startswith("host mode")):
+    host_build = bool(cell.build and cell.build.reason and cell.build.reason.startswith("host mode"))
+    if (cell.image.id or "").startswith("host:") or cell.axes.get("base") == "host" or host_build:
         return "host mode"
     base = cell.axes.get("base")
     return f"in a container, base {base}" if base else "in a container"

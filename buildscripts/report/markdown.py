@@ -69,7 +69,7 @@ def other_runs(run: RunResults) -> list[str]:
         return []
     lines = ["Other runs (host mode, in place in LXC, other bases):", ""]
     for cell in others:
-        verdict, word = grid.slot_word(cell)
+        _, word = grid.slot_word(cell)
         archs = grid.arch_line(cell)
         lines.append(f"- `{cell.cell_id}` ({grid.place(cell)}): {word}" + (f" {_cell_text(archs)}" if archs else "")
                      + f" — {_cell_text(common.verdict_of(cell)[1])}")

@@ -16,7 +16,7 @@ from buildscripts import cli, matrix, report, results
 from buildscripts.errors import ResultsError
 from buildscripts.publish import promote, tagcmd, tags
 from buildscripts.report import common, junit, merge
-from buildscripts.results import GPU_STAGES, RunResults, StageResult, Status, Verdict
+from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
 from buildscripts.workspace import Workspace
 from tests.results_factory import B200, RTX, ci_job, gpu_passed
 from tests.results_factory import three_ci_jobs as _three_ci_jobs
@@ -186,9 +186,9 @@ def test_a_file_without_a_digest_is_accepted_as_an_unknown_matrix(tmp_path: Path
 def test_tag_and_promote_refuse_results_of_another_matrix_before_touching_the_engine(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     bad = other_matrix_file(tmp_path)
-    with pytest.raises(ResultsError, match="another matrix.yaml"):
+    with pytest.raises(ResultsError, match=r"another matrix\.yaml"):
         tagcmd.main(["--results", str(bad)], ws, env={})
-    with pytest.raises(ResultsError, match="another matrix.yaml"):
+    with pytest.raises(ResultsError, match=r"another matrix\.yaml"):
         promote.main(["--results", str(bad), "--registry", "127.0.0.1:5000"], ws, env={})
 
 
