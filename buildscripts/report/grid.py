@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from ..results import GPU_STAGES, CellResult, RunResults, Verdict, arch_outcomes, family
+from ..results import GPU_STAGES, CellResult, RunResults, Verdict, arch_outcomes, family, verified_archs
 from ..results.judge import ARCH_FAILED, ARCH_VERIFIED
 from . import common
 
@@ -83,7 +83,7 @@ def arch_line(cell: CellResult) -> str:
     outcomes = arch_outcomes(cell)
     if not outcomes:
         return ""
-    if all(o == ARCH_VERIFIED for o in outcomes.values()) and cell.verified_archs:
+    if all(o == ARCH_VERIFIED for o in outcomes.values()) and verified_archs(cell):  # judged now, not stored
         return " · ".join(outcomes)
     return " ".join(f"{ARCH_MARKS.get(o, '·')}{arch}" for arch, o in outcomes.items())
 
