@@ -78,12 +78,12 @@ def test_each_arch_of_a_merged_record_is_judged_alone() -> None:
     assert judge(record) == (Verdict.VERIFIED, "verified on sm_100, sm_120 (NVIDIA B200, NVIDIA RTX PRO 6000)")
     assert verified_archs(record) == ["sm_100", "sm_120"]
     # sm_120 only got as far as gpu-visible: verified on sm_100, and the reason says what sm_120 lacks
-    partial = full(**sm100) + [stage("gpu-visible", **sm120)]
+    partial = [*full(**sm100), stage("gpu-visible", **sm120)]
     assert judge(cell(partial)) == (Verdict.VERIFIED, "verified on sm_100 (NVIDIA B200); sm_120: incomplete")
     # a declared failure at the server on sm_120 is an expected failure; sm_100 stays verified
     expected = {"stage": "server", "class": "server-died", "reason": "dies on Blackwell workstations"}
-    died = full(**sm100) + [stage("gpu-visible", **sm120), stage("kernel-smoke", **sm120),
-                            stage("server", Status.FAILED, failure_class="server-died", **sm120)]
+    died = [*full(**sm100), stage("gpu-visible", **sm120), stage("kernel-smoke", **sm120),
+            stage("server", Status.FAILED, failure_class="server-died", **sm120)]
     verdict, reason = judge(cell(died, expected))
     assert verdict is Verdict.EXPECTED_FAILURE and reason.startswith("server on sm_120: server-died")
     assert reason.endswith("; verified on sm_100") and verified_archs(cell(died, expected)) == ["sm_100"]
