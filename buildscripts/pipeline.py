@@ -131,7 +131,8 @@ def check_options(spec: Matrix, opts: Options) -> None:
 
 def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     run_dir = opts.ws.run_dir(opts.run_id)
-    run = RunResults(run_id=opts.run_id, started=results.now(), matrix=str(opts.ws.matrix))
+    run = RunResults(run_id=opts.run_id, started=results.now(), matrix=str(opts.ws.matrix),
+                     matrix_digest=results.matrix_digest(spec.spec))
     statuses = check_locks(spec, cells, opts.ws)
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client = engine.connect()

@@ -1,7 +1,8 @@
 """Results records for report and tag tests, built from the real pydantic models (no JSON by hand).
 
 Five kinds of cell: verified on an H200 (sm_90), cpu-checked (GPU stages skipped), an expected
-failure, a failure with class and hint, and an incompatible (excluded) cell.
+failure, a failure with class and hint, and an incompatible (excluded) cell. And the result sets of
+three CI jobs that overlap: one runner on sm_100, one on sm_120, one without a GPU.
 """
 
 from __future__ import annotations
@@ -103,3 +104,44 @@ def make_run(run_id: str = "run-1", finished: str = "2025-01-02T03:04:05+00:00",
     return RunResults(run_id=run_id, started=finished, finished=finished, runner="ci-runner-1",
                       host={"platform": "Linux-6.1-x86_64-with-glibc2.36"},
                       cells=[make_cell(k) for k in kinds])
+
+
+B200, RTX = "NVIDIA B200", "NVIDIA RTX PRO 6000 Blackwell"
+
+
+def server_fails(gpu: str, arch: str) -> list[StageResult]:
+    """GPU stages on `gpu` where the server dies at start-up (first-generation aborted)."""
+    stages = gpu_passed(gpu, arch)
+    stages[2] = stages[2].model_copy(update={"status": Status.FAILED, "failure_class": "server-died",
+                                             "reason": "the server exited during start-up"})
+    stages[3] = stages[3].model_copy(update={"status": Status.ABORTED, "reason": "server failed", "gpu": None,
+                                             "arch": None, "where": "container (cpu)"})
+    return stages
+
+
+def ci_job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageResult] | None],
+           matrix_digest: str | None = None) -> RunResults:
+    """One CI job's results: a cell per kind; given GPU stages replace the kind's, after every CPU stage passed."""
+    made = []
+    for kind, gpu_stages in cells.items():
+        cell = make_cell(kind)
+        if gpu_stages is not None:
+            cell = finish(cell, stages=cpu_passed() + gpu_stages)
+        made.append(cell)
+    return RunResults(run_id=run_id, started=finished, finished=finished, runner=runner, matrix="matrix.yaml",
+                      matrix_digest=matrix_digest, cells=made)
+
+
+def three_ci_jobs(matrix_digest: str | None = None) -> list[RunResults]:
+    """The `pip` cell verified on sm_100 (runner A) and sm_120 (runner B), the `apt` cell verified on sm_100
+    but its server dying on sm_120, and a newest runner C without a GPU that also built `pip-nocccl`."""
+    return [
+        ci_job("job-sm100", "runner-a", "2026-11-30T08:00:00+00:00",
+               {"verified": gpu_passed(B200, "sm_100"), "cpu-checked": gpu_passed(B200, "sm_100"),
+                "incompatible": None}, matrix_digest),
+        ci_job("job-sm120", "runner-b", "2026-11-30T08:10:00+00:00",
+               {"verified": gpu_passed(RTX, "sm_120"), "cpu-checked": server_fails(RTX, "sm_120"),
+                "incompatible": None}, matrix_digest),
+        ci_job("job-cpu", "runner-c", "2026-11-30T08:20:00+00:00",
+               {"verified": gpu_skipped(), "failed": None, "incompatible": None}, matrix_digest),
+    ]

@@ -137,6 +137,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
     parser.add_argument("--matrix", type=Path, default=ws.matrix)
     parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
+    parser.add_argument("--allow-other-matrix", action="store_true",
+                        help="promote from results made with another matrix.yaml (its tag templates apply)")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
     spec = matrix.load(ws.matrix).spec
@@ -153,6 +155,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if not paths:
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
+    digest = results.matrix_digest(spec)
+    for path in paths:  # every file is checked before the first push
+        warning = results.check_matrix(results.load(path), path, ws.matrix, digest,
+                                       allow_other=args.allow_other_matrix)
+        if warning:
+            log.warn(warning)
     client = engine.connect()
     total = sum(promote_file(client, path, url, spec.tags, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")

@@ -27,9 +27,16 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--results", type=Path, required=True, help="a results.json (from `verify` or `build`)")
     parser.add_argument("--matrix", type=Path, default=ws.matrix, help="matrix.yaml with the tag templates")
     parser.add_argument("--only", action="append", default=[], metavar="GLOB", help="cell id glob(s)")
+    parser.add_argument("--allow-other-matrix", action="store_true",
+                        help="tag from results made with another matrix.yaml (its tag templates apply)")
     args = parser.parse_args(list(argv))
-    cfg = matrix.load(args.matrix).spec.tags
+    spec = matrix.load(args.matrix).spec
+    cfg = spec.tags
     run = results.load(args.results)
+    warning = results.check_matrix(run, args.results, args.matrix, results.matrix_digest(spec),
+                                   allow_other=args.allow_other_matrix)
+    if warning:
+        log.warn(warning)
     client = engine.connect()
     tagged = 0
     for position, cell in enumerate(run.cells):

@@ -1,8 +1,9 @@
 """Tag policy: a candidate tag for every built image, good tags only for what was verified on a GPU.
 
 The candidate tag is content-addressed (`{inputs}` is a hash of the build inputs), so it changes
-whenever an input changes. Good tags are earned only by `Verdict.VERIFIED` with every GPU stage
-passed on a GPU whose arch is one of the cell's targets. Docker tags cannot carry labels, so a good
+whenever an input changes. Good tags are earned per GPU arch: every CPU stage passed and every
+GPU stage passed on a GPU of that arch, one of the cell's targets (`results.judge`); the arch-less
+good tags only when no GPU stage failed on any arch. Docker tags cannot carry labels, so a good
 tag points at a label-only child of the tested image: the same filesystem layers, a config that
 adds OCI labels (cell id, lock hashes, results digest, GPUs, archs, date). The child is built
 first and tagged after, so an interruption never leaves a good tag on an unverified image, and a
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, RegistryError
 from ..matrix.schema import LABEL_PREFIX
 from ..matrix.tagtemplates import template_problems
-from ..results import GPU_STAGES, CellResult, Status, Verdict, families, judge, now, tag_form
+from ..results import GPU_STAGES, CellResult, Verdict, family, judge, now, tag_form
+from ..results import verified_archs as results_verified_archs
 
 if TYPE_CHECKING:
     import docker
@@ -69,45 +71,45 @@ def candidate_tag(cell: Cell, inputs: str, cfg: Tags) -> str:
 
 
 def not_good_because(cell: CellResult) -> str | None:
-    """Why this cell earns no good tag, or None when it does. The verdict is re-judged, not trusted."""
+    """Why this cell earns no good tag at all, or None when it earns one per verified arch at least.
+
+    The verdict is re-judged, not trusted. A cell verified on one arch and failed on another earns
+    the tags of the verified arch only (`good_tags`).
+    """
     verdict, reason = judge(cell)
-    if verdict is not Verdict.VERIFIED or cell.verdict is not Verdict.VERIFIED:
+    if cell.verdict is not verdict:
+        return f"the recorded verdict {cell.verdict.value} is not what its stages give ({verdict.value}: {reason})"
+    if not verified_archs(cell):
         return f"verdict {verdict.value}: {reason}"
     if cell.image.id is None:
         return "no image id recorded: nothing identifies the image that was tested"
     if not cell.image.id.startswith("sha256:"):
         return f"the tested {cell.image.id} is no image of the engine (a host or LXC run): there is nothing to tag"
-    not_passed = [s.name for s in cell.stages if s.status is not Status.PASSED]
-    if not_passed:
-        return "not every stage passed: " + ", ".join(not_passed)
-    missing = [name for name in GPU_STAGES if cell.stage(name) is None]
-    if missing:
-        return "GPU stage(s) never ran: " + ", ".join(missing)
-    targets = families(cell.targets)
-    for name in GPU_STAGES:
-        stage = cell.stage(name)
-        if stage is None or not stage.gpu or not stage.arch:
-            return f"{name} did not record the GPU it ran on"
-        if targets and families([stage.arch]).isdisjoint(targets):
-            return f"{name} ran on {stage.arch}, which is not a target arch ({', '.join(sorted(targets))})"
     return None
 
 
 def verified_archs(cell: CellResult) -> list[str]:
-    return sorted({tag_form(s.arch) for s in cell.stages if s.name in GPU_STAGES and s.arch})
+    """The archs the cell is verified on, as tags spell them (`sm90`), as `results.judge` decides."""
+    return [tag_form(arch) for arch in results_verified_archs(cell)]
 
 
 def good_tags(cell: CellResult, cfg: Tags) -> list[str]:
-    """Full references of the good tags the cell earned (empty unless verified on a target GPU)."""
+    """Full references of the good tags the cell earned (empty unless verified on a target GPU).
+
+    A template with `{arch}` gives one tag per verified arch; one without gives its tag only when the
+    verdict is `verified`, i.e. no GPU stage failed on any arch (else it would vouch for them all).
+    """
     check_templates(cfg)
     if not_good_because(cell) is not None:
         return []
     if not cell.axes:
         msg = f"results for {cell.cell_id} carry no axes; cannot render its tags"
         raise ConfigError(msg, hint="re-run the build with this version")
+    every_arch = judge(cell)[0] is Verdict.VERIFIED
     refs: list[str] = []
     for template in cfg.good:
-        archs = verified_archs(cell) if "{arch}" in template else [""]
+        # An arch-less tag vouches for every arch the cell ran on: only when none failed.
+        archs = verified_archs(cell) if "{arch}" in template else ([""] if every_arch else [])
         for arch in archs:
             ref = f"{cfg.repository}:{render(template, {**cell.axes, 'arch': arch})}"
             if ref not in refs:
@@ -126,7 +128,8 @@ def results_digest(cell: CellResult) -> str:
 
 def good_labels(cell: CellResult) -> dict[str, str]:
     """OCI labels a good tag carries: what was verified, how, where and when."""
-    gpus = sorted({s.gpu for s in cell.stages if s.name in GPU_STAGES and s.gpu})
+    archs = set(results_verified_archs(cell))
+    gpus = sorted({s.gpu for s in cell.stages if s.name in GPU_STAGES and s.gpu and s.arch and family(s.arch) in archs})
     labels = {
         "org.opencontainers.image.created": now(),
         "org.opencontainers.image.title": cell.cell_id,

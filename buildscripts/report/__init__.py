@@ -1,8 +1,12 @@
 """Reports rendered from saved results (never recomputed by hand): console, Markdown, HTML, JUnit, JSON.
 
 `python -m buildscripts report` (what `nox -s report` runs) merges the stored results of every
-run and runner (newest per cell and stage wins), writes every format under `reports/`, rewrites
-the README's compatibility table and prints the console table.
+run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/`,
+rewrites the README's compatibility table and prints the console table.
+
+Results of another matrix.yaml (their recorded digest differs from the current file's) are refused
+when named with --results; when found by the default search (runs/, evidence/: history that outlives
+edits of matrix.yaml) they are left out with a warning. `--allow-other-matrix` takes them anyway.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import log
+from .. import log, matrix, results
 from ..errors import ResultsError
 from ..results import RunResults
 from ..workspace import Workspace
@@ -54,6 +58,32 @@ def default_results(ws: Workspace) -> tuple[str, ...]:
     return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
 
 
+def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explicit_matrix: bool,
+                   explicit_results: bool, allow_other: bool) -> list[RunResults]:
+    """The runs made from `matrix_path`'s matrix (see the module docstring for what happens to others)."""
+    if not explicit_matrix and not matrix_path.is_file():
+        log.warn(f"no {matrix_path}: the results are not checked against a matrix.yaml (pass --matrix PATH)")
+        return list(runs.values())
+    digest = results.matrix_digest(matrix.load(matrix_path).spec)
+    kept = []
+    for path, run in runs.items():
+        try:
+            warning = results.check_matrix(run, path, matrix_path, digest, allow_other=allow_other)
+        except ResultsError as exc:
+            if explicit_results:
+                raise
+            log.warn(f"{exc.message}: left out")
+            continue
+        if warning:
+            log.warn(warning)
+        kept.append(run)
+    if not kept:
+        msg = f"every results file found was made from another matrix.yaml than {matrix_path}"
+        raise ResultsError(msg, hint="run `nox -s build` with this matrix, pass --matrix with theirs, "
+                                     "or --allow-other-matrix")
+    return kept
+
+
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     defaults = default_results(ws)
@@ -64,12 +94,19 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--readme", type=Path, default=ws.root / "README.md",
                         help="README whose compatibility table is rewritten (default: README.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    parser.add_argument("--matrix", type=Path, default=None,
+                        help="the matrix.yaml the results must come from (default: matrix.yaml)")
+    parser.add_argument("--allow-other-matrix", action="store_true",
+                        help="merge results made from another matrix.yaml too (with a warning)")
     args = parser.parse_args(list(argv))
     paths = find_results(args.results or defaults)
     if not paths:
         msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
-    run = merge.merge(merge.load_all(paths))
+    loaded = of_this_matrix(dict(zip(paths, merge.load_all(paths), strict=True)), args.matrix or ws.matrix,
+                            explicit_matrix=args.matrix is not None, explicit_results=bool(args.results),
+                            allow_other=args.allow_other_matrix)
+    run = merge.merge(loaded)
     written = render_all(run, args.out, env)
     if not args.no_readme and markdown.update_readme(args.readme, run):
         written["readme"] = args.readme

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..probe.core import ORDER
-from ..results import GPU_STAGES, CellResult, RunResults, Status, Verdict, judge
+from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, judge
 from ..results.judge import failure_detail
 
 BUILD = "build"
 MARKS = {"passed": "✓", "failed": "✕", "skipped": "–", "aborted": "·"}
+RANK = {Status.PASSED: 0, Status.SKIPPED: 1, Status.ABORTED: 2, Status.FAILED: 3}  # worst shows
 LEGEND = ("✓ passed · ✕ failed · – skipped (could not run here) · · aborted (a prerequisite failed) · "
           "blank: not run")
 VERDICT_ICONS = {
@@ -36,21 +37,37 @@ def verdict_of(cell: CellResult) -> tuple[Verdict, str]:
     return judge(cell)
 
 
+def entries(cell: CellResult, name: str) -> list[StageResult]:
+    """Every result of one stage: one, or one per GPU arch in a merged record."""
+    return [s for s in cell.stages if s.name == name]
+
+
 def outcome(cell: CellResult, column: str) -> tuple[str, str]:
-    """(status word, reason) of one cell × column; ("", "") when it never ran."""
+    """(status word, reason) of one cell × column; ("", "") when it never ran.
+
+    A stage that ran on several GPU archs shows its worst status, and the reason names each arch.
+    """
     if column == BUILD:
         if cell.build is None:
             return ("skipped", cell.excluded) if cell.excluded else ("", "")
         reason = cell.build.reason or ("cached" if cell.build.cached else "")
         return cell.build.status.value, reason
-    stage = cell.stage(column)
-    if stage is None:
+    found = entries(cell, column)
+    if not found:
         return "", ""
+    worst = max(found, key=lambda s: RANK[s.status])
+    if len(found) == 1:
+        return worst.status.value, _reason(worst)
+    per_arch = [f"{s.arch or 'no GPU'}: {s.status.value}" + (f" ({_reason(s)})" if _reason(s) else "") for s in found]
+    return worst.status.value, "; ".join(per_arch)
+
+
+def _reason(stage: StageResult) -> str:
     if stage.status is Status.FAILED:
         detail = failure_detail(stage)  # an unclassified failure shows its decisive log line
         extra = [stage.reason] if stage.reason and stage.reason not in detail else []
-        return "failed", "; ".join([detail, *extra])
-    return stage.status.value, stage.reason or ""
+        return "; ".join([detail, *extra])
+    return stage.reason or ""
 
 
 def mark(status: str) -> str:
@@ -82,14 +99,16 @@ def gpu_stage_places(cell: CellResult) -> list[tuple[str, str]]:
     """(stage, where it ran) for every GPU stage of the ladder, 'not run on a GPU' when it did not."""
     rows = []
     for name in GPU_STAGES:
-        stage = cell.stage(name)
-        if stage is None:
+        found = entries(cell, name)
+        if not found:
             rows.append((name, "not run on a GPU (no result)"))
-        elif stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
-            rows.append((name, f"{stage.where}: {stage.gpu} ({stage.arch or 'arch unknown'})"))
-        else:
-            why = f"{stage.status.value}: {stage.reason or 'no reason given'}"
-            rows.append((name, f"not run on a GPU ({why})"))
+        for stage in found:
+            if stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
+                ran = f"{stage.where}: {stage.gpu} ({stage.arch or 'arch unknown'})"
+                rows.append((name, ran if len(found) == 1 else f"{stage.status.value}, {ran}"))
+            else:
+                why = f"{stage.status.value}: {stage.reason or 'no reason given'}"
+                rows.append((name, f"not run on a GPU ({why})"))
     return rows
 
 

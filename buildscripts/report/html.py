@@ -1,4 +1,5 @@
-"""One self-contained HTML page: the matrix, filters, and a drill-down per cell.
+"""One self-contained HTML page: the compatibility matrix, then every cell stage by stage, with filters
+and a drill-down per cell.
 
 Inline CSS and JS only (no external URL, so the page works offline and as a CI artefact). Every
 value from the results is escaped; the script only filters rows and opens drill-downs.
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from html import escape
 
 from ..results import CellResult, RunResults, Verdict
-from . import common
+from . import common, grid, html_matrix
 
 FILTERS = ("verdict", "sglang", "lane", "toolkit")
 
@@ -56,6 +57,14 @@ SCRIPT = """
     row.setAttribute('aria-expanded',detail.hidden?'false':'true');
   }
   selects.forEach(function(s){s.addEventListener('change',apply);});
+  document.querySelectorAll('#compat td.slot[data-index]').forEach(function(slot){
+    slot.addEventListener('click',function(){
+      var row=document.querySelector('tr.cell-row[data-index="'+slot.dataset.index+'"]');
+      if(row.hidden){selects.forEach(function(s){s.value='';});apply();}
+      if(document.getElementById('detail-'+row.dataset.index).hidden){toggle(row);}
+      row.scrollIntoView();row.focus();
+    });
+  });
   document.querySelectorAll('tr.cell-row').forEach(function(row){
     row.addEventListener('click',function(){toggle(row);});
     row.addEventListener('keydown',function(e){
@@ -110,6 +119,7 @@ def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:
         ("promoted", ", ".join(f"{r}@{d}" for r, d in cell.promoted.items())),
         ("expected", _expected(cell)),
         ("excluded", cell.excluded),
+        ("GPU archs", "; ".join(grid.arch_provenance(cell))),
         ("run", " · ".join(p for p in (cell.run_id, cell.runner, cell.finished) if p)),
     ]
     versions = _dl(sorted(cell.versions.items())) if cell.versions else "<p>no versions recorded</p>"
@@ -164,13 +174,16 @@ def render(run: RunResults) -> str:
             f"{_detail(cell, verdict, why)}</td></tr>"
         )
     filters = "".join(_filter(axis, (_axis(c, axis) for c in cells)) for axis in FILTERS)
+    index_of = {cell.cell_id: index for index, cell in enumerate(cells)}
     when = run.finished or run.started
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>SGLang image compatibility: {_e(run.run_id)}</title><style>{CSS}</style></head><body>"
+        f"<title>SGLang image compatibility: {_e(run.run_id)}</title><style>{CSS}{html_matrix.CSS}</style></head><body>"
         f"<header><h1>SGLang image compatibility</h1><p>results of {_e(run.run_id)} · {_e(when)} · "
         f"runner(s) {_e(run.runner)} · {len(cells)} cell(s)</p></header>"
+        f'<section id="view">{html_matrix.render(run, index_of)}</section>'
+        '<h2>Every cell, stage by stage</h2>'
         f'<section id="filters">{filters}'
         f'<span>showing <b id="shown">{len(cells)}</b> of {len(cells)}</span></section>'
         f'<table id="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

@@ -28,7 +28,8 @@ def _add_cell(suite: ET.Element, cell: CellResult) -> None:
         else:
             ET.SubElement(build, "skipped", message=f"{verdict.value}: {reason}")
     for stage in cell.stages:
-        case = _case(suite, cell, stage.name, stage.duration_s)
+        several = len(common.entries(cell, stage.name)) > 1  # a merged record: once per GPU arch
+        case = _case(suite, cell, f"{stage.name} [{stage.arch}]" if several else stage.name, stage.duration_s)
         where = ET.SubElement(case, "properties")
         ET.SubElement(where, "property", name="where", value=stage.where)
         if stage.gpu:

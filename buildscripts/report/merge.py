@@ -1,9 +1,16 @@
 """Merge the results of several runs (CI runners, a GPU test machine, earlier runs) into one record.
 
-Newest wins, per cell for the cell's own record (build, image, versions) and per cell × stage for
-stage results; "newest" is the run's `finished` time (else `started`). Provenance is kept: each
-stage carries the run id, runner and time it came from, and each cell the run its record came
-from. Verdicts are then judged again from the merged stages, never copied.
+Newest wins: per cell for the cell's own record (build, image, versions), per cell × stage for the
+CPU stages, and per cell × stage × GPU arch for the GPU stages, so that two runners that verified
+the same cell on different GPUs (one on sm_100, one on sm_120) both stay in the row. A GPU stage
+that did not run on a GPU (skipped: no GPU there) is kept only while no GPU result of that stage
+exists: it says nothing about a GPU. "Newest" is the run's `finished` time (else `started`).
+
+Results of one build stay together: a newer record of another image under the same cell id drops
+the older stages, unless both name the same candidate tag, which is content-addressed (a hash of
+every build input), so two runners that built it built the same inputs. Provenance is kept: each
+stage carries the run id, runner and time it came from, each cell the run its record came from.
+Verdicts are then judged again from the merged stages, never copied.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from pathlib import Path
 
 from .. import results
 from ..errors import ResultsError
-from ..results import CellResult, RunResults, StageResult
+from ..results import GPU_STAGES, LADDER, CellResult, RunResults, StageResult, family
+
+StageKey = tuple[str, str]  # (stage name, GPU arch family or "" for a stage that ran on no GPU)
 
 
 def _when(run: RunResults) -> datetime:
@@ -35,8 +44,29 @@ def _stamped(stage: StageResult, run: RunResults) -> StageResult:
                                     "finished": run.finished or run.started})
 
 
+def _key(stage: StageResult) -> StageKey:
+    return (stage.name, family(stage.arch) if stage.name in GPU_STAGES and stage.arch else "")
+
+
+def same_build(older: CellResult, newer: CellResult) -> bool:
+    """Both records tested one build: the same image id, or the same content-addressed candidate tag."""
+    if older.image.id == newer.image.id:
+        return True
+    ids = (older.image.id or "", newer.image.id or "")
+    return all(i.startswith("sha256:") for i in ids) and bool(newer.image.ref) and older.image.ref == newer.image.ref
+
+
+def merged_stages(by_key: dict[StageKey, StageResult]) -> list[StageResult]:
+    """Ladder order, archs in order; a GPU stage that ran on no GPU only where no GPU result of it exists."""
+    on_gpu = {name for name, arch in by_key if arch}
+    kept = [(key, stage) for key, stage in by_key.items() if key[1] or key[0] not in on_gpu]
+    order = {name: i for i, name in enumerate(LADDER)}
+    kept.sort(key=lambda item: (order.get(item[0][0], len(order)), results.arch_key(item[0][1])))
+    return [stage for _, stage in kept]
+
+
 def merge(runs: Sequence[RunResults]) -> RunResults:
-    """One RunResults: newest cell record and newest stage result win; verdicts re-judged."""
+    """One RunResults: newest cell record, newest stage result per stage (and GPU arch); verdicts re-judged."""
     if not runs:
         msg = "no results to merge"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
@@ -44,7 +74,7 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
         return _rejudged(runs[0].model_copy(deep=True))
     ordered = sorted(runs, key=_when)  # oldest first: later runs overwrite
     cells: dict[str, CellResult] = {}
-    stages: dict[str, dict[str, StageResult]] = {}
+    stages: dict[str, dict[StageKey, StageResult]] = {}
     for run in ordered:
         for cell in run.cells:
             record = cell.model_copy(deep=True, update={
@@ -52,21 +82,23 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
                 "finished": cell.finished or run.finished or run.started,
             })
             older = cells.get(cell.cell_id)
-            if older is not None and older.image.id != record.image.id:
-                # Another image under the same cell id: its stages say nothing about this one.
+            if older is not None and not same_build(older, record):
+                # Another build under the same cell id: its stages say nothing about this one.
                 stages.pop(cell.cell_id, None)
             cells[cell.cell_id] = record
-            by_name = stages.setdefault(cell.cell_id, {})
+            by_key = stages.setdefault(cell.cell_id, {})
             for stage in cell.stages:
-                by_name[stage.name] = _stamped(stage, run)
-    merged_cells = [cell.model_copy(update={"stages": list(stages[cell_id].values())})
+                by_key[_key(stage)] = _stamped(stage, run)
+    merged_cells = [cell.model_copy(update={"stages": merged_stages(stages[cell_id])})
                     for cell_id, cell in cells.items()]
     newest = ordered[-1]
+    digests = {r.matrix_digest for r in ordered}
     merged = RunResults(
         run_id="merged:" + "+".join(r.run_id for r in ordered),
         started=min(ordered, key=lambda r: r.started).started,
         finished=newest.finished, runner=", ".join(dict.fromkeys(r.runner for r in ordered)),
-        host={}, matrix=newest.matrix, cells=sorted(merged_cells, key=lambda c: c.cell_id),
+        host={}, matrix=newest.matrix, matrix_digest=digests.pop() if len(digests) == 1 else None,
+        cells=sorted(merged_cells, key=lambda c: c.cell_id),
     )
     return _rejudged(merged)
 

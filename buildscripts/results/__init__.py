@@ -6,7 +6,8 @@ nothing of theirs.
 
 from .archs import families, family, tag_form
 from .factory import cell_record, versions_from
-from .judge import is_unexpected, judge, judged
+from .judge import arch_key, arch_outcomes, gpu_runs, is_unexpected, judge, judged, verified_archs
+from .provenance import check_matrix, matrix_digest
 from .schema import (
     CPU_STAGES,
     GPU_STAGES,
@@ -25,6 +26,7 @@ from .store import load, now, save
 
 __all__ = [
     "CPU_STAGES", "GPU_STAGES", "LADDER", "SCHEMA_VERSION", "BuildResult", "CellResult", "ExpectedFailure",
-    "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "cell_record", "families", "family",
-    "is_unexpected", "judge", "judged", "load", "now", "save", "tag_form", "versions_from",
+    "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "arch_key", "arch_outcomes", "cell_record",
+    "check_matrix", "families", "family", "gpu_runs", "is_unexpected", "judge", "judged", "load", "matrix_digest",
+    "now", "save", "tag_form", "verified_archs", "versions_from",
 ]

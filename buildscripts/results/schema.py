@@ -110,6 +110,7 @@ class CellResult(Record):
     versions: dict[str, str] = Field(default_factory=dict)  # key resolved versions (torch, sglang, ...)
     verdict: Verdict = Verdict.SKIPPED
     verdict_reason: str | None = None
+    verified_archs: list[str] = Field(default_factory=list)  # GPU families every GPU stage passed on (judge)
     tags: list[str] = Field(default_factory=list)           # good tags earned in this run
     locks: dict[str, str] = Field(default_factory=dict)     # lockfile path -> sha256 (good-tag labels)
     promoted: dict[str, str] = Field(default_factory=dict)  # registry ref -> manifest digest, all pushed
@@ -156,6 +157,9 @@ class RunResults(BaseModel):
     runner: str = Field(default_factory=socket.gethostname)
     host: dict[str, str] = Field(default_factory=lambda: {"platform": " ".join(os.uname()[0:3:2])})
     matrix: str | None = None
+    # sha256 of the normalised matrix.yaml the run was made from (results.matrix_digest); None in files
+    # written before it was recorded: read as "unknown matrix", with a warning where it matters.
+    matrix_digest: str | None = None
     cells: list[CellResult] = Field(default_factory=list)
 
     def cell(self, cell_id: str) -> CellResult | None:

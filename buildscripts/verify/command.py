@@ -86,7 +86,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                            profile=profile, keep=env.get(KEEP_ENV) == "1")
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
     out = a.out or run_dir / "results.json"
-    results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell]), out)
+    results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell],
+                            matrix=str(ws.matrix), matrix_digest=results.matrix_digest(spec.spec)), out)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if results.is_unexpected(cell.verdict):

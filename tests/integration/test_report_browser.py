@@ -1,7 +1,8 @@
 """The HTML report in a real headless Chromium, driven over the DevTools protocol.
 
 Loads the page from a file:// URL, fails on any console error or uncaught exception, checks the
-rendered matrix, clicks a filter and a row, and saves a screenshot next to the page.
+rendered compatibility matrix (a verdict, an excluded slot greyed with its reason as title) and the
+stage-by-stage table, clicks a filter, a row and a slot, and saves a screenshot next to the page.
 """
 
 from __future__ import annotations
@@ -156,6 +157,26 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
     assert "use a CUDA toolkit >= 12.8 for sm_120a" in detail
     assert "Unsupported gpu architecture" in detail
     assert "not run on a GPU" in detail
+
+    # The compatibility matrix above: a slot's verdict and archs, an excluded slot greyed with its reason.
+    slot = chromium.evaluate("""(() => { const td = document.querySelector(
+        '#compat td.slot[data-cell="sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]');
+        return [td.textContent, td.className, getComputedStyle(td).color]; })()""")
+    assert slot[0] == "✅ verifiedsm_90" and "slot-verified" in slot[1]
+    assert slot[2] != "rgb(255, 255, 255)"  # readable on its light background
+    excluded = chromium.evaluate("""(() => { const td = document.querySelector('#compat td.excluded');
+        const box = td.getBoundingClientRect();
+        return [td.textContent, td.title, getComputedStyle(td).color, box.width > 0 && box.height > 0]; })()""")
+    assert excluded[0] == "🚫 incompatible" and excluded[3]
+    assert "sglang 0.5.16 pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1" in excluded[1]
+    assert excluded[2] == "rgb(140, 149, 159)"  # greyed
+    assert chromium.evaluate("document.querySelectorAll('#compat th[scope=colgroup]').length") == 2
+    # A click on a slot opens that cell's stages below, even when a filter had hidden its row.
+    chromium.evaluate("document.querySelector('#compat td.slot-verified').click()")
+    opened = chromium.evaluate("Array.from(document.querySelectorAll('tr.detail:not([hidden]) h3'))"
+                               ".map(h => h.textContent)")
+    assert "sglang0.5.16-torch2.11.0-cu130-pip-bookworm" in opened
+    assert chromium.evaluate("document.getElementById('shown').textContent") == str(len(run.cells))
 
     shot = chromium.call("Page.captureScreenshot", format="png")
     png = base64.b64decode(shot["data"])

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from buildscripts.results import CPU_STAGES, GPU_STAGES, BuildResult, CellResult, StageResult, Status, Verdict, judge
+from buildscripts.results import (
+    CPU_STAGES,
+    GPU_STAGES,
+    BuildResult,
+    CellResult,
+    StageResult,
+    Status,
+    Verdict,
+    judge,
+    verified_archs,
+)
 
 GPU = {"gpu": "NVIDIA H200", "arch": "sm_90"}
 
@@ -54,3 +64,32 @@ def test_unexpected_pass_only_when_the_expected_stage_ran_and_passed() -> None:
     no_gpu = [stage(n) for n in CPU_STAGES] + [stage(n, Status.SKIPPED, reason="no GPU") for n in GPU_STAGES]
     assert judge(cell(no_gpu, expected))[0] is Verdict.CPU_CHECKED
     assert judge(cell(full(**GPU), expected))[0] is Verdict.UNEXPECTED_PASS
+
+
+def test_each_arch_of_a_merged_record_is_judged_alone() -> None:
+    sm100 = {"gpu": "NVIDIA B200", "arch": "sm_100"}
+    sm120 = {"gpu": "NVIDIA RTX PRO 6000", "arch": "sm_120"}
+    def cell(stages: list[StageResult], expected: dict[str, str] | None = None) -> CellResult:
+        return CellResult(cell_id="c", targets=["sm_100a", "sm_120a"], build=BuildResult(status=Status.PASSED),
+                          stages=stages, expected=expected)
+
+    both = full(**sm100) + [stage(n, **sm120) for n in GPU_STAGES]
+    record = cell(both)
+    assert judge(record) == (Verdict.VERIFIED, "verified on sm_100, sm_120 (NVIDIA B200, NVIDIA RTX PRO 6000)")
+    assert verified_archs(record) == ["sm_100", "sm_120"]
+    # sm_120 only got as far as gpu-visible: verified on sm_100, and the reason says what sm_120 lacks
+    partial = [*full(**sm100), stage("gpu-visible", **sm120)]
+    assert judge(cell(partial)) == (Verdict.VERIFIED, "verified on sm_100 (NVIDIA B200); sm_120: incomplete")
+    # a declared failure at the server on sm_120 is an expected failure; sm_100 stays verified
+    expected = {"stage": "server", "class": "server-died", "reason": "dies on Blackwell workstations"}
+    died = [*full(**sm100), stage("gpu-visible", **sm120), stage("kernel-smoke", **sm120),
+            stage("server", Status.FAILED, failure_class="server-died", **sm120)]
+    verdict, reason = judge(cell(died, expected))
+    assert verdict is Verdict.EXPECTED_FAILURE and reason.startswith("server on sm_120: server-died")
+    assert reason.endswith("; verified on sm_100") and verified_archs(cell(died, expected)) == ["sm_100"]
+    # an arch the image was not built for verifies nothing
+    off = cell(full(**sm100)).model_copy(update={"targets": ["sm_90a"]})
+    assert judge(off) == (Verdict.CPU_CHECKED, "GPU stages passed on sm_100, which is not a target arch")
+    # a skipped CPU stage: no arch is verified, however the GPU stages went
+    skipped = [stage("facts", Status.SKIPPED), *both[1:]]
+    assert verified_archs(cell(skipped)) == [] and judge(cell(skipped))[0] is Verdict.BUILT

@@ -60,10 +60,10 @@ def test_markdown_table_rows_and_escaping() -> None:
     first = run.cells[0]
     run.cells[0] = first.model_copy(update={
         "excluded": None, "stages": [first.stages[0].model_copy(update={"reason": "a | b"}), *first.stages[1:]]})
-    text = markdown.table(run)
-    rows = [line for line in text.splitlines() if line.startswith("| `")]
-    assert len(rows) == len(run.cells)
-    header = text.splitlines()[0]
+    lines = markdown.stage_table(run)
+    rows = [line for line in lines if line.startswith("| `")]
+    assert len(rows) == len(run.cells) and all(row in markdown.table(run) for row in rows)
+    header = lines[0]
     assert all(row.count(" | ") == header.count(" | ") for row in rows)
     verified = next(r for r in rows if VERIFIED_ID in r)
     assert "✅ verified" in verified and "NVIDIA H200 (sm_90)" in verified
@@ -172,8 +172,8 @@ def test_merge_newest_stage_wins_and_keeps_provenance() -> None:
 def test_merge_never_mixes_stages_of_different_images() -> None:
     old = make_run("old", "2025-01-01T00:00:00+00:00", kinds=("verified",))
     new = make_run("new", "2025-02-01T00:00:00+00:00", kinds=("verified",))
-    rebuilt = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt"})
-    # the rebuilt image only ran facts and import
+    # other build inputs (another candidate tag, another image id); the rebuilt image only ran facts and import
+    rebuilt = new.cells[0].image.model_copy(update={"id": "sha256:rebuilt", "ref": "sglang-images:x-fedcba987654"})
     new.cells[0] = new.cells[0].model_copy(update={"image": rebuilt, "stages": new.cells[0].stages[:2]})
     merged = merge.merge([old, new])
     assert [s.name for s in merged.cells[0].stages] == ["facts", "import"]

@@ -1,0 +1,117 @@
+"""The compatibility-matrix view: SGLang versions down, torch lane × CUDA toolkit across.
+
+The layout only (which cell lands in which slot, what a slot says); `html` and `markdown` draw it.
+A slot holds a cell of the matrix on the main base (the base most matrix cells have). Everything
+else — host-mode runs, runs in place in LXC (`CELL@lxc-NAME`), cells of another base — is listed
+under "other runs" with the same verdict and archs, so no result is dropped from the view.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from ..results import GPU_STAGES, CellResult, RunResults, Verdict, arch_outcomes, family, verified_archs
+from ..results.judge import ARCH_FAILED, ARCH_VERIFIED
+from . import common
+
+AXES = ("sglang", "lane", "toolkit")
+ARCH_MARKS = {ARCH_VERIFIED: "✓", ARCH_FAILED: "✕"}  # others (incomplete, not a target): "·"
+
+Slot = tuple[str, str, str]  # (sglang version, lane, toolkit)
+
+
+@dataclass(frozen=True)
+class Grid:
+    base: str
+    versions: list[str]                       # rows, oldest first
+    lanes: list[str]                          # column groups
+    toolkits: list[str]                       # columns inside every group, the same for each
+    slots: dict[Slot, CellResult] = field(default_factory=dict)
+    others: list[CellResult] = field(default_factory=list)
+
+    def at(self, version: str, lane: str, toolkit: str) -> CellResult | None:
+        return self.slots.get((version, lane, toolkit))
+
+
+def _version_key(text: str) -> tuple[int, Version | str]:
+    try:
+        return (0, Version(text))
+    except InvalidVersion:
+        return (1, text)
+
+
+def _lane_key(lane: str, cells: Iterable[CellResult]) -> tuple[tuple[int, Version | str], str]:
+    """A lane orders by its torch version (2.9.1 before 2.11.0), then by name."""
+    torch = next((c.axes.get("torch", "") for c in cells if c.axes.get("lane") == lane), "")
+    return (_version_key(torch), lane)
+
+
+def _in_matrix(cell: CellResult) -> bool:
+    """A cell of matrix.yaml itself: all coordinates, and its id is the matrix's id (not a run elsewhere)."""
+    return all(cell.axes.get(a) for a in AXES) and cell.axes.get("cell") == cell.cell_id
+
+
+def layout(run: RunResults) -> Grid:
+    cells = common.sort_cells(run.cells)
+    candidates = [c for c in cells if _in_matrix(c)]
+    bases = Counter(c.axes.get("base", "") for c in candidates)
+    base = min(bases, key=lambda b: (-bases[b], b)) if bases else ""
+    slots: dict[Slot, CellResult] = {}
+    others: list[CellResult] = []
+    for cell in cells:
+        slot = (cell.axes.get("sglang", ""), cell.axes.get("lane", ""), cell.axes.get("toolkit", ""))
+        if cell in candidates and cell.axes.get("base", "") == base and slot not in slots:
+            slots[slot] = cell
+        else:
+            others.append(cell)
+    placed = list(slots.values())
+    return Grid(
+        base=base,
+        versions=sorted({s[0] for s in slots}, key=_version_key),
+        lanes=sorted({s[1] for s in slots}, key=lambda lane: _lane_key(lane, placed)),
+        toolkits=sorted({s[2] for s in slots}, key=lambda t: (t != "none", t)),  # "none" (pip only) first
+        slots=slots, others=others,
+    )
+
+
+def arch_line(cell: CellResult) -> str:
+    """The archs the GPU stages ran on: 'sm_100 · sm_120' when all verified, else each with ✓/✕/·."""
+    outcomes = arch_outcomes(cell)
+    if not outcomes:
+        return ""
+    if all(o == ARCH_VERIFIED for o in outcomes.values()) and verified_archs(cell):  # judged now, not stored
+        return " · ".join(outcomes)
+    return " ".join(f"{ARCH_MARKS.get(o, '·')}{arch}" for arch, o in outcomes.items())
+
+
+def arch_provenance(cell: CellResult) -> list[str]:
+    """One line per arch: its outcome, the GPU, and the run, runner and time its GPU stages came from."""
+    lines = []
+    for arch, outcome in arch_outcomes(cell).items():
+        stages = [s for s in cell.stages if s.arch and s.name in GPU_STAGES and family(s.arch) == arch]
+        source = stages[-1] if stages else None
+        where = " · ".join(p for p in (source.gpu, source.run_id, source.runner, source.finished) if p) \
+            if source else ""
+        lines.append(f"{arch}: {outcome}" + (f" ({where})" if where else ""))
+    return lines
+
+
+def slot_word(cell: CellResult) -> tuple[Verdict, str]:
+    """(verdict, 'icon word') as `judge` gives it now."""
+    verdict, _ = common.verdict_of(cell)
+    return verdict, f"{common.VERDICT_ICONS.get(verdict, '')} {verdict.value}"
+
+
+def place(cell: CellResult) -> str:
+    """Where an 'other run' ran: host mode, an LXC container, or a container on another base."""
+    if cell.image.id and cell.image.id.startswith("lxc:"):
+        return "in place in an LXC container"
+    host_build = bool(cell.build and cell.build.reason and cell.build.reason.startswith("host mode"))
+    if (cell.image.id or "").startswith("host:") or cell.axes.get("base") == "host" or host_build:
+        return "host mode"
+    base = cell.axes.get("base")
+    return f"in a container, base {base}" if base else "in a container"

@@ -1,0 +1,51 @@
+"""Which matrix.yaml a results file was made from, and the refusal to mix results of another one.
+
+The digest is taken of the validated matrix with its defaults left out (`exclude_defaults`), as
+canonical JSON: comments, key order, quoting and a value spelled out at its default do not change
+it; any change of meaning (a cell, an exclusion, an expectation, a profile, a tag template) does.
+Files written before the digest was recorded carry none: they are read as "unknown matrix" and
+accepted with a warning, since nothing says they are of another matrix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..errors import ResultsError
+from .schema import RunResults
+
+ALLOW_FLAG = "--allow-other-matrix"
+
+
+def matrix_digest(spec: BaseModel) -> str:
+    """`sha256:…` of a validated matrix (the `spec` of a loaded matrix.yaml)."""
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def short(digest: str | None) -> str:
+    return (digest or "none").removeprefix("sha256:")[:12]
+
+
+def check_matrix(run: RunResults, path: Path, matrix: Path, digest: str, *, allow_other: bool) -> str | None:
+    """None when `run` (read from `path`) was made from the matrix whose digest is `digest`, else a warning.
+
+    Raises ResultsError for results of another matrix unless `allow_other`: merging or tagging them
+    against this matrix would mix cells, exclusions and expectations that are not the same.
+    """
+    if run.matrix_digest is None:
+        return (f"{path}: records no matrix digest (written before it was recorded): "
+                f"accepted as results of an unknown matrix")
+    if run.matrix_digest == digest:
+        return None
+    what = (f"{path} was made from another matrix.yaml (digest {short(run.matrix_digest)}"
+            f"{f', {run.matrix}' if run.matrix else ''}) than {matrix} (digest {short(digest)})")
+    if allow_other:
+        return f"{what}; used anyway ({ALLOW_FLAG})"
+    raise ResultsError(what, hint=f"pass --matrix with the matrix.yaml those results were made from, "
+                                  f"or {ALLOW_FLAG} to use them with this one")

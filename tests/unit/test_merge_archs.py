@@ -1,0 +1,200 @@
+"""Results of several CI runners merged per GPU arch, and results of another matrix.yaml refused.
+
+Three job result sets: runner A verified on sm_100, runner B on sm_120, runner C (newest) had no GPU.
+They overlap on two cells; the merged record must keep both archs' GPU stages, say where each came
+from, judge each arch, and give a good tag per verified arch only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from buildscripts import cli, matrix, report, results
+from buildscripts.errors import ResultsError
+from buildscripts.publish import promote, tagcmd, tags
+from buildscripts.report import common, junit, merge
+from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
+from buildscripts.workspace import Workspace
+from tests.results_factory import B200, RTX, ci_job, gpu_passed
+from tests.results_factory import three_ci_jobs as _three_ci_jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"       # verified on both archs
+APT = "sglang0.5.16-torch2.11.0-cu130-apt-bookworm"       # verified on sm_100, server fails on sm_120
+NOCCCL = "sglang0.5.16-torch2.11.0-cu130-pip-nocccl-bookworm"  # only the CPU-only runner built it
+EXCLUDED = "sglang0.5.16-torch2.9.1-cu128-none-bookworm"
+DIGEST = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
+TAGS = matrix.load(ROOT / "matrix.yaml").spec.tags
+
+
+def three_jobs() -> list[RunResults]:
+    return _three_ci_jobs(DIGEST)
+
+
+def job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageResult] | None]) -> RunResults:
+    return ci_job(run_id, runner, finished, cells, DIGEST)
+
+
+def test_one_row_per_cell_with_every_arch_and_its_provenance() -> None:
+    merged = merge.merge(three_jobs())
+    assert [c.cell_id for c in merged.cells] == sorted([PIP, APT, NOCCCL, EXCLUDED])
+    assert merged.matrix_digest == DIGEST
+    pip = merged.cell(PIP)
+    assert pip is not None
+    assert pip.verdict is Verdict.VERIFIED and pip.verified_archs == ["sm_100", "sm_120"]
+    assert pip.verdict_reason == f"verified on sm_100, sm_120 ({B200}, {RTX})"
+    server = {s.arch: s for s in common.entries(pip, "server")}
+    assert set(server) == {"sm_100", "sm_120"}  # the CPU-only runner's skipped GPU stages say nothing of a GPU
+    assert (server["sm_100"].run_id, server["sm_100"].runner) == ("job-sm100", "runner-a")
+    assert (server["sm_120"].run_id, server["sm_120"].runner) == ("job-sm120", "runner-b")
+    assert server["sm_120"].finished == "2026-11-30T08:10:00+00:00"
+    facts = common.entries(pip, "facts")
+    assert len(facts) == 1 and facts[0].run_id == "job-cpu"  # CPU stages: newest wins, as before
+    assert [s.name for s in pip.stages][:7] == ["facts", "import", "flavour", "arch-audit", "toolchain",
+                                                "jit-compile", "gpu-visible"]
+    assert "sm_100" in common.gpu_summary(pip) and "sm_120" in common.gpu_summary(pip)
+
+
+def test_a_failure_on_one_arch_and_a_pass_on_another_both_show() -> None:
+    apt = merge.merge(three_jobs()).cell(APT)
+    assert apt is not None
+    assert apt.verdict is Verdict.FAILED and results.is_unexpected(apt.verdict)
+    assert apt.verdict_reason == "failed at server on sm_120: server-died; verified on sm_100"
+    assert apt.verified_archs == ["sm_100"]
+    assert results.arch_outcomes(apt) == {"sm_100": "verified", "sm_120": "failed"}
+    status, reason = common.outcome(apt, "server")
+    assert status == "failed" and "sm_100: passed" in reason and "sm_120: failed (server-died" in reason
+
+
+def test_good_tags_one_per_verified_arch_from_the_merged_record() -> None:
+    merged = merge.merge(three_jobs())
+    pip, apt, nocccl = merged.cell(PIP), merged.cell(APT), merged.cell(NOCCCL)
+    assert pip is not None and apt is not None and nocccl is not None
+    assert tags.good_tags(pip, TAGS) == [
+        "sglang-images:0.5.16-torch2.11.0-cu130-pip",
+        "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm100",
+        "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm120",
+    ]
+    # Failed on sm_120: only the sm_100 tag; the arch-less tag would vouch for sm_120 too.
+    assert tags.good_tags(apt, TAGS) == ["sglang-images:0.5.16-torch2.11.0-cu130-apt-verified-sm100"]
+    assert tags.good_labels(apt)["io.sglang-images.verified.archs"] == "sm100"
+    assert tags.good_labels(apt)["io.sglang-images.verified.gpus"] == B200
+    assert tags.good_tags(nocccl, TAGS) == []
+    assert tags.good_tags(merged.cell(EXCLUDED), TAGS) == []  # type: ignore[arg-type]
+
+
+def test_junit_names_each_arch_of_a_merged_stage() -> None:
+    text = junit.render(merge.merge(three_jobs()))
+    assert f'classname="{APT}" name="server [sm_120]"' in text and f'classname="{APT}" name="server [sm_100]"' in text
+
+
+def test_a_newer_build_of_other_inputs_starts_the_cell_afresh_but_another_runner_of_the_same_inputs_does_not() -> None:
+    first, second, _ = three_jobs()
+    other_id = second.cells[0].image.model_copy(update={"id": "sha256:" + "cd" * 32})
+    same_inputs = second.model_copy(deep=True)
+    same_inputs.cells[0] = same_inputs.cells[0].model_copy(update={"image": other_id})
+    assert merge.merge([first, same_inputs]).cell(PIP).verified_archs == ["sm_100", "sm_120"]  # type: ignore[union-attr]
+    other_inputs = second.model_copy(deep=True)
+    rebuilt = other_id.model_copy(update={"ref": "sglang-images:" + PIP + "-fedcba987654"})
+    other_inputs.cells[0] = other_inputs.cells[0].model_copy(update={"image": rebuilt})
+    assert merge.merge([first, other_inputs]).cell(PIP).verified_archs == ["sm_120"]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------- results of another matrix.yaml
+
+
+def workspace(tmp_path: Path) -> Workspace:
+    (tmp_path / "matrix.yaml").write_text((ROOT / "matrix.yaml").read_text())
+    (tmp_path / "README.md").write_text("# x\n")
+    return Workspace.at(tmp_path)
+
+
+def save_jobs(tmp_path: Path) -> list[Path]:
+    paths = []
+    for run in three_jobs():
+        path = tmp_path / "runs" / run.run_id / "results.json"
+        results.save(run, path)
+        paths.append(path)
+    return paths
+
+
+def other_matrix_file(tmp_path: Path) -> Path:
+    run = job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
+    path = tmp_path / "runs" / "job-other" / "results.json"
+    results.save(run.model_copy(update={"matrix_digest": "sha256:" + "0f" * 32, "matrix": "old/matrix.yaml"}), path)
+    return path
+
+
+def test_digest_ignores_comments_and_order_but_not_meaning(tmp_path: Path) -> None:
+    text = (ROOT / "matrix.yaml").read_text()
+    reworded = "# a comment that changes nothing\n" + text.replace("  - {torch: 2.9.1, cuda: cu128}\n", "") \
+        .replace("torch_lanes:\n", "torch_lanes:\n  - {cuda: cu128, torch: 2.9.1}\n")
+    assert results.matrix_digest(matrix.parse(reworded, tmp_path / "m.yaml").spec) == DIGEST
+    changed = text.replace('timeout_s: 900\n  # FlashInfer', 'timeout_s: 901\n  # FlashInfer')
+    assert changed != text
+    assert results.matrix_digest(matrix.parse(changed, tmp_path / "m.yaml").spec) != DIGEST
+
+
+def test_report_refuses_a_named_results_file_of_another_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) \
+        -> None:
+    ws = workspace(tmp_path)
+    bad = other_matrix_file(tmp_path)
+    args = ["--results", str(tmp_path / "runs" / "*" / "results.json"), "--no-readme", "--out", str(tmp_path / "r")]
+    save_jobs(tmp_path)
+    with pytest.raises(ResultsError) as err:
+        report.main(args, ws, env={})
+    message = str(err.value)
+    assert str(bad) in message and "another matrix.yaml" in message and str(ws.matrix) in message
+    assert "0f0f0f0f0f0f" in message and DIGEST.removeprefix("sha256:")[:12] in message
+    assert "--matrix" in message and "--allow-other-matrix" in message
+    assert not (tmp_path / "r").exists()  # nothing rendered
+    # The same through the CLI's one exit point: its code, the message, no traceback.
+    code = cli.main(["report", *args, "--matrix", str(ws.matrix)], env={"NO_COLOR": "1"})
+    out = capsys.readouterr()
+    assert code == ResultsError.exit_code and "another matrix.yaml" in out.err + out.out
+    assert "Traceback" not in out.err + out.out
+
+
+def test_report_with_allow_other_matrix_merges_it_and_the_default_search_leaves_it_out(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    other_matrix_file(tmp_path)
+    save_jobs(tmp_path)
+    out = tmp_path / "r"
+    assert report.main(["--no-readme", "--out", str(out)], ws, env={}) == 0  # default search: left out
+    assert "job-other" not in results.load(out / "results.json").run_id
+    assert report.main(["--no-readme", "--out", str(out), "--allow-other-matrix",
+                        "--results", str(tmp_path / "runs" / "*" / "results.json")], ws, env={}) == 0
+    assert "job-other" in results.load(out / "results.json").run_id
+
+
+def test_a_file_without_a_digest_is_accepted_as_an_unknown_matrix(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    path = save_jobs(tmp_path)[0]
+    data = json.loads(path.read_text())
+    del data["matrix_digest"]  # as written before the field existed
+    path.write_text(json.dumps(data))
+    run = results.load(path)
+    assert run.matrix_digest is None
+    warning = results.check_matrix(run, path, ws.matrix, DIGEST, allow_other=False)
+    assert warning is not None and "unknown matrix" in warning
+    assert report.main(["--results", str(path), "--no-readme", "--out", str(tmp_path / "r")], ws, env={}) == 0
+
+
+def test_tag_and_promote_refuse_results_of_another_matrix_before_touching_the_engine(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    bad = other_matrix_file(tmp_path)
+    with pytest.raises(ResultsError, match=r"another matrix\.yaml"):
+        tagcmd.main(["--results", str(bad)], ws, env={})
+    with pytest.raises(ResultsError, match=r"another matrix\.yaml"):
+        promote.main(["--results", str(bad), "--registry", "127.0.0.1:5000"], ws, env={})
+
+
+def test_every_gpu_stage_of_a_merged_arch_is_counted_once() -> None:
+    pip = merge.merge(three_jobs()).cell(PIP)
+    assert pip is not None
+    runs = results.gpu_runs(pip)
+    assert {arch: sorted(s.name for s in stages) for arch, stages in runs.items()} == {
+        "sm_100": sorted(GPU_STAGES), "sm_120": sorted(GPU_STAGES)}
