@@ -17,7 +17,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import docker
@@ -65,6 +65,7 @@ class SecondEngine:
         self.subnet = f"10.{213 + (int(self.name[3:5], 16) % 40)}.{int(self.name[5:7], 16)}"
         self.nat = nat
         self.proc: subprocess.Popen[bytes] | None = None
+        self._client: docker.DockerClient | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -72,7 +73,10 @@ class SecondEngine:
         return {**os.environ, "DOCKER_HOST": self.host}
 
     def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.host, timeout=600)
+        """One SDK client of this engine (closed at `stop()`)."""
+        if self._client is None:
+            self._client = docker.DockerClient(base_url=self.host, timeout=600)
+        return self._client
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -97,7 +101,8 @@ class SecondEngine:
             if self.proc.poll() is not None:
                 break
             try:
-                self.client().ping()
+                with closing(docker.DockerClient(base_url=self.host, timeout=5)) as probe:
+                    probe.ping()
                 return
             except docker.errors.DockerException:
                 time.sleep(0.5)
@@ -114,6 +119,9 @@ class SecondEngine:
                        capture_output=True)
 
     def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

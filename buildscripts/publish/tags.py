@@ -79,8 +79,11 @@ def not_good_because(cell: CellResult) -> str | None:
     verdict, reason = judge(cell)
     if cell.verdict is not verdict:
         return f"the recorded verdict {cell.verdict.value} is not what its stages give ({verdict.value}: {reason})"
-    if not verified_archs(cell):
+    if not results_verified_archs(cell):
         return f"verdict {verdict.value}: {reason}"
+    if not verified_archs(cell):
+        return (f"{reason}, but in another build of the same inputs, not in the image {cell.image.id}; "
+                "a good tag vouches for the image that ran")
     if cell.image.id is None:
         return "no image id recorded: nothing identifies the image that was tested"
     if not cell.image.id.startswith("sha256:"):
@@ -89,8 +92,14 @@ def not_good_because(cell: CellResult) -> str | None:
 
 
 def verified_archs(cell: CellResult) -> list[str]:
-    """The archs the cell is verified on, as tags spell them (`sm90`), as `results.judge` decides."""
-    return [tag_form(arch) for arch in results_verified_archs(cell)]
+    """The archs the cell's own image is verified on, as tags spell them (`sm90`): those `results.judge`
+    gives, less any whose GPU stages ran in another build of the same inputs (merged from another runner)."""
+    return [tag_form(arch) for arch in results_verified_archs(cell) if ran_in_this_image(cell, arch)]
+
+
+def ran_in_this_image(cell: CellResult, arch: str) -> bool:
+    return all(s.image_id in (None, cell.image.id) for s in cell.stages
+               if s.name in GPU_STAGES and s.arch and family(s.arch) == family(arch))
 
 
 def good_tags(cell: CellResult, cfg: Tags) -> list[str]:

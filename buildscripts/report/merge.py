@@ -36,12 +36,14 @@ def _when(run: RunResults) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _stamped(stage: StageResult, run: RunResults) -> StageResult:
-    """The stage with its provenance filled in (a stage merged before keeps its own)."""
-    if stage.run_id:
-        return stage
-    return stage.model_copy(update={"run_id": run.run_id, "runner": run.runner,
-                                    "finished": run.finished or run.started})
+def _stamped(stage: StageResult, run: RunResults, cell: CellResult) -> StageResult:
+    """The stage with its provenance filled in (what a stage merged before has, it keeps): the run, and
+    the image it ran in, since records of two builds of the same inputs merge (`same_build`)."""
+    update = {} if stage.run_id else {"run_id": run.run_id, "runner": run.runner,
+                                      "finished": run.finished or run.started}
+    if not stage.image_id and cell.image.id:
+        update["image_id"] = cell.image.id
+    return stage.model_copy(update=update) if update else stage
 
 
 def _key(stage: StageResult) -> StageKey:
@@ -88,7 +90,7 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
             cells[cell.cell_id] = record
             by_key = stages.setdefault(cell.cell_id, {})
             for stage in cell.stages:
-                by_key[_key(stage)] = _stamped(stage, run)
+                by_key[_key(stage)] = _stamped(stage, run, cell)
     merged_cells = [cell.model_copy(update={"stages": merged_stages(stages[cell_id])})
                     for cell_id, cell in cells.items()]
     newest = ordered[-1]

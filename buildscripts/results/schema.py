@@ -61,6 +61,7 @@ class StageResult(Record):
     run_id: str | None = None                 # provenance, filled when results of several runs merge
     runner: str | None = None
     finished: str | None = None
+    image_id: str | None = None               # the image it ran in, when that may differ from its cell's
 
 
 class ImageInfo(Record):

@@ -74,9 +74,9 @@ def test_a_fresh_runner_builds_on_the_cache_another_runner_pushed(tmp_path: Path
                              push=True)
         assert not second.built and second.id == first.id   # pulled: the very same base
         log_b = build(engine, context, second.ref, "b", builder.args() + plan.args("b", ["a"]))
-        print(log_a[-3000:], log_b, sep="\n----\n")
         lane_step = next(line for line in log_b.splitlines() if "[lane 2/2] RUN" in line).split()[0]
-        assert f"{lane_step} CACHED" in log_b          # the lane layer came from the registry...
+        # the lane layer came from the registry (BuildKit says CACHED, or shows the layer it pulls)...
+        assert f"{lane_step} CACHED" in log_b or f"{lane_step} extracting sha256:" in log_b, log_b[-3000:]
         assert lane_stamp(client, "cache-test/b:1") == stamp   # ...byte for byte, not rebuilt
         assert client.containers.run("cache-test/b:1", ["cat", "/cell"], remove=True).decode().strip() == "b"
 

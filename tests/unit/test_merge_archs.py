@@ -103,6 +103,23 @@ def test_a_newer_build_of_other_inputs_starts_the_cell_afresh_but_another_runner
     assert merge.merge([first, other_inputs]).cell(PIP).verified_archs == ["sm_120"]  # type: ignore[union-attr]
 
 
+def test_a_good_tag_vouches_only_for_archs_that_ran_in_that_very_image() -> None:
+    """Two runners built the same inputs into two images: the merged row says both archs, but each image
+    earns the arch tags of the GPU it really ran on."""
+    first, second, _ = three_jobs()
+    other_build = second.model_copy(deep=True)
+    other_build.cells[0] = other_build.cells[0].model_copy(
+        update={"image": second.cells[0].image.model_copy(update={"id": "sha256:" + "cd" * 32})})
+    merged = merge.merge([first, other_build]).cell(PIP)
+    assert merged is not None and merged.verified_archs == ["sm_100", "sm_120"]   # the report: both
+    assert merged.image.id == "sha256:" + "cd" * 32                                 # runner B's build is newest
+    assert tags.verified_archs(merged) == ["sm120"]
+    assert [t for t in tags.good_tags(merged, TAGS) if "verified" in t] == [
+        "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm120"]
+    only_a = merge.merge([other_build.model_copy(update={"cells": []}), first]).cell(PIP)
+    assert only_a is not None and tags.verified_archs(only_a) == ["sm100"]
+
+
 # ---------------------------------------------------------------- results of another matrix.yaml
 
 
