@@ -66,10 +66,9 @@ def github_jobs(cells: Sequence[Cell], runners: Runners) -> list[dict[str, objec
     one job per cell and listed arch (in `archs:` order), so that each arch is verified on its GPU."""
     jobs: list[dict[str, object]] = []
     for cell in cells:
-        archs = [arch for arch in cell.archs if arch in runners.archs]
         if not runners.archs:
             jobs.append({"cell": cell.id, "arch": ANY_ARCH, "runs-on": list(runners.default), "name": cell.id})
-        for arch in archs:
-            jobs.append({"cell": cell.id, "arch": arch, "runs-on": list(runners.archs[arch]),
-                         "name": f"{cell.id} on {arch}"})
+            continue
+        jobs.extend({"cell": cell.id, "arch": arch, "runs-on": list(runners.archs[arch]),
+                     "name": f"{cell.id} on {arch}"} for arch in cell.archs if arch in runners.archs)
     return jobs
