@@ -24,8 +24,11 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def matrix(session: nox.Session) -> None:
-    """List the selected cell ids (`-- --json` for machines, `-- --all` to show excluded cells)."""
-    _cli(session, "matrix")
+    """List the selected cell ids (`-- --json` for machines, `-- --all` excluded too, `-- --github` CI jobs)."""
+    session.install("-e", ".")
+    # stderr apart (nox merges it into stdout by default): machines read stdout (`-- --github` goes
+    # to $GITHUB_OUTPUT), and an error must reach the log instead of the JSON.
+    session.run("python", "-m", "buildscripts", "matrix", *session.posargs, stderr=None)
 
 
 @nox.session(python=PYTHON)

@@ -1,5 +1,6 @@
 """`nox -s matrix`: the selected cell ids, one per line (or JSON), like cibuildwheel's
---print-build-identifiers. `--all` adds excluded cells with their reasons."""
+--print-build-identifiers. `--all` adds excluded cells with their reasons; `--github` prints the
+job matrix of the CI workflow (one job per cell, or per cell and arch, with its runner labels)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from rich.table import Table
 
 from .. import log
 from ..workspace import Workspace
-from .cells import select
+from .cells import Cell, select
 from .load import load
+from .schema import Runners
+
+ANY_ARCH = "any"  # the `arch` of a job that runs on any runner with the default labels
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -25,10 +29,19 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--only", action="append", default=[], metavar="GLOB")
     ap.add_argument("--skip", action="append", default=[], metavar="GLOB")
     ap.add_argument("--all", action="store_true", help="also list excluded cells, with the reason")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    output = ap.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable output")
+    output.add_argument("--github", action="store_true",
+                        help="the GitHub Actions job matrix, one compact JSON line ({\"include\": [...]})")
     a = ap.parse_args(list(argv))
+    if a.github and a.all:
+        ap.error("--github lists the jobs of buildable cells only; drop --all")
     spec = load(a.matrix)
     cells = select(spec.cells, a.only, a.skip, include_excluded=a.all)
+    if a.github:
+        # Compact, one line: the workflow writes it to $GITHUB_OUTPUT as `matrix=...`.
+        print(json.dumps({"include": github_jobs(cells, spec.spec.runners)}, separators=(",", ":")))
+        return 0
     if a.json:
         rows = [{**c.axes(), "id": c.id, "excluded": c.excluded,
                  "expected_failure": c.expected.model_dump(by_alias=True) if c.expected else None} for c in cells]
@@ -46,3 +59,16 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         table.add_row(escape(cell.id), status)
     log.console.print(table)
     return 0
+
+
+def github_jobs(cells: Sequence[Cell], runners: Runners) -> list[dict[str, object]]:
+    """One job per cell on the default runners, or, when matrix.yaml gives per-arch runner labels,
+    one job per cell and listed arch (in `archs:` order), so that each arch is verified on its GPU."""
+    jobs: list[dict[str, object]] = []
+    for cell in cells:
+        if not runners.archs:
+            jobs.append({"cell": cell.id, "arch": ANY_ARCH, "runs-on": list(runners.default), "name": cell.id})
+            continue
+        jobs.extend({"cell": cell.id, "arch": arch, "runs-on": list(runners.archs[arch]),
+                     "name": f"{cell.id} on {arch}"} for arch in cell.archs if arch in runners.archs)
+    return jobs

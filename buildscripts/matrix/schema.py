@@ -6,10 +6,11 @@ the shape of the file, so that it can be read top to bottom as documentation.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .tagtemplates import template_problems
 
@@ -156,6 +157,35 @@ class Cache(Strict):
     export: bool = Field(default=True, description="push what this runner built (false: only read the cache)")
 
 
+RUNNER_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a CI runner label: no spaces, no commas
+
+
+def _runner_label(value: str) -> str:
+    if not RUNNER_LABEL_RE.match(value):
+        msg = "a runner label is letters, digits, '.', '_' or '-' (no spaces), e.g. gpu or rtx-pro-6000"
+        raise ValueError(msg)
+    return value
+
+
+def _some_labels(value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        msg = "give at least one runner label, e.g. [self-hosted, linux, x64, gpu]"
+        raise ValueError(msg)
+    return value
+
+
+Labels = Annotated[tuple[Annotated[str, AfterValidator(_runner_label)], ...], AfterValidator(_some_labels)]
+
+
+class Runners(Strict):
+    """The CI runners a cell's GPU job asks for (`nox -s matrix -- --github`): labels, all of which
+    a runner must carry. Without per-arch labels a cell runs once on any runner with the default
+    labels; with them, once per listed arch, each on a runner whose labels name that GPU."""
+
+    default: Labels = ("self-hosted", "linux", "x64", "gpu")
+    archs: dict[str, Labels] = Field(default_factory=dict, description="arch from `archs:` -> labels")
+
+
 class MatrixFile(Strict):
     schema_version: Literal[1] = Field(alias="schema")
     bases: dict[Name, Base]
@@ -169,6 +199,7 @@ class MatrixFile(Strict):
     tags: Tags = Tags()
     registry: Registry = Registry()
     cache: Cache | None = None
+    runners: Runners = Runners()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -187,4 +218,19 @@ class MatrixFile(Strict):
         if not value:
             msg = "must not be empty: the matrix needs at least one entry on every axis"
             raise ValueError(msg)
+        return value
+
+    @field_validator("runners")
+    @classmethod
+    def _runner_archs_are_matrix_archs(cls, value: Runners, info: ValidationInfo) -> Runners:
+        archs = info.data.get("archs")
+        if archs is None:  # `archs:` itself is invalid; that error is reported on its own
+            return value
+        for arch in value.archs:
+            if arch not in archs:
+                close = difflib.get_close_matches(arch, archs, n=1)
+                fix = f"did you mean {close[0]!r}? " if close else ""
+                msg = (f"unknown arch {arch!r} under runners.archs (this matrix's archs: {', '.join(archs)}); "
+                       f"{fix}key per-arch labels by an arch from the top-level `archs:`, or add the arch there")
+                raise ValueError(msg)
         return value

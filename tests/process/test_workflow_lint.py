@@ -1,0 +1,48 @@
+"""actionlint (from the `test` extra) finds nothing in the CI workflow; it also runs shellcheck over
+the `run:` scripts when shellcheck is on PATH. A planted mistake shows that it does look."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "sglang-images.yml"
+
+
+def actionlint() -> str:
+    # The test extra installs it beside this Python, which need not be on PATH.
+    found = shutil.which("actionlint", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                                os.environ.get("PATH", "")]))
+    if found is None:
+        reason = "actionlint is not installed: install the test extra (`pip install -e '.[test]'`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def lint(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([actionlint(), "-no-color", "-oneline", str(path)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def test_the_workflow_has_no_actionlint_findings() -> None:
+    done = lint(WORKFLOW)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+def test_actionlint_reports_an_expression_pasted_into_a_script(tmp_path: Path) -> None:
+    text = WORKFLOW.read_text()
+    planted = 'echo "${{ github.event.pull_request.title }}"\n          nox -s build -- --only "$CELL"'
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(text.replace('nox -s build -- --only "$CELL"', planted, 1))
+    done = lint(bad)
+    assert done.returncode == 1
+    assert "github.event.pull_request.title" in done.stdout and "untrusted" in done.stdout

@@ -1,0 +1,110 @@
+"""The cell job's shell steps, taken from the workflow and run with bash as a runner runs them
+(`bash -e`), against stand-in `nox`, `uv`, `docker` and `nvidia-smi` that record how they were called."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BASH = shutil.which("bash") or "/bin/bash"  # found here: the scripts run with a PATH of stand-ins
+STEPS: list[dict[str, Any]] = yaml.safe_load(
+    (ROOT / ".github" / "workflows" / "sglang-images.yml").read_text())["jobs"]["cell"]["steps"]
+
+
+def script(name: str) -> str:
+    found = [s["run"] for s in STEPS if s.get("name") == name]
+    assert len(found) == 1
+    return str(found[0])
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    """A bin folder of stand-ins: each logs its arguments and stdin; nvidia-smi reports $FAKE_CAP."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("nox", "uv", "docker"):
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/bash\necho "{name} $*" >> "$CALLS"\n'
+                        f'input=$(cat)\nif [ -n "$input" ]; then echo "stdin: $input" >> "$CALLS"; fi\n'
+                        f'if [ -n "$DOCKER_CONFIG" ]; then mkdir -p "$DOCKER_CONFIG"; fi\n')
+        tool.chmod(0o755)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/bash\necho "nvidia-smi $*" >> "$CALLS"\necho "$FAKE_CAP"\n')
+    smi.chmod(0o755)
+    return bin_dir
+
+
+def run(step: str, tmp_path: Path, path: str, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    calls = tmp_path / "calls.log"
+    calls.write_text("")
+    done = subprocess.run([BASH, "--noprofile", "--norc", "-e", "-c", script(step)], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={"PATH": path, "CALLS": str(calls), "RUNNER_NAME": "gpu-runner-7", **env})
+    return done, calls.read_text()
+
+
+def system_path(tools: Path, *without: str) -> str:
+    """The stand-ins plus the system folders, minus folders that hold a real one of `without`."""
+    folders = ["/usr/local/bin", "/usr/bin", "/bin"]
+    keep = [d for d in folders if not any((Path(d) / w).exists() for w in without)]
+    return os.pathsep.join([str(tools), *keep])
+
+
+def test_the_runner_check_names_a_missing_tool(tools: Path, tmp_path: Path) -> None:
+    done, _ = run("Check the runner", tmp_path, system_path(tools))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (tools / "uv").unlink()
+    done, _ = run("Check the runner", tmp_path, system_path(tools, "uv"))
+    assert done.returncode == 1
+    assert "::error::uv is not installed on runner gpu-runner-7" in done.stdout
+
+
+@pytest.mark.parametrize(("arch", "capability", "ok"), [
+    ("sm_100a", "10.0", True), ("sm_120a", "12.0", True), ("sm_90a", "9.0", True),
+    ("sm_100a", "9.0", False), ("sm_120a", "10.0", False),
+])
+def test_the_gpu_check_refuses_a_runner_with_another_gpu(
+        tools: Path, tmp_path: Path, arch: str, capability: str, ok: bool) -> None:
+    done, calls = run("Check the GPU is the job's arch", tmp_path, system_path(tools), ARCH=arch,
+                      FAKE_CAP=capability)
+    assert "nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0" in calls
+    assert done.returncode == (0 if ok else 1), done.stdout + done.stderr
+    if not ok:
+        found = "sm_" + capability.replace(".", "")
+        assert f"runner gpu-runner-7 has a {found} GPU but this job is for {arch}" in done.stdout
+
+
+def test_the_gpu_check_warns_without_nvidia_smi(tools: Path, tmp_path: Path) -> None:
+    (tools / "nvidia-smi").unlink()
+    done, _ = run("Check the GPU is the job's arch", tmp_path, system_path(tools, "nvidia-smi"), ARCH="sm_100a")
+    assert done.returncode == 0
+    assert "::warning::no nvidia-smi on runner gpu-runner-7" in done.stdout
+
+
+def test_promotion_is_skipped_cleanly_without_a_registry(tools: Path, tmp_path: Path) -> None:
+    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools), REGISTRY="", RUN_ID="r1")
+    assert done.returncode == 0
+    assert "::notice title=Promotion skipped::" in done.stdout
+    assert calls == ""  # neither docker login nor nox ran
+
+
+def test_promotion_logs_in_with_the_secrets_on_stdin_and_removes_the_login(tools: Path, tmp_path: Path) -> None:
+    config = tmp_path / "docker-config"
+    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools),
+                      REGISTRY="registry.example:5000/team", REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret",
+                      RUN_ID="gh1.1-cell-any", DOCKER_CONFIG=str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == [
+        "docker login registry.example:5000 --username bot --password-stdin",
+        "stdin: s3cret",
+        "nox -s promote -- --registry registry.example:5000/team --results runs/gh1.1-cell-any/results.json",
+    ]
+    assert "s3cret" not in done.stdout + done.stderr
+    assert not config.exists()  # the job's login is gone with the step
