@@ -13,8 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .tagtemplates import template_problems
 
-ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
-VERSION_RE = r"^\d+(\.\d+){1,3}([a-z0-9.+-]*)$"
+# GPU targets: ASCII only (`re`'s \d and `$` would let `sm_٩٠a` and "sm_90a\n" through), and a closed set of
+# compute capabilities that nvcc knows: Volta (70, 72), Turing (75), Ampere (80, 86, 87), Ada (89), Hopper (90),
+# Blackwell (100, 101, 103, 110, 120, 121). `a` (arch-specific features) exists from sm_90, `f` (family) from sm_100.
+ARCH_RE = re.compile(r"sm_([0-9]{2,3})([af]?)")
+KNOWN_ARCHS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
+VERSION_RE = r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 CUDA_FLAVOURS: dict[str, str] = {"cu128": "12.8", "cu129": "12.9", "cu130": "13.0"}
 LABEL_PREFIX = "io.sglang-images"  # the namespace of every label this project puts on images
@@ -37,10 +41,10 @@ class Base(Strict):
     """Where the OS layer comes from: debootstrap (no registry needed) or a registry image."""
 
     debootstrap: Debootstrap | None = None
-    image: str | None = Field(default=None, description="registry reference, e.g. debian:bookworm-slim")
+    image: str | None = Field(default=None, min_length=1, description="registry reference, e.g. debian:bookworm-slim")
     python: Version = Field(description="the Python that the image's Debian packages provide")
     platform: str = Field(
-        pattern=r"^x86_64-manylinux_2_\d+$",
+        pattern=r"^x86_64-manylinux_2_[0-9]+$",
         description="wheel platform that the base's glibc supports, used for locking",
     )
 
@@ -108,7 +112,8 @@ class Expectation(Strict):
     """A cell expected to fail at `stage` (like pytest's xfail): documented, not an error of the run."""
 
     match: str
-    stage: Name | tuple[Name, ...] = Field(description="the stage it fails at, or a list of stages")
+    stage: Name | Annotated[tuple[Name, ...], Field(min_length=1)] = Field(
+        description="the stage it fails at, or a list of stages")
     failure_class: Name | None = Field(default=None, alias="class")
     reason: str
 
@@ -163,9 +168,9 @@ class MatrixFile(Strict):
     @classmethod
     def _arch_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arch in value:
-            if not ARCH_RE.match(arch):
-                msg = f"{arch!r} is not a GPU target; write sm_XX, sm_XXa or sm_XXf (e.g. sm_100a)"
-                raise ValueError(msg)
+            problem = arch_problem(arch)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("bases", "toolkits", "archs", "torch_lanes", "sglang")
@@ -175,3 +180,16 @@ class MatrixFile(Strict):
             msg = "must not be empty: the matrix needs at least one entry on every axis"
             raise ValueError(msg)
         return value
+
+
+def arch_problem(arch: str) -> str | None:
+    """Why `arch` is not a GPU target this project builds for, or None."""
+    match = ARCH_RE.fullmatch(arch)
+    if not match:
+        return f"{arch!r} is not a GPU target; write sm_XX, sm_XXa or sm_XXf (e.g. sm_100a)"
+    number, suffix = int(match[1]), match[2]
+    if number not in KNOWN_ARCHS:
+        return f"{arch!r} is not a known GPU target; known: " + ", ".join(f"sm_{n}" for n in KNOWN_ARCHS)
+    if (suffix == "a" and number < 90) or (suffix == "f" and number < 100):
+        return f"{arch!r} does not exist: `a` targets start at sm_90a, `f` targets at sm_100f"
+    return None
