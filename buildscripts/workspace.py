@@ -9,10 +9,25 @@ they were made from that file).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# A name that becomes one folder under runs/ (a run id, a cell id): ASCII letters, digits and ._+@- only,
+# not starting with a dot, so that `../..`, `a/b`, control characters or a leading `-` cannot leave the folder.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,127}")
+
+
+def checked_name(value: str, what: str) -> str:
+    """`value` when it is safe as one path component under runs/, else a ConfigError naming `what`."""
+    if not SAFE_NAME.fullmatch(value):
+        msg = f"{what} {value!r} cannot be a folder name"
+        raise ConfigError(msg, hint="use up to 128 ASCII letters, digits and . _ + @ -, starting with a letter or "
+                                    "digit (no /, .., spaces or control characters)")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +54,12 @@ class Workspace:
         return self.root / ".cache"
 
     def run_dir(self, run_id: str) -> Path:
-        return self.runs / run_id
+        """The folder of one run; `run_id` is checked here, so every command that names a run is safe."""
+        return self.runs / checked_name(run_id, "run id")
+
+    def cell_dir(self, run_id: str, cell_id: str) -> Path:
+        """A cell's logs within a run (the cell id is checked too: --cell-id names it by hand)."""
+        return self.run_dir(run_id) / checked_name(cell_id, "cell id")
 
     def shown(self, path: Path) -> str:
         """`path` relative to the project root when it is inside, for messages and records."""

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..probe.core import ORDER
+from ..results import LADDER
 from . import yamlfile
 from .cells import Cell
 from .schema import MatrixFile
@@ -78,8 +78,8 @@ def _unknown_expectations(spec: MatrixFile) -> list[Problem]:
     classes = failure_classes()
     for i, exp in enumerate(spec.expect):
         for stage in exp.stages:
-            if stage not in ORDER:
-                found.append((("expect", i, "stage"), _unknown("stage", stage, ORDER)))
+            if stage not in LADDER:
+                found.append((("expect", i, "stage"), _unknown("stage", stage, LADDER)))
         if exp.failure_class is not None and exp.failure_class not in classes:
             found.append((("expect", i, "class"), _unknown("failure class", exp.failure_class, sorted(classes))
                           + " (see buildscripts/data/failures.yaml)"))

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import log
-from ..errors import ResultsError
+from ..errors import ConfigError, ResultsError
 from ..results import RunResults
 from ..workspace import Workspace
 from . import console, github, html, junit, markdown, merge
@@ -54,6 +54,16 @@ def default_results(ws: Workspace) -> tuple[str, ...]:
     return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
 
 
+def _check_destinations(out: Path, readme: Path | None) -> None:
+    """Where reports go must be a folder and the README a file: said before anything is read or written."""
+    if out.exists() and not out.is_dir():
+        msg = f"--out {out} is a file, not a folder"
+        raise ConfigError(msg, hint="pass --out DIR: every report format is written into that folder")
+    if readme is not None and readme.exists() and not readme.is_file():
+        msg = f"--readme {readme} is not a regular file"
+        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
+
+
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     defaults = default_results(ws)
@@ -65,14 +75,23 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                         help="README whose compatibility table is rewritten (default: README.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     args = parser.parse_args(list(argv))
+    _check_destinations(args.out, None if args.no_readme else args.readme)
     paths = find_results(args.results or defaults)
     if not paths:
         msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
     run = merge.merge(merge.load_all(paths))
-    written = render_all(run, args.out, env)
-    if not args.no_readme and markdown.update_readme(args.readme, run):
-        written["readme"] = args.readme
+    try:
+        written = render_all(run, args.out, env)
+    except OSError as exc:  # e.g. a parent of --out is a file, or not writable
+        msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
+        raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
+    try:
+        if not args.no_readme and markdown.update_readme(args.readme, run):
+            written["readme"] = args.readme
+    except UnicodeDecodeError:
+        msg = f"{args.readme} is not UTF-8 text"
+        raise ConfigError(msg, hint="pass --readme PATH of the project's README.md, or --no-readme") from None
     console.summary(run)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")

@@ -5,6 +5,8 @@ print the verdict and save the results."""
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -17,14 +19,14 @@ from rich.table import Table
 from .. import engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
-from ..matrix.schema import LABEL_PREFIX, Profile
+from ..matrix.schema import LABEL_PREFIX, Profile, arch_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
-from ..workspace import Workspace
+from ..workspace import Workspace, checked_name
 from . import gpus, lxc
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
-from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels
+from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -52,7 +54,32 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
     if in_place and a.image:
         ap.error("give an IMAGE or a place to verify in (--host, --lxc, --lxc-name), not both")
+    check_arguments(a)
     return a
+
+
+def check_arguments(a: argparse.Namespace) -> None:
+    """Every argument problem is found here, before the matrix is read or the engine contacted."""
+    if a.run_id is not None:
+        checked_name(a.run_id, "--run-id")
+    if a.cell_id is not None:
+        checked_name(a.cell_id, "--cell-id")
+    if a.stages is not None:
+        planned_stages(a.stages.split(","))  # raises ConfigError naming the unknown ones
+    if a.stage_timeout is not None and not (0 < a.stage_timeout < math.inf):
+        msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds"
+        raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")
+    if a.gpu < 0:
+        msg = f"--gpu {a.gpu} is not a GPU index"
+        raise ConfigError(msg, hint="GPU indexes count from 0, as nvidia-smi shows them")
+    if a.archs is not None:
+        problems = [p for p in map(arch_problem, a.archs.split(",")) if p]
+        if problems:
+            msg = f"--archs: {problems[0]}"
+            raise ConfigError(msg, hint="e.g. --archs sm_90a,sm_100a")
+    if a.lane_cuda is not None and not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", a.lane_cuda):
+        msg = f"--lane-cuda {a.lane_cuda!r} is not a CUDA major.minor"
+        raise ConfigError(msg, hint="e.g. --lane-cuda 13.0")
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -75,6 +102,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
             labels = image_facts(client, a.image).labels
         except ImageNotFound:
             labels = {}
+        # The image's cell label names its log folder: an image is input too, and may carry any text there.
+        checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
         found_gpus = gpus.discover(client.info())
         options = {**gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None),
                    **network_options(client)}
@@ -110,7 +139,7 @@ def _profile(spec: Matrix, name: str) -> Profile:
 
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str]) -> CellResult:
-    cell_id = a.cell_id or "host"
+    cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
                      stage_timeout=stage_timeout(a, profile), profile=profile)
@@ -132,7 +161,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
                      stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
-    cell_id = a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}"
+    cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
     cell = matrix_cell(spec, image_cell)   # the cell's declared expected failure applies in place too
     found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
     where = f"lxc:{target.tool}:{target.ident}"
