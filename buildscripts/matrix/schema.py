@@ -23,8 +23,9 @@ NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 CUDA_FLAVOURS: dict[str, str] = {"cu128": "12.8", "cu129": "12.9", "cu130": "13.0"}
 LABEL_PREFIX = "io.sglang-images"  # the namespace of every label this project puts on images
 
-Version = Annotated[str, Field(pattern=VERSION_RE)]
-Name = Annotated[str, Field(pattern=NAME_RE)]
+# Bounded, so that a cell id (made of four names and three versions) stays a valid folder name (workspace).
+Version = Annotated[str, Field(pattern=VERSION_RE, max_length=32)]
+Name = Annotated[str, Field(pattern=NAME_RE, max_length=32)]
 
 
 class Strict(BaseModel):

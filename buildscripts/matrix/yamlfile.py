@@ -43,6 +43,9 @@ def read_text(path: Path, what: str) -> str:
     except OSError as exc:
         msg = f"cannot read the {what} {path}: {exc.strerror}"
         raise ConfigError(msg, hint=hint) from None
+    except ValueError:  # a NUL or a lone surrogate in the name
+        msg = f"the {what} {str(path)!r} cannot be a file name"
+        raise ConfigError(msg, hint=hint) from None
     if not stat.S_ISREG(info.st_mode):
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, socket or device?)"
         msg = f"the {what} {path} is {kind}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import log
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
-from ..workspace import Workspace
+from ..workspace import Workspace, path_argument, path_text
 from . import console, github, html, junit, markdown, merge
 
 __all__ = ["console", "main", "render_all"]
@@ -56,22 +56,27 @@ def default_results(ws: Workspace) -> tuple[str, ...]:
 
 def _check_destinations(out: Path, readme: Path | None) -> None:
     """Where reports go must be a folder and the README a file: said before anything is read or written."""
-    if out.exists() and not out.is_dir():
-        msg = f"--out {out} is a file, not a folder"
-        raise ConfigError(msg, hint="pass --out DIR: every report format is written into that folder")
-    if readme is not None and readme.exists() and not readme.is_file():
-        msg = f"--readme {readme} is not a regular file"
-        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
+    try:
+        if out.exists() and not out.is_dir():
+            msg = f"--out {out} is a file, not a folder"
+            raise ConfigError(msg, hint="pass --out DIR: every report format is written into that folder")
+        if readme is not None and readme.exists() and not readme.is_file():
+            msg = f"--readme {readme} is not a regular file"
+            raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        msg = f"cannot use {exc.filename}: {exc.strerror}"
+        raise ConfigError(msg, hint="pass --out DIR and --readme PATH that exist or can be made") from None
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     defaults = default_results(ws)
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
-    parser.add_argument("--results", action="append", default=[], metavar="GLOB",
+    parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
                         help="results files to merge (default: runs/*/results.json, evidence/**/results.json)")
-    parser.add_argument("--out", type=Path, default=ws.root / "reports", help="output folder (default: reports/)")
-    parser.add_argument("--readme", type=Path, default=ws.root / "README.md",
+    parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
+                        help="output folder (default: reports/)")
+    parser.add_argument("--readme", type=path_argument, default=ws.root / "README.md",
                         help="README whose compatibility table is rewritten (default: README.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     args = parser.parse_args(list(argv))

@@ -43,6 +43,9 @@ def read_json(path: Path, error: type[FatalError], hint: str) -> Any:
     except OSError as exc:
         msg = f"cannot read {path}: {exc.strerror}"
         raise error(msg, hint=hint) from None
+    except ValueError:  # a NUL or a lone surrogate in the name
+        msg = f"{path!r} cannot be a file name"
+        raise error(msg, hint=hint) from None
     if len(raw) > MAX_JSON_BYTES:
         msg = f"{path} is larger than {MAX_JSON_BYTES // 2**20} MiB"
         raise error(msg, hint=hint)

@@ -21,7 +21,7 @@ from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, Profile, arch_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
-from ..workspace import Workspace, checked_name
+from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
@@ -36,8 +36,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
     where.add_argument("--lxc-name", metavar="NAME", help="verify in place in a running LXC container (lxc-attach)")
-    ap.add_argument("--python", help="with --host: the interpreter to verify (default: this one); with --lxc: "
-                                     "the container's interpreter, e.g. a venv's (default: python3)")
+    ap.add_argument("--python", type=path_text,
+                    help="with --host: the interpreter to verify (default: this one); with --lxc: "
+                         "the container's interpreter, e.g. a venv's (default: python3)")
     ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
     ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
@@ -45,7 +46,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                     help="seconds per stage (default: 900, or the profile's timeout_s when longer)")
     ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
-    ap.add_argument("--out", type=Path, help="results JSON (default: runs/RUN_ID/results.json)")
+    ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))

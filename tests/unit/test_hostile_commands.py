@@ -3,14 +3,17 @@ error (one of the project's FatalErrors), never a traceback; verify says so befo
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from buildscripts import engine, report, results
-from buildscripts.errors import ConfigError, FatalError, LockError, ResultsError
+from buildscripts import engine, proc, report, results
+from buildscripts.errors import ConfigError, FatalError, LockError, ResultsError, ToolMissingError
 from buildscripts.lock import command as lock_command
 from buildscripts.report import markdown
 from buildscripts.verify import command as verify_command
@@ -183,7 +186,7 @@ def test_verify_reads_the_matrix_before_the_engine(tmp_path: Path, no_engine: No
 
 
 @pytest.mark.parametrize("name", ["..", ".", "../x", "a/b", "/etc", "", ".hidden", "-rf", "a b", "a\x00b",
-                                  "a\nb", "\x1b[31m", "[/]", "ｘ", "a" * 129, "a\\b"])
+                                  "a\nb", "\x1b[31m", "[/]", "ｘ", "a" * 201, "a\\b"])
 def test_unsafe_names_are_refused(name: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot be a folder name"):
         checked_name(name, "run id")
@@ -197,3 +200,27 @@ def test_unsafe_names_are_refused(name: str, tmp_path: Path) -> None:
                                   "host", "sglang0.5.16-x@pct-200", "a+b_c"])
 def test_names_this_project_makes_are_safe(name: str, tmp_path: Path) -> None:
     assert Workspace.at(tmp_path).cell_dir(name, name) == tmp_path.resolve() / "runs" / name / name
+
+
+# ---------------------------------------------------------------- paths no file system takes
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "\ud800"])
+@pytest.mark.parametrize(("main", "flag"), [(lock_command.main, "--matrix"), (report.main, "--out"),
+                                            (report.main, "--results"), (verify_command.main, "--out")])
+def test_paths_no_file_system_takes_are_usage_errors(main: Any, flag: str, value: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([flag, value], Workspace.at(tmp_path), {})
+    assert exc.value.code == 2
+    assert "cannot" in capsys.readouterr().err
+
+
+def test_a_program_that_cannot_be_started_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`verify --host --python /etc/passwd`: Popen raises PermissionError; the log file it opened is closed."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    with pytest.raises(ToolMissingError, match="'/etc/passwd' could not be started: Permission denied"):
+        proc.run(["/etc/passwd", "-c", "pass"], log=tmp_path / "x.log")
+    gc.collect()  # an unclosed log file would warn here, and warnings are errors
