@@ -37,7 +37,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         for cell in cells:
             print(cell.id)
         return 0
-    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {a.matrix.name}")
+    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {escape(a.matrix.name)}")
     for cell in cells:
         status = f"[yellow]excluded:[/] {escape(cell.excluded)}" if cell.excluded else "[green]buildable[/]"
         if cell.expected and not cell.excluded:

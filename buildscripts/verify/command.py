@@ -187,7 +187,7 @@ def show(cell: CellResult) -> None:
     for column in ("stage", "status", "seconds", "detail"):
         table.add_column(column, overflow="fold")
     for stage in cell.stages:
-        table.add_row(stage.name, log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
+        table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
     total = sum(s.duration_s for s in cell.stages)

@@ -192,3 +192,10 @@ def test_only_with_markup_is_a_selection_error(capsys: pytest.CaptureFixture[str
     assert "--only '[/]'" in capsys.readouterr().err
     assert cli.main(["matrix", "--only", "[[]bold]"], {}) == 3
     assert "[[]bold]" in capsys.readouterr().err
+
+
+def test_a_matrix_file_name_with_markup_is_shown_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "[red]m.yaml"
+    path.write_text(DEFAULT)
+    assert cli.main(["matrix", "--all", "--matrix", str(path)], {}) == 0
+    assert "cell(s) from [red]m.yaml" in capsys.readouterr().out
