@@ -130,7 +130,7 @@ class Profile(Strict):
 
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: int = Field(default=900, gt=0)
+    timeout_s: int = Field(default=900, gt=0, le=86_400)  # a day at most: waits take no larger number
 
 
 class Tags(Strict):

@@ -5,7 +5,6 @@ print the verdict and save the results."""
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
@@ -27,6 +26,9 @@ from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
+
+
+MAX_STAGE_TIMEOUT = 86_400.0  # a day; waits refuse far larger numbers (OverflowError), and none is meant
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -67,8 +69,8 @@ def check_arguments(a: argparse.Namespace) -> None:
         checked_name(a.cell_id, "--cell-id")
     if a.stages is not None:
         planned_stages(a.stages.split(","))  # raises ConfigError naming the unknown ones
-    if a.stage_timeout is not None and not (0 < a.stage_timeout < math.inf):
-        msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds"
+    if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_STAGE_TIMEOUT):  # NaN compares False
+        msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
         raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")
     if a.gpu < 0:
         msg = f"--gpu {a.gpu} is not a GPU index"

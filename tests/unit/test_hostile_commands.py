@@ -156,6 +156,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--stages", "import,nope"], "unknown stage(s): nope"),
     (["--stages", ""], "unknown stage(s)"),
     (["--stage-timeout", "0"], "--stage-timeout 0.0 is not a number of seconds"),
+    (["--stage-timeout", "1e300"], "is not a number of seconds up to a day"),
     (["--stage-timeout", "-5"], "is not a number of seconds"),
     (["--stage-timeout", "nan"], "is not a number of seconds"),
     (["--stage-timeout", "inf"], "is not a number of seconds"),

@@ -199,3 +199,16 @@ def test_a_matrix_file_name_with_markup_is_shown_whole(tmp_path: Path, capsys: p
     path.write_text(DEFAULT)
     assert cli.main(["matrix", "--all", "--matrix", str(path)], {}) == 0
     assert "cell(s) from [red]m.yaml" in capsys.readouterr().out
+
+
+def test_the_pattern_and_the_value_are_printed_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(DEFAULT.replace("version: 0.5.10,", "version: '[bold]x',"))
+    assert cli.main(["matrix", "--matrix", str(path)], {}) == 2
+    err = capsys.readouterr().err
+    assert r"pattern '^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$' (got '[bold]x')" in err
+
+
+def test_a_server_timeout_over_a_day_is_refused(tmp_path: Path) -> None:
+    assert "profiles.default.timeout_s" in error_of(DEFAULT.replace("timeout_s: 900", "timeout_s: 10000000", 1),
+                                                    tmp_path)
