@@ -27,7 +27,6 @@ from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
 
-
 MAX_STAGE_TIMEOUT = 86_400.0  # a day; waits refuse far larger numbers (OverflowError), and none is meant
 
 
