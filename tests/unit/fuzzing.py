@@ -57,7 +57,7 @@ def make_workspace(root: Path) -> Workspace:
 
 
 @contextlib.contextmanager
-def sandboxed(root: Path) -> Iterator[None]:
+def confined(root: Path) -> Iterator[None]:
     """cwd is the workspace, the engine cannot be reached, and the project tree must be left untouched."""
     before = tree(ROOT)
 

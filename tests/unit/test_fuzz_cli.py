@@ -21,7 +21,7 @@ from buildscripts.report import main as report_main
 from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
 from tests.results_factory import make_run
-from tests.unit.fuzzing import FUZZ, HOSTILE, TEXT, make_workspace, run, sandboxed
+from tests.unit.fuzzing import FUZZ, HOSTILE, TEXT, confined, make_workspace, run
 
 EXAMPLES_PER_COMMAND = 100  # six commands: 600 argument lists
 Main = Callable[..., int]  # main(argv, ws, env) of each command
@@ -94,7 +94,7 @@ def test_any_argument_list_ends_cleanly(command: str, ws: Workspace) -> None:
     def one(argv: list[str]) -> None:
         outcomes[run(MAINS[command], argv, ws)] += 1
 
-    with sandboxed(ws.root):
+    with confined(ws.root):
         one()
     assert sum(outcomes.values()) >= EXAMPLES_PER_COMMAND
     assert len(outcomes) >= 2, outcomes  # the lists reach past argparse (into the commands' checks)

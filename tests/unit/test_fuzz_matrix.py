@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from buildscripts.matrix import listing
 from buildscripts.workspace import Workspace, checked_name
-from tests.unit.fuzzing import DEFAULT, FUZZ, HOSTILE, TEXT, make_workspace, run, sandboxed
+from tests.unit.fuzzing import DEFAULT, FUZZ, HOSTILE, TEXT, confined, make_workspace, run
 
 EXAMPLES = 520
 DATA = yaml.safe_load(DEFAULT)
@@ -135,7 +135,7 @@ def test_any_matrix_file_is_a_matrix_or_a_config_error(ws: Workspace) -> None:
             for cell in matrix.load(path, {}).cells:
                 checked_name(cell.id, "cell id")
 
-    with sandboxed(ws.root):
+    with confined(ws.root):
         one()
     assert sum(outcomes.values()) >= EXAMPLES
     assert outcomes["error"] > EXAMPLES // 4, outcomes  # the mutations do reach the error paths
