@@ -53,6 +53,19 @@ def quote(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+def _start(argv: tuple[str, ...], *, env: Mapping[str, str] | None, cwd: Path | None,
+           stdin: bool) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin else None,
+            env=env, cwd=cwd, start_new_session=True,
+        )
+    except OSError as exc:  # not found, not executable (`--python /etc/passwd`), not a program at all
+        why = "not found" if isinstance(exc, FileNotFoundError) else exc.strerror
+        msg = f"{argv[0]!r} could not be started: {why}"
+        raise ToolMissingError(msg, hint="install it, or check PATH and that it is an executable") from None
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -76,15 +89,11 @@ def run(
         log_handle.write(f"$ {quote(argv)}\n")
         log_handle.flush()
     try:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin else None,
-            env=full_env, cwd=cwd, start_new_session=True,
-        )
-    except FileNotFoundError:
+        proc = _start(argv, env=full_env, cwd=cwd, stdin=bool(stdin))
+    except BaseException:
         if log_handle:
             log_handle.close()
-        msg = f"{argv[0]!r} could not be started: not found"
-        raise ToolMissingError(msg, hint="install it, or check PATH") from None
+        raise
 
     def pump() -> None:
         # `with` closes the pipe: else a ResourceWarning per command (an error under pytest -W error)

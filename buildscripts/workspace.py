@@ -9,10 +9,49 @@ they were made from that file).
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# A name that becomes one folder under runs/ (a run id, a cell id): ASCII letters, digits and ._+@- only, not
+# starting with a dot or dash, at most 200 characters (a cell id from matrix.yaml has at most ~150), so that
+# `../..`, `a/b`, control characters or an option-like `-rf` cannot name anything outside the folder.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,199}")
+
+
+def path_text(text: str) -> str:
+    """argparse `type=` for a path or glob: what no file system takes is a usage error, not a traceback later.
+
+    A NUL character, or text that cannot become bytes (a lone surrogate; undecodable bytes of a real command
+    line arrive as escapes that do convert back)."""
+    if "\x00" in text:
+        msg = "a path cannot contain a NUL character"
+        raise argparse.ArgumentTypeError(msg)
+    try:
+        os.fsencode(text)
+    except UnicodeError:
+        msg = f"{text!r} cannot be a file name on this system"
+        raise argparse.ArgumentTypeError(msg) from None
+    return text
+
+
+def path_argument(text: str) -> Path:
+    """argparse `type=` for a path (see `path_text`)."""
+    return Path(path_text(text))
+
+
+def checked_name(value: str, what: str) -> str:
+    """`value` when it is safe as one path component under runs/, else a ConfigError naming `what`."""
+    if not SAFE_NAME.fullmatch(value):
+        msg = f"{what} {value!r} cannot be a folder name"
+        raise ConfigError(msg, hint="use up to 200 ASCII letters, digits and . _ + @ -, starting with a letter or "
+                                    "digit (no /, .., spaces or control characters)")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +78,12 @@ class Workspace:
         return self.root / ".cache"
 
     def run_dir(self, run_id: str) -> Path:
-        return self.runs / run_id
+        """The folder of one run; `run_id` is checked here, so every command that names a run is safe."""
+        return self.runs / checked_name(run_id, "run id")
+
+    def cell_dir(self, run_id: str, cell_id: str) -> Path:
+        """A cell's logs within a run (the cell id is checked too: --cell-id names it by hand)."""
+        return self.run_dir(run_id) / checked_name(cell_id, "cell id")
 
     def shown(self, path: Path) -> str:
         """`path` relative to the project root when it is inside, for messages and records."""

@@ -25,7 +25,7 @@ from .. import matrix as matrix_mod
 from ..errors import LockError
 from ..hostenv import index_settings
 from ..matrix import Cell, Matrix
-from ..workspace import Workspace
+from ..workspace import Workspace, path_argument
 from . import drift
 from .layers import LayerLocker, LayerOutcome
 from .lockfile import inputs_hash
@@ -42,7 +42,7 @@ def main(argv: list[str], ws: Workspace | None = None, env: Mapping[str, str] | 
     parser.add_argument("--skip", action="append", default=[], metavar="GLOB", help="cell ids to leave out")
     parser.add_argument("--check", action="store_true", help="fail on stale or missing locks; write nothing")
     parser.add_argument("--upgrade", action="store_true", help="re-resolve every selected lock on purpose")
-    parser.add_argument("--matrix", type=Path, default=ws.matrix,
+    parser.add_argument("--matrix", type=path_argument, default=ws.matrix,
                         help="path of matrix.yaml (its locks go to the project's lockfiles/)")
     args = parser.parse_args(argv)
     ws = dataclasses.replace(ws, matrix=args.matrix)

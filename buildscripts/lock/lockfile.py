@@ -102,10 +102,13 @@ def parse(text: str, where: Path | str = "<lock>") -> Lockfile:
 
 def read(path: Path) -> Lockfile:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"cannot read the lockfile {path}: {exc.strerror}"
         raise LockError(msg, hint="run `nox -s lock`") from None
+    except UnicodeDecodeError:
+        msg = f"{path} is not a lockfile written by `nox -s lock` (it is not UTF-8 text)"
+        raise LockError(msg, hint="run `nox -s lock -- --upgrade` to write it again") from None
     return parse(text, path)
 
 

@@ -14,10 +14,12 @@ from typing import Any, Literal
 
 from ..errors import LockError
 from ..matrix import Cell, Matrix
-from . import lockfile
+from ..results.store import read_json
+from . import drift, lockfile
 
 LOCK_FORMAT = 1
 State = Literal["ok", "missing", "stale", "incompatible", "unresolvable"]
+STATES = ("ok", "incompatible", "unresolvable")  # what lockfiles/index.json may record
 LAYERS = ("lane", "sglang", "toolkit")
 # Which of a cell's inputs each layer depends on (each layer also depends on the one below it).
 LAYER_KEYS: dict[str, tuple[str, ...]] = {
@@ -96,17 +98,37 @@ def index_path(locks: Path) -> Path:
 
 def read_index(locks: Path) -> dict[str, Any]:
     path = index_path(locks)
-    if not path.is_file():
+    if not path.exists():
         return {"format": LOCK_FORMAT, "cells": {}}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
-        msg = f"{path} is unreadable: {exc}"
-        raise LockError(msg, hint="run `nox -s lock` to write it again") from None
+    data = read_json(path, LockError, "run `nox -s lock` to write it again")
     if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT:
         msg = f"{path} has another format than {LOCK_FORMAT}"
         raise LockError(msg, hint="run `nox -s lock -- --upgrade`")
+    problem = _index_problem(data)
+    if problem:
+        msg = f"{path} is malformed: {problem}"
+        raise LockError(msg, hint="never edit it by hand; run `nox -s lock` to write it again")
     return data
+
+
+def _index_problem(data: dict[str, Any]) -> str | None:
+    """What makes the index unusable (it is generated, so any of this means it was edited or damaged)."""
+    cells = data.get("cells")
+    if not isinstance(cells, dict):
+        return "`cells` is not a mapping of cell id to entry"
+    for cell_id, entry in cells.items():
+        if not isinstance(entry, dict):
+            return f"cells.{cell_id} is not a mapping"
+        if entry.get("state") not in STATES:
+            return f"cells.{cell_id}.state is {entry.get('state')!r}, not one of {', '.join(STATES)}"
+        for key, kind in (("inputs-sha256", str), ("inputs", dict), ("versions", dict), ("locks", dict)):
+            if not isinstance(entry.get(key), kind):
+                return f"cells.{cell_id}.{key} is missing or not a {kind.__name__}"
+        if not all(isinstance(v, str) for v in (*entry["versions"].values(), *entry["locks"].values())):
+            return f"cells.{cell_id}: versions and locks must be text"
+        if not isinstance(entry.get("reason"), str | None):
+            return f"cells.{cell_id}.reason is not text"
+    return None
 
 
 def write_index(locks: Path, data: dict[str, Any]) -> None:
@@ -127,10 +149,26 @@ def status_of(matrix: Matrix, cell: Cell, locks: Path) -> LockStatus:
     if entry.get("inputs-sha256") != lockfile.inputs_hash(current):
         return LockStatus("stale", _what_changed(entry.get("inputs", {}), current))
     versions = dict(entry.get("versions", {}))
-    if entry["state"] in ("incompatible", "unresolvable"):
-        return LockStatus(entry["state"], entry.get("reason"), versions)
     problem = file_problem(cell, locks, current)
+    if entry["state"] in ("incompatible", "unresolvable"):
+        # The locker writes a layer's lock only when it resolved: all of them present and current means
+        # this cell locked fine, and the recorded state was changed by hand (which would skip the cell).
+        if problem is None:
+            return LockStatus("stale", f"recorded as {entry['state']} in lockfiles/index.json, but its locks are "
+                                       "all present and current: the index was edited by hand")
+        return LockStatus(entry["state"], entry.get("reason"), versions)
+    if problem is None and versions != recorded_versions(cell, locks):
+        problem = LockStatus("stale", "the versions recorded in lockfiles/index.json are not those of its locks: "
+                                      "the index was edited by hand")
     return problem or LockStatus("ok", None, versions)
+
+
+def recorded_versions(cell: Cell, locks: Path) -> dict[str, str]:
+    """The key versions the cell's locks install, as `nox -s lock` records them (recomputed from the files)."""
+    installed: dict[str, str] = {}
+    for path in (p for p in vars(paths_for(cell, locks)).values() if p is not None):
+        installed = drift.overlay(installed, lockfile.read(path).versions())
+    return drift.key_versions(installed)
 
 
 def _what_changed(recorded: dict[str, Any], current: dict[str, Any]) -> str:

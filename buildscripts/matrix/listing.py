@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
 from .. import log
-from ..workspace import Workspace
+from ..workspace import Workspace, path_argument
 from .cells import Cell, select
 from .load import load
 from .schema import Runners
@@ -25,7 +24,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ws = ws or Workspace.at()
     del env  # nothing here reads the environment
     ap = argparse.ArgumentParser(prog="nox -s matrix --", description="List the selected cells.")
-    ap.add_argument("--matrix", type=Path, default=ws.matrix)
+    ap.add_argument("--matrix", type=path_argument, default=ws.matrix)
     ap.add_argument("--only", action="append", default=[], metavar="GLOB")
     ap.add_argument("--skip", action="append", default=[], metavar="GLOB")
     ap.add_argument("--all", action="store_true", help="also list excluded cells, with the reason")
@@ -51,7 +50,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         for cell in cells:
             print(cell.id)
         return 0
-    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {a.matrix.name}")
+    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {escape(a.matrix.name)}")
     for cell in cells:
         status = f"[yellow]excluded:[/] {escape(cell.excluded)}" if cell.excluded else "[green]buildable[/]"
         if cell.expected and not cell.excluded:

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
+from . import checks, yamlfile
 from .cells import Matrix, expand
 from .schema import MatrixFile
 
@@ -19,31 +20,34 @@ from .schema import MatrixFile
 def load(path: Path, env: dict[str, str] | None = None) -> Matrix:
     """Read and validate matrix.yaml. `env` is accepted for symmetry with other loaders (tests pass {})."""
     del env  # nothing in the schema reads the environment yet
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        msg = f"cannot read the matrix file {path}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --matrix PATH or run from the project root") from None
-    return parse(text, path)
+    return parse(yamlfile.read_text(path, "matrix file"), path)
 
 
 def parse(text: str, path: Path) -> Matrix:
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        msg = f"{where}: malformed YAML: {exc.problem}"
-        raise ConfigError(msg, hint="fix the YAML syntax at that line") from None
+    data, root = yamlfile.parse(text, path)  # parsed once, by libyaml; limits and duplicate keys checked there
     if not isinstance(data, dict):
         msg = f"{path}: expected a mapping at the top level, got {type(data).__name__}"
-        raise ConfigError(msg)
+        raise ConfigError(msg, hint="start from the matrix.yaml in the project root")
     try:
         spec = MatrixFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, path, root), hint="see the comments in matrix.yaml") from None
-    return Matrix(spec=spec, path=path, cells=tuple(expand(spec)))
+    _raise_problems(checks.problems(spec), path, root)
+    cells = tuple(expand(spec))
+    _raise_problems(checks.duplicate_cells(cells), path, root)
+    return Matrix(spec=spec, path=path, cells=cells)
+
+
+def _raise_problems(problems: list[checks.Problem], path: Path, root: yaml.Node | None) -> None:
+    """The cross-entry problems `checks` found, each with its YAML path and line."""
+    if not problems:
+        return
+    lines = [f"{path}: {len(problems)} problem(s)"]
+    for loc, message in problems:
+        line = _line_of(root, loc)
+        where = f"line {line}: " if line else ""
+        lines.append(f"  {where}{'.'.join(map(str, loc)) or '(top level)'}: {message}")
+    raise ConfigError("\n".join(lines), hint="see the comments in matrix.yaml")
 
 
 def _explain(exc: ValidationError, path: Path, root: yaml.Node | None) -> str:

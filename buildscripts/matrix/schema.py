@@ -14,14 +14,19 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from .tagtemplates import template_problems
 
-ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
-VERSION_RE = r"^\d+(\.\d+){1,3}([a-z0-9.+-]*)$"
+# GPU targets: ASCII only (`re`'s \d and `$` would let `sm_٩٠a` and "sm_90a\n" through), and a closed set of
+# compute capabilities that nvcc knows: Volta (70, 72), Turing (75), Ampere (80, 86, 87), Ada (89), Hopper (90),
+# Blackwell (100, 101, 103, 110, 120, 121). `a` (arch-specific features) exists from sm_90, `f` (family) from sm_100.
+ARCH_RE = re.compile(r"sm_([0-9]{2,3})([af]?)")
+KNOWN_ARCHS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
+VERSION_RE = r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 CUDA_FLAVOURS: dict[str, str] = {"cu128": "12.8", "cu129": "12.9", "cu130": "13.0"}
 LABEL_PREFIX = "io.sglang-images"  # the namespace of every label this project puts on images
 
-Version = Annotated[str, Field(pattern=VERSION_RE)]
-Name = Annotated[str, Field(pattern=NAME_RE)]
+# Bounded, so that a cell id (made of four names and three versions) stays a valid folder name (workspace).
+Version = Annotated[str, Field(pattern=VERSION_RE, max_length=32)]
+Name = Annotated[str, Field(pattern=NAME_RE, max_length=32)]
 
 
 class Strict(BaseModel):
@@ -38,10 +43,10 @@ class Base(Strict):
     """Where the OS layer comes from: debootstrap (no registry needed) or a registry image."""
 
     debootstrap: Debootstrap | None = None
-    image: str | None = Field(default=None, description="registry reference, e.g. debian:bookworm-slim")
+    image: str | None = Field(default=None, min_length=1, description="registry reference, e.g. debian:bookworm-slim")
     python: Version = Field(description="the Python that the image's Debian packages provide")
     platform: str = Field(
-        pattern=r"^x86_64-manylinux_2_\d+$",
+        pattern=r"^x86_64-manylinux_2_[0-9]+$",
         description="wheel platform that the base's glibc supports, used for locking",
     )
 
@@ -109,7 +114,8 @@ class Expectation(Strict):
     """A cell expected to fail at `stage` (like pytest's xfail): documented, not an error of the run."""
 
     match: str
-    stage: Name | tuple[Name, ...] = Field(description="the stage it fails at, or a list of stages")
+    stage: Name | Annotated[tuple[Name, ...], Field(min_length=1)] = Field(
+        description="the stage it fails at, or a list of stages")
     failure_class: Name | None = Field(default=None, alias="class")
     reason: str
 
@@ -125,7 +131,7 @@ class Profile(Strict):
 
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: int = Field(default=900, gt=0)
+    timeout_s: int = Field(default=900, gt=0, le=86_400)  # a day at most: waits take no larger number
 
 
 class Tags(Strict):
@@ -207,9 +213,9 @@ class MatrixFile(Strict):
     @classmethod
     def _arch_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arch in value:
-            if not ARCH_RE.match(arch):
-                msg = f"{arch!r} is not a GPU target; write sm_XX, sm_XXa or sm_XXf (e.g. sm_100a)"
-                raise ValueError(msg)
+            problem = arch_problem(arch)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("bases", "toolkits", "archs", "torch_lanes", "sglang")
@@ -234,3 +240,15 @@ class MatrixFile(Strict):
                        f"{fix}key per-arch labels by an arch from the top-level `archs:`, or add the arch there")
                 raise ValueError(msg)
         return value
+
+def arch_problem(arch: str) -> str | None:
+    """Why `arch` is not a GPU target this project builds for, or None."""
+    match = ARCH_RE.fullmatch(arch)
+    if not match:
+        return f"{arch!r} is not a GPU target; write sm_XX, sm_XXa or sm_XXf (e.g. sm_100a)"
+    number, suffix = int(match[1]), match[2]
+    if number not in KNOWN_ARCHS:
+        return f"{arch!r} is not a known GPU target; known: " + ", ".join(f"sm_{n}" for n in KNOWN_ARCHS)
+    if (suffix == "a" and number < 90) or (suffix == "f" and number < 100):
+        return f"{arch!r} does not exist: `a` targets start at sm_90a, `f` targets at sm_100f"
+    return None

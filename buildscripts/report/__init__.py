@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import log, matrix, results
-from ..errors import ResultsError
+from ..errors import ConfigError, ResultsError
 from ..results import RunResults
-from ..workspace import Workspace
+from ..workspace import Workspace, path_argument, path_text
 from . import console, github, html, junit, markdown, merge
 
 __all__ = ["console", "main", "render_all"]
@@ -84,21 +84,37 @@ def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explic
     return kept
 
 
+def _check_destinations(out: Path, readme: Path | None) -> None:
+    """Where reports go must be a folder and the README a file: said before anything is read or written."""
+    try:
+        if out.exists() and not out.is_dir():
+            msg = f"--out {out} is a file, not a folder"
+            raise ConfigError(msg, hint="pass --out DIR: every report format is written into that folder")
+        if readme is not None and readme.exists() and not readme.is_file():
+            msg = f"--readme {readme} is not a regular file"
+            raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        msg = f"cannot use {exc.filename}: {exc.strerror}"
+        raise ConfigError(msg, hint="pass --out DIR and --readme PATH that exist or can be made") from None
+
+
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     defaults = default_results(ws)
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
-    parser.add_argument("--results", action="append", default=[], metavar="GLOB",
+    parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
                         help="results files to merge (default: runs/*/results.json, evidence/**/results.json)")
-    parser.add_argument("--out", type=Path, default=ws.root / "reports", help="output folder (default: reports/)")
-    parser.add_argument("--readme", type=Path, default=ws.root / "README.md",
+    parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
+                        help="output folder (default: reports/)")
+    parser.add_argument("--readme", type=path_argument, default=ws.root / "README.md",
                         help="README whose compatibility table is rewritten (default: README.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
-    parser.add_argument("--matrix", type=Path, default=None,
+    parser.add_argument("--matrix", type=path_argument, default=None,
                         help="the matrix.yaml the results must come from (default: matrix.yaml)")
     parser.add_argument("--allow-other-matrix", action="store_true",
                         help="merge results made from another matrix.yaml too (with a warning)")
     args = parser.parse_args(list(argv))
+    _check_destinations(args.out, None if args.no_readme else args.readme)
     paths = find_results(args.results or defaults)
     if not paths:
         msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
@@ -107,9 +123,17 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                             explicit_matrix=args.matrix is not None, explicit_results=bool(args.results),
                             allow_other=args.allow_other_matrix)
     run = merge.merge(loaded)
-    written = render_all(run, args.out, env)
-    if not args.no_readme and markdown.update_readme(args.readme, run):
-        written["readme"] = args.readme
+    try:
+        written = render_all(run, args.out, env)
+    except OSError as exc:  # e.g. a parent of --out is a file, or not writable
+        msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
+        raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
+    try:
+        if not args.no_readme and markdown.update_readme(args.readme, run):
+            written["readme"] = args.readme
+    except UnicodeDecodeError:
+        msg = f"{args.readme} is not UTF-8 text"
+        raise ConfigError(msg, hint="pass --readme PATH of the project's README.md, or --no-readme") from None
     console.summary(run)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")

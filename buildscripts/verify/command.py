@@ -5,6 +5,7 @@ print the verdict and save the results."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -17,14 +18,16 @@ from rich.table import Table
 from .. import engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
-from ..matrix.schema import LABEL_PREFIX, Profile
+from ..matrix.schema import LABEL_PREFIX, Profile, arch_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
-from ..workspace import Workspace
+from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
-from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels
+from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
+
+MAX_STAGE_TIMEOUT = 86_400.0  # a day; waits refuse far larger numbers (OverflowError), and none is meant
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -34,8 +37,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
     where.add_argument("--lxc-name", metavar="NAME", help="verify in place in a running LXC container (lxc-attach)")
-    ap.add_argument("--python", help="with --host: the interpreter to verify (default: this one); with --lxc: "
-                                     "the container's interpreter, e.g. a venv's (default: python3)")
+    ap.add_argument("--python", type=path_text,
+                    help="with --host: the interpreter to verify (default: this one); with --lxc: "
+                         "the container's interpreter, e.g. a venv's (default: python3)")
     ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
     ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
@@ -43,7 +47,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                     help="seconds per stage (default: 900, or the profile's timeout_s when longer)")
     ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
-    ap.add_argument("--out", type=Path, help="results JSON (default: runs/RUN_ID/results.json)")
+    ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))
@@ -52,7 +56,32 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
     if in_place and a.image:
         ap.error("give an IMAGE or a place to verify in (--host, --lxc, --lxc-name), not both")
+    check_arguments(a)
     return a
+
+
+def check_arguments(a: argparse.Namespace) -> None:
+    """Every argument problem is found here, before the matrix is read or the engine contacted."""
+    if a.run_id is not None:
+        checked_name(a.run_id, "--run-id")
+    if a.cell_id is not None:
+        checked_name(a.cell_id, "--cell-id")
+    if a.stages is not None:
+        planned_stages(a.stages.split(","))  # raises ConfigError naming the unknown ones
+    if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_STAGE_TIMEOUT):  # NaN compares False
+        msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
+        raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")
+    if a.gpu < 0:
+        msg = f"--gpu {a.gpu} is not a GPU index"
+        raise ConfigError(msg, hint="GPU indexes count from 0, as nvidia-smi shows them")
+    if a.archs is not None:
+        problems = [p for p in map(arch_problem, a.archs.split(",")) if p]
+        if problems:
+            msg = f"--archs: {problems[0]}"
+            raise ConfigError(msg, hint="e.g. --archs sm_90a,sm_100a")
+    if a.lane_cuda is not None and not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", a.lane_cuda):
+        msg = f"--lane-cuda {a.lane_cuda!r} is not a CUDA major.minor"
+        raise ConfigError(msg, hint="e.g. --lane-cuda 13.0")
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -75,6 +104,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
             labels = image_facts(client, a.image).labels
         except ImageNotFound:
             labels = {}
+        # The image's cell label names its log folder: an image is input too, and may carry any text there.
+        checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
         found_gpus = gpus.discover(client.info())
         options = {**gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None),
                    **network_options(client)}
@@ -111,7 +142,7 @@ def _profile(spec: Matrix, name: str) -> Profile:
 
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str]) -> CellResult:
-    cell_id = a.cell_id or "host"
+    cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
                      stage_timeout=stage_timeout(a, profile), profile=profile)
@@ -133,7 +164,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
                      stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
-    cell_id = a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}"
+    cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
     cell = matrix_cell(spec, image_cell)   # the cell's declared expected failure applies in place too
     found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
     where = f"lxc:{target.tool}:{target.ident}"
@@ -158,7 +189,7 @@ def show(cell: CellResult) -> None:
     for column in ("stage", "status", "seconds", "detail"):
         table.add_column(column, overflow="fold")
     for stage in cell.stages:
-        table.add_row(stage.name, log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
+        table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
     total = sum(s.duration_s for s in cell.stages)

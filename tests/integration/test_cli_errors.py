@@ -83,3 +83,39 @@ def test_no_space_left(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
     with pytest.raises(DiskSpaceError, match=r"only 1\.0 GB free"):
         engines.check_disk(engine, cells=1)
+
+
+def test_hostile_matrix_files_through_the_real_cli(tmp_path: Path) -> None:
+    """A FIFO would block a read forever; a duplicate key was silently dropped; markup ate user text."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert_clean_failure(cli("matrix", "--matrix", str(fifo), timeout=30), 2, "not a regular file")
+    text = (ROOT / "matrix.yaml").read_text()
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text.replace("schema: 1\n", "schema: 1\nschema: 1\n", 1))
+    assert_clean_failure(cli("build", "--matrix", str(dup)), 2, "duplicate key 'schema'")
+    markup = tmp_path / "markup.yaml"
+    markup.write_text(text.replace("archs: [sm_90a,", "archs: ['[bold]sm_90a', '[/]',"))
+    assert_clean_failure(cli("matrix", "--matrix", str(markup)), 2, "'[bold]sm_90a' is not a GPU target")
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_bytes(text.encode("utf-16"))
+    assert_clean_failure(cli("lock", "--check", "--matrix", str(utf16)), 2, "is UTF-16")
+
+
+def test_names_that_would_leave_runs_are_refused_before_anything_runs() -> None:
+    """Refused with exit 2 before the engine is asked anything (it is shared: its image list is no witness)."""
+    assert_clean_failure(cli("verify", "busybox", "--run-id", "../../escape"), 2, "--run-id '../../escape'")
+    assert_clean_failure(cli("verify", "busybox", "--cell-id", "a/../../b"), 2, "cannot be a folder name")
+    assert_clean_failure(cli("build", "--only", "sglang0.5.16-*-pip-*", "--run-id", ".."), 2, "run id '..'")
+    assert_clean_failure(cli("verify", "busybox", "--stage-timeout", "-1"), 2, "is not a number of seconds")
+    assert_clean_failure(cli("verify", "busybox", "--archs", "sm_999"), 2, "'sm_999' is not a known GPU target")
+    assert not (ROOT / "escape").exists() and not (ROOT / "runs" / "..").resolve().joinpath("b").exists()
+
+
+def test_report_and_lock_check_on_hostile_files(tmp_path: Path) -> None:
+    bad = tmp_path / "results.json"
+    bad.write_bytes(b"[" * 100_000)
+    assert_clean_failure(cli("report", "--no-readme", "--results", str(bad), "--out", str(tmp_path / "r")), 8,
+                         "nested deeper than 64 levels")
+    (tmp_path / "file").write_text("x")
+    assert_clean_failure(cli("report", "--no-readme", "--out", str(tmp_path / "file")), 2, "is a file, not a folder")

@@ -1,0 +1,101 @@
+"""What the fuzz tests share: a temporary workspace, hostile text, and the one outcome check.
+
+Every command runs in-process through its `main(argv, ws, env)` against a copy of the project (matrix.yaml,
+lockfiles/, a README with the table markers) in a temporary folder, with that folder as the working
+directory, so that whatever a generated argument names lands there. An outcome is acceptable when the
+command returns, raises one of the project's errors (whose message must print without an exception), or
+exits through argparse with a message; anything else -- a traceback -- fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from buildscripts import engine, log
+from buildscripts.errors import FatalError
+from buildscripts.report import markdown
+from buildscripts.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = (ROOT / "matrix.yaml").read_text()
+
+# No example database (it would be written into the project), a 5 s limit per example, no health check for
+# the slow-ish examples (each one loads and validates a whole matrix).
+FUZZ = settings(deadline=5000, database=None, print_blob=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+
+# Text that once crashed or fooled something: rich markup, format fields, path tricks, Unicode digits.
+HOSTILE = [
+    "[/]", "[bold]", "[red]x[/red]", "[link=file:///etc/passwd]x[/link]", "[[/]]", "\\[b]", ":x:", "%s%n", "{cell}",
+    "${HOME}", "../..", "/", "..", ".", "", " ", "-", "--", "-h", "１.２.３", "sm_٩٠a", "sm_90a\n", "sm_999", "\x00",
+    "\x1b[31m", "\u202e", "\ud800", "9" * 5000, "-1", "0", "nan", "inf", "1e309", "☃", "a" * 300,
+]
+TEXT = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12),
+                 st.text(alphabet=st.characters(codec="ascii"), max_size=12))
+
+
+class ReachedOutside(Exception):
+    """Raised instead of contacting Docker or starting a process: the arguments were accepted (also fine)."""
+
+
+def make_workspace(root: Path) -> Workspace:
+    shutil.copy(ROOT / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(ROOT / "lockfiles", root / "lockfiles")
+    (root / "README.md").write_text(f"# x\n{markdown.START}\n{markdown.END}\n")
+    return Workspace.at(root)
+
+
+@contextlib.contextmanager
+def confined(root: Path) -> Iterator[None]:
+    """cwd is the workspace, the engine cannot be reached, and the project tree must be left untouched."""
+    before = tree(ROOT)
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise ReachedOutside
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.setattr(engine, "connect", stop)
+        patch.setattr(subprocess, "Popen", stop)
+        yield
+    assert tree(ROOT) == before, "a fuzzed command wrote into the project tree"
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the project (not caches or environments) with its size and modification time."""
+    skip = {".git", ".nox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis"}
+    found: dict[str, tuple[int, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip]
+        for name in files:
+            info = os.lstat(os.path.join(folder, name))
+            found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def run(main: Callable[..., int], argv: Sequence[str], ws: Workspace) -> str:
+    """Run one command; return how it ended ("ok", "error", "usage", "outside"), failing on anything else."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(argv), ws, {})
+        except FatalError as exc:
+            log.error(str(exc))  # the printer must take any message (markup in user text crashed it)
+            assert exc.exit_code != 0 and exc.message
+            return "error"
+        except SystemExit as exc:  # argparse: usage errors exit 2 with a message, --help exits 0
+            assert exc.code == 0 or (exc.code == 2 and "error:" in err.getvalue()), (exc.code, err.getvalue())
+            return "usage"
+        except ReachedOutside:
+            return "outside"
+    return "ok"
