@@ -91,7 +91,8 @@ def unreachable(ref: str, timeout: float = 5.0) -> str | None:
         try:
             with urllib.request.urlopen(f"{scheme}://{host}/v2/", timeout=timeout):
                 return None
-        except urllib.error.HTTPError:
+        except urllib.error.HTTPError as answer:
+            answer.close()
             return None   # it answered (401 asks for credentials the builders have)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             problem = str(getattr(exc, "reason", exc))
