@@ -38,6 +38,9 @@ from .verify.pergpu import combine_per_gpu, verify_per_gpu
 from .verify.plan import Plan
 from .workspace import Workspace
 
+# CI systems configure jobs through the environment: these stand in for the flags when set (and not empty).
+CACHE_ENV, BUILDER_ENV = "SGLANG_IMAGES_CACHE", "SGLANG_IMAGES_BUILDER"
+
 
 @dataclass
 class Options:
@@ -89,10 +92,11 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                     help="one container per GPU, side by side; a stage passes only if it passed on every GPU")
     ap.add_argument("--reverify", action="store_true",
                     help="verify every cell again, even where saved results of the same inputs exist")
-    ap.add_argument("--builder", help="buildx builder to build with (default: the current one); any driver")
-    ap.add_argument("--cache-ref", metavar="REF",
-                    help="registry repository of a build cache shared between runners (overrides matrix.yaml's "
-                         "`cache.ref`; '' turns it off)")
+    ap.add_argument("--builder", default=env.get(BUILDER_ENV) or None,
+                    help=f"buildx builder to build with, any driver (default: ${BUILDER_ENV}, else the current one)")
+    ap.add_argument("--cache-ref", metavar="REF", default=env.get(CACHE_ENV) or None,
+                    help="registry repository of a build cache shared between runners (default: "
+                         f"${CACHE_ENV}, else matrix.yaml's `cache.ref`; '' turns it off)")
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip,
                    fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,

@@ -3,15 +3,17 @@ what happens when the registry cannot be reached (the build goes on without it, 
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Sequence
 
 import pytest
 
-from buildscripts import proc
+from buildscripts import matrix, pipeline, proc
 from buildscripts.build import cache
 from buildscripts.errors import ConfigError
 from buildscripts.matrix.schema import Cache
+from buildscripts.workspace import Workspace
 
 CLASSIC = {"ServerVersion": "20.10.24", "DriverStatus": [["Backing Filesystem", "extfs"], ["Supports d_type", "true"]]}
 CONTAINERD = {"ServerVersion": "26.1.5", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
@@ -109,3 +111,27 @@ def test_a_builder_that_cannot_export_still_imports_and_says_why(monkeypatch: py
     assert plan is not None and not plan.exports
     assert notes == ["build cache registry.example.com/c: importing only; the classic image store cannot export"]
     assert cache.plan(None, builder) == (None, [])
+
+
+def shared_cache_for(argv: list[str], env: dict[str, str], cache_yaml: Cache | None) -> Cache | None:
+    ws = Workspace.at()
+    loaded = matrix.load(ws.matrix)
+    spec = dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"cache": cache_yaml}))
+    return pipeline.shared_cache(spec, pipeline.parse(argv, ws, env))
+
+
+def test_the_cache_comes_from_the_flag_else_the_environment_else_matrix_yaml() -> None:
+    in_yaml = Cache(ref="yaml.example.com/cache", mode="min")
+    assert shared_cache_for([], {}, in_yaml) == in_yaml
+    assert shared_cache_for([], {}, None) is None
+    from_env = shared_cache_for([], {"SGLANG_IMAGES_CACHE": "env.example.com/cache"}, in_yaml)
+    assert from_env == Cache(ref="env.example.com/cache", mode="min")   # the ref replaced, the rest kept
+    assert shared_cache_for([], {"SGLANG_IMAGES_CACHE": ""}, in_yaml) == in_yaml   # an unset CI variable
+    assert shared_cache_for(["--cache-ref", "flag.example.com/c"], {"SGLANG_IMAGES_CACHE": "env.example.com/c"},
+                            None) == Cache(ref="flag.example.com/c")
+    assert shared_cache_for(["--cache-ref", ""], {}, in_yaml) is None   # turned off for this run
+
+
+def test_a_bad_cache_ref_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="is not a registry repository reference"):
+        shared_cache_for(["--cache-ref", "Bad Ref!"], {}, None)
