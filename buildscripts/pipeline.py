@@ -36,7 +36,7 @@ from .verify.container import KEEP_ENV, network_options
 from .verify.ladder import verify_image
 from .verify.pergpu import combine_per_gpu, verify_per_gpu
 from .verify.plan import Plan
-from .workspace import Workspace
+from .workspace import Workspace, path_argument
 
 # CI systems configure jobs through the environment: these stand in for the flags when set (and not empty).
 CACHE_ENV, BUILDER_ENV = "SGLANG_IMAGES_CACHE", "SGLANG_IMAGES_BUILDER"
@@ -78,14 +78,14 @@ class Context:
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
     ap = argparse.ArgumentParser(prog="nox -s build --", description="Build and verify the selected cells.")
-    ap.add_argument("--matrix", type=Path, default=ws.matrix)
+    ap.add_argument("--matrix", type=path_argument, default=ws.matrix)
     ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="cell ids to build (repeatable)")
     ap.add_argument("--skip", action="append", default=[], metavar="GLOB", help="cell ids to leave out")
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first unexpected outcome")
     ap.add_argument("--no-verify", dest="verify", action="store_false", help="build only")
     ap.add_argument("--stages", help="comma-separated verification stages (default: all)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml")
-    ap.add_argument("--runs", type=Path, default=ws.runs, help="where run folders go")
+    ap.add_argument("--runs", type=path_argument, default=ws.runs, help="where run folders go")
     ap.add_argument("--run-id", default="", help="name of this run's folder (default: time + random)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     ap.add_argument("--per-gpu", action="store_true",
@@ -190,7 +190,8 @@ def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
     if not opts.cache_ref:
         return None
     try:
-        return (spec.spec.cache or Cache(ref=opts.cache_ref)).model_copy(update={"ref": opts.cache_ref})
+        base = spec.spec.cache.model_dump() if spec.spec.cache else {}
+        return Cache.model_validate({**base, "ref": opts.cache_ref})
     except ValidationError:
         msg = f"--cache-ref {opts.cache_ref!r} is not a registry repository reference"
         raise ConfigError(msg, hint="e.g. --cache-ref registry.example.com/sglang-images/cache") from None
@@ -250,6 +251,9 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
         plan = Plan.for_cell(cell, stages=opts.stages, profile=spec.spec.profiles[opts.profile])
         key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
         reused = reuse.find(ctx.history, cell.id, key)
+        if reused and cell_record(cell.id, build=build, image=image, stages=reused.stages(),
+                                  **facts).verdict not in reuse.SETTLED:
+            reused = None   # judged against today's `expect:`, the saved outcome is no longer settled
         if reused:
             stages = reused.stages()
             log.step(cell.id, "verify", "reused", 0.0, f"inputs unchanged since {reused.origin()} (--reverify to run)")

@@ -156,7 +156,8 @@ class Cache(Strict):
     the debootstrapped bases pushed beside it (every runner must build on the very same base image for
     the cache's keys to match)."""
 
-    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*[a-z0-9]$",
+    # a repository, no tag: each cell's tag is added (`REF:CELL`); a port is fine (`host:5000/cache`)
+    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*/[a-z0-9._/-]*[a-z0-9]$|^[a-z0-9][a-z0-9._/-]*[a-z0-9]$",
                      description="registry repository for the cache, e.g. registry.example.com/sglang-images/cache")
     mode: Literal["max", "min"] = Field(default="max", description="max: every layer of every stage; min: the image's")
     compression: Literal["zstd", "gzip", "uncompressed"] = "zstd"

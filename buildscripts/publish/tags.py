@@ -137,7 +137,7 @@ def results_digest(cell: CellResult) -> str:
 
 def good_labels(cell: CellResult) -> dict[str, str]:
     """OCI labels a good tag carries: what was verified, how, where and when."""
-    archs = set(results_verified_archs(cell))
+    archs = {a for a in results_verified_archs(cell) if ran_in_this_image(cell, a)}
     gpus = sorted({s.gpu for s in cell.stages if s.name in GPU_STAGES and s.gpu and s.arch and family(s.arch) in archs})
     labels = {
         "org.opencontainers.image.created": now(),

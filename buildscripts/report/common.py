@@ -33,8 +33,12 @@ def stage_columns(run: RunResults) -> list[str]:
 
 
 def verdict_of(cell: CellResult) -> tuple[Verdict, str]:
-    """The verdict as `judge` makes it now; a stored verdict that disagrees is not shown."""
-    return judge(cell)
+    """The verdict as `judge` makes it now (a stored verdict that disagrees is not shown), and its reason;
+    a verification reused from an earlier run says which (every report's reason comes from here)."""
+    verdict, reason = judge(cell)
+    if cell.reused_from:
+        reason += f" (verification reused: {cell.reused_from})"
+    return verdict, reason
 
 
 def entries(cell: CellResult, name: str) -> list[StageResult]:

@@ -21,9 +21,15 @@ from .schema import RunResults
 ALLOW_FLAG = "--allow-other-matrix"
 
 
+# Where and how a matrix is built and shipped, not what its cells are: editing these (a cache ref, a
+# runner label, a registry) must not turn every saved result into "another matrix".
+NOT_THE_MATRIX = {"cache", "runners", "registry"}
+
+
 def matrix_digest(spec: BaseModel) -> str:
-    """`sha256:…` of a validated matrix (the `spec` of a loaded matrix.yaml)."""
-    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    """`sha256:…` of a validated matrix (the `spec` of a loaded matrix.yaml): its cells, exclusions,
+    expectations, profiles and tags; not the CI and delivery settings (NOT_THE_MATRIX)."""
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=NOT_THE_MATRIX)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -2,11 +2,13 @@
 
 A verification's outcome depends on the image (its id), the probe's code, the plan (stages, target
 archs, lane, stage timeout, server profile) and the GPU its GPU stages run on (model, arch, driver,
-how the engine hands it over; or why there is none). `key()` hashes exactly these; the pipeline stores
+how the engine hands it over; or why there is none), and the failure catalogue that classifies a failed
+stage. `key()` hashes exactly these; the pipeline stores
 the key with each cell's record, and `find()` looks through the saved runs for the newest record of
 the same cell with the same key. Only settled outcomes are reused (verified, cpu-checked, an expected
 failure): a failure or an unexpected pass is verified again, since a user re-runs to retry those.
-`--reverify` skips the lookup.
+The caller judges the reused stages again against the current expectations and verifies again unless
+the outcome is still settled. `--reverify` skips the lookup.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from pathlib import Path
 
 from ..errors import ResultsError
 from ..results import CellResult, RunResults, StageResult, Verdict, load
+from .classify import CATALOGUE
 from .container import PROBE_SOURCE
 from .gpus import Discovery
 from .plan import Plan
 
 SETTLED = (Verdict.VERIFIED, Verdict.CPU_CHECKED, Verdict.EXPECTED_FAILURE)
+HISTORY = 50   # saved runs looked through, newest first: older results are verified again
 
 
 @cache
@@ -34,6 +38,12 @@ def probe_digest(source: Path = PROBE_SOURCE) -> str:
     for path in sorted(source.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+@cache
+def catalogue_digest() -> str:
+    """sha256 of the failure catalogue: the classes a failed stage gets (and an expectation matches)."""
+    return hashlib.sha256(CATALOGUE.read_bytes()).hexdigest()
 
 
 def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, object]:
@@ -48,7 +58,8 @@ def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, obj
 
 def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gpu: bool = False) -> str:
     """sha256 of everything a verification's outcome depends on."""
-    inputs = {"image": image_id, "probe": probe_digest(), "stages": list(plan.stages), "archs": list(plan.archs),
+    inputs = {"image": image_id, "probe": probe_digest(), "catalogue": catalogue_digest(),
+              "stages": list(plan.stages), "archs": list(plan.archs),
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
               "gpu": gpu_identity(discovery, gpu, per_gpu)}
@@ -76,12 +87,19 @@ class Reused:
         return f"run {self.run.run_id} of {self.when} on {self.run.runner}"
 
 
-def saved_runs(runs: Path, *, skip: str = "") -> list[RunResults]:
-    """Saved runs under `runs/`, newest first; unreadable files are passed over (`nox -s report` names
-    them, and a build must not fail because an old run's file is broken)."""
-    files = [p for p in runs.glob("*/results.json") if p.parent.name != skip]
+def saved_runs(runs: Path, *, skip: str = "", newest: int = HISTORY) -> list[RunResults]:
+    """The `newest` saved runs under `runs/`, newest first. Unreadable files, and runs removed while
+    they are read, are passed over: `nox -s report` names broken files, and a build must not fail
+    because of an old run."""
+    dated = []
+    for path in runs.glob("*/results.json"):
+        try:
+            if path.parent.name != skip:
+                dated.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
     found = []
-    for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
+    for _, path in sorted(dated, reverse=True)[:newest]:
         try:
             found.append(load(path))
         except ResultsError:

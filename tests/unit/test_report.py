@@ -15,7 +15,7 @@ from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.report import common, console, github, html, junit, markdown, merge
 from buildscripts.results import RunResults, StageResult, Status, Verdict
 from buildscripts.workspace import Workspace
-from tests.results_factory import gpu_passed, make_run
+from tests.results_factory import gpu_passed, make_cell, make_run
 
 VERIFIED_ID = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 CPU_ID = "sglang0.5.16-torch2.11.0-cu130-apt-bookworm"
@@ -227,3 +227,11 @@ def test_main_merges_runs_and_rewrites_the_readme(tmp_path: Path) -> None:
 def test_main_without_results_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no results files found"):
         report.main([], Workspace.at(tmp_path), env={})
+
+
+def test_a_reused_verification_says_where_it_came_from_in_every_report() -> None:
+    cell = make_cell("cpu-checked").model_copy(update={"reused_from": "run r1 of 2026-11-30T10:00:00+00:00 on ci-1"})
+    assert common.verdict_of(cell)[1].endswith("(verification reused: run r1 of 2026-11-30T10:00:00+00:00 on ci-1)")
+    run = RunResults(run_id="r2", started="2026-11-30T11:00:00+00:00", cells=[cell])
+    assert "verification reused: run r1" in markdown.document(run)
+    assert "verification reused: run r1" in html.render(run)
