@@ -175,6 +175,11 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
     shared, notes = cache.plan(shared_cache(spec, opts), builder) if buildable else (None, [])
     for note in notes:
         log.warn(note)
+    if builder.loads and shared is None and any(spec.spec.bases[c.base_name].debootstrap for c in buildable):
+        msg = (f"the buildx builder {builder.name} ({builder.driver} driver) cannot see this engine's images, "
+               "so it cannot build on a debootstrapped base")
+        raise ConfigError(msg, hint="configure a shared build cache (`cache.ref` in matrix.yaml or --cache-ref): "
+                                    "the base is shared through it; or build with the engine's own builder")
     bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir,
                                       shared=partial(shared.base_ref, name) if shared else None,
                                       push=bool(shared and shared.exports))
@@ -234,6 +239,9 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     if cell.excluded or status.state != "ok":
         return cell_record(cell.id, excluded=cell.excluded or f"{status.state}: {status.reason}", **facts)
     base = ctx.bases[cell.base_name]
+    if ctx.builder.loads and ctx.cache and spec.spec.bases[cell.base_name].debootstrap:
+        # A builder outside the engine takes FROM images from a registry: the shared copy of the base.
+        base = dataclasses.replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
     locks = paths_for(cell, opts.ws.locks)
     facts["locks"] = {opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
                       for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}

@@ -79,8 +79,9 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     """The base image for `name`, built only when no image with the same inputs exists.
 
     `shared(digest)` names where runners share debootstrapped bases (beside the build cache): a base
-    found there is pulled instead of built, and (`push`) one built here is pushed there. Two runners'
-    debootstraps never give the same image, and the cache keys of every layer hang on the base's id.
+    found there is used (pulled, and named like a local one, which it replaces), and else (`push`) this
+    runner's is pushed there. Two runners' debootstraps never give the same image, and the cache keys
+    of every layer hang on the base's id.
     """
     if base.image:
         return _registry_base(base.image, client)
@@ -88,18 +89,18 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     mirror = host_mirror()
     digest = inputs_hash(name, base, mirror)
     ref = f"{BASE_REPOSITORY}:{name}-{digest}"
-    try:
-        image = client.images.get(ref)
-        return BaseImage(ref, str(image.id), digest, built=False)
-    except docker.errors.ImageNotFound:
-        pass
     remote = shared(digest) if shared else None
     if remote and (pulled := _pull_shared(client, remote, ref)):
+        # The shared base wins over a local one of the same inputs: only it gives the shared cache's keys.
         return BaseImage(ref, str(pulled.id), digest, built=False)
-    built = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref)
+    try:
+        image = client.images.get(ref)
+        found = BaseImage(ref, str(image.id), digest, built=False)
+    except docker.errors.ImageNotFound:
+        found = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref)
     if remote and push:
-        _push_shared(client, ref, remote)
-    return built
+        _push_shared(client, ref, remote)   # not shared yet: this runner's becomes the one
+    return found
 
 
 def _pull_shared(client: docker.DockerClient, remote: str, ref: str) -> Image | None:

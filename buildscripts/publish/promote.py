@@ -28,11 +28,18 @@ if TYPE_CHECKING:
     import docker
 
 
+def arch_tags_only(cfg: Tags) -> Tags:
+    """The tag templates that name an arch: what a job that verified one arch of a cell may vouch for
+    (the arch-free tag says "verified on every arch it ran on", which one job cannot know)."""
+    return cfg.model_copy(update={"good": tuple(t for t in cfg.good if "{arch}" in t)})
+
+
 def promote_cell(
     client: docker.DockerClient, cell: results.CellResult, url: str, cfg: Tags,
     before_push: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
-    """Push one verified cell; return {registry ref: manifest digest}. Raises RegistryError on any doubt."""
+    """Push one verified cell and those of its good tags that `cfg`'s templates give; return {registry ref:
+    manifest digest}. Raises RegistryError on any doubt."""
     import docker.errors
 
     why_not = tags.not_good_because(cell)
@@ -40,9 +47,10 @@ def promote_cell(
         msg = f"{cell.cell_id} has no good tag to promote ({why_not or 'no good tag was applied'})"
         raise RegistryError(msg, hint="only cells verified on a GPU are promoted")
     tested_id = str(cell.image.id)
+    wanted = set(tags.good_tags(cell, cfg))
     try:
         tested = client.images.get(tested_id)
-        children = {ref: client.images.get(ref) for ref in cell.tags}
+        children = {ref: client.images.get(ref) for ref in cell.tags if ref in wanted}
     except docker.errors.ImageNotFound as exc:
         msg = f"{cell.cell_id}: an image named in the results is not in the local engine ({exc.explanation})"
         raise RegistryError(msg, hint="promote on the machine that built and verified it") from None
@@ -103,7 +111,7 @@ def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: st
 
 
 def promote_file(
-    client: docker.DockerClient, path: Path, url: str, cfg: Tags, only: Sequence[str] = ()
+    client: docker.DockerClient, path: Path, url: str, cfg: Tags, only: Sequence[str] = (),
 ) -> int:
     """Promote every eligible cell of one results file; save the file after each promoted cell."""
     run = results.load(path)
@@ -139,6 +147,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
     parser.add_argument("--allow-other-matrix", action="store_true",
                         help="promote from results made with another matrix.yaml (its tag templates apply)")
+    parser.add_argument("--arch-tags-only", action="store_true",
+                        help="push only the tags that name an arch (a CI job that verified one arch of a cell)")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
     spec = matrix.load(ws.matrix).spec
@@ -162,6 +172,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         if warning:
             log.warn(warning)
     client = engine.connect()
-    total = sum(promote_file(client, path, url, spec.tags, args.only) for path in paths)
+    cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
+    total = sum(promote_file(client, path, url, cfg, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0

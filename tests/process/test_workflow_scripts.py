@@ -99,7 +99,7 @@ def test_promotion_logs_in_with_the_secrets_on_stdin_and_removes_the_login(tools
     config = tmp_path / "docker-config"
     done, calls = run("Promote what earned good tags", tmp_path, system_path(tools),
                       REGISTRY="registry.example:5000/team", REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret",
-                      RUN_ID="gh1.1-cell-any", DOCKER_CONFIG=str(config))
+                      RUN_ID="gh1.1-cell-any", ARCH="any", DOCKER_CONFIG=str(config))
     assert done.returncode == 0, done.stdout + done.stderr
     assert calls.splitlines() == [
         "docker login registry.example:5000 --username bot --password-stdin",
@@ -108,3 +108,13 @@ def test_promotion_logs_in_with_the_secrets_on_stdin_and_removes_the_login(tools
     ]
     assert "s3cret" not in done.stdout + done.stderr
     assert not config.exists()  # the job's login is gone with the step
+
+
+def test_a_job_of_one_arch_promotes_only_the_tags_that_name_an_arch(tools: Path, tmp_path: Path) -> None:
+    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools),
+                      REGISTRY="registry.example:5000/team", RUN_ID="gh1.1-cell-sm_100a", ARCH="sm_100a",
+                      DOCKER_CONFIG=str(tmp_path / "docker-config"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == [
+        "nox -s promote -- --registry registry.example:5000/team --results runs/gh1.1-cell-sm_100a/results.json "
+        "--arch-tags-only"]

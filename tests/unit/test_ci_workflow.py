@@ -64,6 +64,8 @@ def command(script: str, prefix: str, env: Mapping[str, str]) -> list[str]:
     assert len(lines) == 1, f"no single line runs {prefix!r} in:\n{script}"
     words = shlex.split(lines[0])
     words = words[:words.index(">")] if ">" in words else words
+    # A bash array of optional flags ("${scope[@]}") is the script's business: tests/process runs those.
+    words = [w for w in words if not re.fullmatch(r"\$\{\w+\[@\]\}", w)]
     return [string.Template(w).substitute(env) for w in words[len(shlex.split(prefix)) + 1:]]
 
 

@@ -215,3 +215,12 @@ def test_every_gpu_stage_of_a_merged_arch_is_counted_once() -> None:
     runs = results.gpu_runs(pip)
     assert {arch: sorted(s.name for s in stages) for arch, stages in runs.items()} == {
         "sm_100": sorted(GPU_STAGES), "sm_120": sorted(GPU_STAGES)}
+
+
+def test_a_job_of_one_arch_may_vouch_only_for_arch_tags() -> None:
+    """One CI job saw one arch; `promote --arch-tags-only` leaves the arch-free tag to the merged verdict."""
+    sm100_only = job("job-sm100", "runner-a", "2026-11-30T08:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
+    cell = sm100_only.cells[0]
+    assert tags.good_tags(cell, promote.arch_tags_only(TAGS)) == [
+        "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm100"]
+    assert "sglang-images:0.5.16-torch2.11.0-cu130-pip" in tags.good_tags(cell, TAGS)
