@@ -14,7 +14,8 @@ cache are never touched. A loopback registry holds the shared build cache.
 
 Usage: python benchmarks/ci_scale.py [--only GLOB ...] [--skip SCENARIO ...] [--out benchmarks/ci-results.md]
 (scenarios: cold, naive: the two that rebuild everything without a cache, for a shorter run)
-Needs root, the engine-26 binaries (`.ci/install-engine`), docker-registry and ~40 GB free.
+Needs root, the engine-26 binaries (`.ci/install-engine`), docker-registry and ~40 GB free. Build logs stay
+under runs/ci-scale-TIME/.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from buildscripts import matrix  # noqa: E402
 from buildscripts.lock import paths_for  # noqa: E402
 from tests.registry_server import RegistryServer  # noqa: E402
-from tests.second_engine import SecondEngine  # noqa: E402
+from tests.second_engine import SecondEngine, second_engine  # noqa: E402
 
 
 def build(engine: SecondEngine, runs: Path, run_id: str, only: list[str], *extra: str) -> tuple[float, dict[str, Any]]:
@@ -99,16 +101,17 @@ def main() -> int:
     spec = matrix.load(ROOT / "matrix.yaml")
     cells = [c for c in matrix.select(spec.cells, a.only, []) if c.excluded is None]
     work = Path(tempfile.mkdtemp(prefix="ci-scale-", dir="/var/tmp"))
-    registry = RegistryServer(work / "registry")
-    registry.folder.mkdir()
-    registry.start()
-    engine = SecondEngine(work / "engine", nat=True)
-    engine.start()
-    cache_ref = f"{registry.url}/sglang-images/cache"
+    runs = ROOT / "runs" / f"ci-scale-{time.strftime('%Y%m%d-%H%M%S')}"   # kept: every build's log
+    runs.mkdir(parents=True)
     rows: list[tuple[str, float]] = []
-    try:
-        runs = work / "runs"
-        runs.mkdir()
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+        registry = RegistryServer(work / "registry")
+        registry.folder.mkdir()
+        stack.callback(registry.stop)
+        registry.start()
+        engine = stack.enter_context(second_engine(work / "engine", nat=True))
+        cache_ref = f"{registry.url}/sglang-images/cache"
         if "cold" not in a.skip:
             seconds, _ = build(engine, runs, "cold", a.only, "--no-verify")
             rows.append(("second runner, no cache: cold build", seconds))
@@ -131,10 +134,6 @@ def main() -> int:
             rows.append((f"naive: each of the {len(cells)} cells alone from an empty cache", naive))
         floor_s, wheels = floor(cells, ROOT / "lockfiles")
         rows.append((f"floor: {wheels} unique wheels fetched and installed once, outside Docker", floor_s))
-    finally:
-        engine.stop()
-        registry.stop()
-        shutil.rmtree(work, ignore_errors=True)
     reused = sum(1 for c in noop_results["cells"] if c.get("reused_from"))
     base = rows[0][1]
     lines = [

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import docker
@@ -120,18 +121,23 @@ class SecondEngine:
                        capture_output=True)
 
     def stop(self) -> None:
+        """Everything goes, each step whatever the others did: the engine and its containerd (one process
+        group), the rules, the bridge, the mounts and the folders."""
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+                with suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                try:
+                    self.proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         if self.nat:
-            self._nat("-D")
+            with suppress(subprocess.CalledProcessError):
+                self._nat("-D")
         subprocess.run(["ip", "link", "del", self.name], capture_output=True, check=False)
         # containerd leaves read-only mounts of its snapshots behind a killed engine: unmount, then remove
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
@@ -152,8 +158,8 @@ class SecondEngine:
 @contextmanager
 def second_engine(folder: Path, *, nat: bool = False) -> Iterator[SecondEngine]:
     engine = SecondEngine(folder, nat=nat)
-    engine.start()
     try:
+        engine.start()
         yield engine
     finally:
         engine.stop()
