@@ -14,6 +14,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from .tagtemplates import template_problems
 
+# A day: the longest wait a server or stage may ask for (waits refuse far larger numbers, and none is meant).
+MAX_TIMEOUT_S = 86_400
+
 # GPU targets: ASCII only (`re`'s \d and `$` would let `sm_٩٠a` and "sm_90a\n" through), and a closed set of
 # compute capabilities that nvcc knows: Volta (70, 72), Turing (75), Ampere (80, 86, 87), Ada (89), Hopper (90),
 # Blackwell (100, 101, 103, 110, 120, 121). `a` (arch-specific features) exists from sm_90, `f` (family) from sm_100.
@@ -131,7 +134,7 @@ class Profile(Strict):
 
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: int = Field(default=900, gt=0, le=86_400)  # a day at most: waits take no larger number
+    timeout_s: int = Field(default=900, gt=0, le=MAX_TIMEOUT_S)
 
 
 class Tags(Strict):

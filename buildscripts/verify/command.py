@@ -18,7 +18,7 @@ from rich.table import Table
 from .. import engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
-from ..matrix.schema import LABEL_PREFIX, Profile, arch_problem
+from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
@@ -27,7 +27,7 @@ from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
 
-MAX_STAGE_TIMEOUT = 86_400.0  # a day; waits refuse far larger numbers (OverflowError), and none is meant
+MAX_STAGE_TIMEOUT = float(MAX_TIMEOUT_S)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
