@@ -148,7 +148,8 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
     network = network_options(client)
     options = {**gpus.container_options(discovery, gpu=opts.gpu if discovery.usable_in_containers else None),
                **network}
-    bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir)
+    bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir,
+                                      labels=base_images.owner_labels(opts.env))
              for name in sorted({c.base_name for c in buildable})}
     return Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws))
 
