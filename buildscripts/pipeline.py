@@ -126,6 +126,7 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
              f"{ctx.discovery.summary()}")
     for warning in ctx.discovery.warnings:
         log.warn(warning)
+    results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         for cell in cells:
             record = run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir)
