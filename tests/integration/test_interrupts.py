@@ -87,6 +87,18 @@ def interrupt(started: Started, sig: signal.Signals) -> None:
         assert code == -signal.SIGKILL
 
 
+def processes_naming(text: str) -> list[int]:
+    """Pids of this machine's processes whose command line contains `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue   # it ended meanwhile
+    return found
+
+
 def not_half_written(path: Path) -> RunResults | None:
     """results.json, if any, is complete and valid; no temp file of it is left."""
     assert not path.with_suffix(".tmp").exists()
@@ -138,6 +150,16 @@ def test_interrupted_in_the_middle_of_a_buildkit_build(client: docker.DockerClie
     wait_for(lambda: build_log.exists() and f"echo building {nonce}" in build_log.read_text(),
              "RUN step of the cell in BuildKit", started)
     interrupt(started, sig)
+    if sig is signal.SIGKILL:
+        # buildx runs in its own session (proc.run), so the kill of the run does not reach it: it finishes the
+        # build and may give the image its candidate tag (never a good tag). Wait for it, so that the image it
+        # makes is there when the test session removes what it made.
+        deadline = time.monotonic() + 300
+        while processes_naming(repository) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert processes_naming(repository) == []
+    else:
+        assert processes_naming(repository) == []   # Ctrl-C reached buildx too (proc.shutdown)
     first = not_half_written(project.results(RUN_ID))
     assert first is not None and first.cells == []         # the run's record, without the unfinished cell
     assert (first.finished is not None) == (sig is signal.SIGINT)   # only SIGINT lets the run close its record
