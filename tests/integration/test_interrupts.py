@@ -117,7 +117,7 @@ def running(client: docker.DockerClient) -> list[str]:
 
 def build_again(project: tinyproject.TinyProject, logs: Path) -> RunResults:
     """The same command once more: it finishes, and its results say what the cell earned."""
-    done = subprocess.run(project.argv(*BUILD_ARGS(project)), cwd=project.root, capture_output=True, text=True,
+    done = subprocess.run(project.argv(*build_args(project)), cwd=project.root, capture_output=True, text=True,
                           timeout=600)
     (logs / "again.txt").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -130,7 +130,7 @@ def build_again(project: tinyproject.TinyProject, logs: Path) -> RunResults:
     return again
 
 
-def BUILD_ARGS(project: tinyproject.TinyProject) -> list[str]:
+def build_args(project: tinyproject.TinyProject) -> list[str]:
     return ["build", "--runs", str(project.runs), "--run-id", RUN_ID, "--stages", "facts,import"]
 
 
@@ -145,7 +145,7 @@ def test_interrupted_in_the_middle_of_a_buildkit_build(client: docker.DockerClie
     nonce = uuid.uuid4().hex[:10]
     project = tinyproject.make(tmp_path / "project", nonce=nonce, build_s=20, import_s=1)
     repository = f"sglang-images-test-{nonce}"
-    started = start(project.argv(*BUILD_ARGS(project)), project.root, tmp_path)
+    started = start(project.argv(*build_args(project)), project.root, tmp_path)
     build_log = project.runs / RUN_ID / tinyproject.CELL / "build.log"
     wait_for(lambda: build_log.exists() and f"echo building {nonce}" in build_log.read_text(),
              "RUN step of the cell in BuildKit", started)
@@ -174,7 +174,7 @@ def test_interrupted_in_the_middle_of_a_verification(client: docker.DockerClient
     nonce = uuid.uuid4().hex[:10]
     project = tinyproject.make(tmp_path / "project", nonce=nonce, build_s=0, import_s=15)
     repository = f"sglang-images-test-{nonce}"
-    started = start(project.argv(*BUILD_ARGS(project)), project.root, tmp_path)
+    started = start(project.argv(*build_args(project)), project.root, tmp_path)
     probe_log = project.runs / RUN_ID / tinyproject.CELL / "probe.log"
     wait_for(lambda: probe_log.exists() and '"name": "facts"' in probe_log.read_text(),
              "the facts stage's result (the import stage runs next)", started)
