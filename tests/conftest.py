@@ -5,36 +5,27 @@ Without an engine, integration/e2e tests are skipped with that reason -- except 
 where a missing engine is an error (a green CI must not hide skipped work); every other missing
 tool goes through the same rule (tests/needs.py).
 
-What the tests build carries this session's owner label (SGLANG_IMAGES_OWNER, which the base and
-cell builders turn into io.sglang-images.owner; tinyimages and the promote tests set it on what they
-make), and the session removes exactly the images with that label at its end: never an image that
-someone else's build made beside the tests. A unit-only run never asks the engine anything.
+What the tests build carries this session's owner label (tests/session.py sets SGLANG_IMAGES_OWNER,
+which the base and cell builders turn into io.sglang-images.owner; tinyimages and the promote tests
+set it on what they make), and the session removes exactly the images with that label at its end:
+never an image that someone else's build made beside the tests. A unit-only run never asks the
+engine anything.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from buildscripts.build.base import OWNER_ENV, OWNER_LABEL
 from tests import needs
+from tests.session import owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "gpu": "gpu"}
-# This session's owner name: set before any test runs, so every CLI a test starts inherits it.
-SESSION_OWNER = f"pytest-{uuid.uuid4().hex[:12]}"
-os.environ[OWNER_ENV] = SESSION_OWNER
-
-
-def owner_label() -> str:
-    """`LABEL` value (KEY=VALUE) that marks an image as made by this test session."""
-    return f"{OWNER_LABEL}={SESSION_OWNER}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,9 +20,9 @@ import docker
 from buildscripts import matrix
 from buildscripts.build import base
 from tests import needs
-from tests.conftest import SESSION_OWNER
+from tests.session import OWNER
 
-OWNED = {base.OWNER_LABEL: SESSION_OWNER}
+OWNED = {base.OWNER_LABEL: OWNER}
 FIFO = object()   # a file whose content is this marker becomes a named pipe (reading it blocks)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,4 +81,4 @@ def no_python_image(client: docker.DockerClient) -> str:
 def owner_change() -> str:
     """The Dockerfile change that marks an image as this session's (a derived image would otherwise
     inherit the owner label of its base, which may be another session's or none)."""
-    return f'LABEL "{base.OWNER_LABEL}"="{SESSION_OWNER}"'
+    return f'LABEL "{base.OWNER_LABEL}"="{OWNER}"'
