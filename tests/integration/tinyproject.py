@@ -1,11 +1,12 @@
 """A copy of the project whose one cell builds in seconds, for running the real `python -m buildscripts build`
 (the real CLI, pipeline, BuildKit, engine and probe) where a real SGLang cell would take an hour.
 
-The copy has the package itself (asking for 1 GB free instead of a real cell's 12), a matrix of one
-cell on the project's own bookworm base (the same base image: its inputs are the same), lockfiles that
-say so (empty bodies: nothing is installed), and a Dockerfile whose `cell` stage takes `build_s` seconds in a RUN with the build's secrets mounted and
-installs a `torch` whose import takes `import_s` seconds (so a verification is seen mid-stage). A
-`nonce` makes each copy's build steps and candidate tag its own (no BuildKit cache shared between tests).
+The copy has the package itself (asking for 1 GB free instead of a real cell's 12), a matrix of one cell
+on the project's own bookworm base (the same base image: its inputs are the same), lockfiles that say so
+(empty bodies: nothing is installed), and a Dockerfile whose `cell` stage takes `build_s` seconds in a
+RUN with the build's secrets mounted and installs a `torch` whose import takes `import_s` seconds (so a
+verification is seen mid-stage). A `nonce` makes each copy's build steps and candidate tag its own (no
+BuildKit cache shared between tests).
 """
 
 from __future__ import annotations
