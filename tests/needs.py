@@ -2,7 +2,7 @@
 its reason elsewhere. A green CI must never hide work it did not do; a developer's laptop without skopeo
 should still run the rest.
 
-A plain module rather than conftest itself, so that helpers such as tinyimages can import it (pytest
+A plain module rather than conftest itself, so that modules such as tinyimages can import it (pytest
 advises against importing conftest modules); tests/conftest.py uses the same functions.
 """
 
