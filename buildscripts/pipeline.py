@@ -148,6 +148,7 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
              f"{ctx.discovery.summary()}")
     for warning in ctx.discovery.warnings:
         log.warn(warning)
+    results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         for cell in cells:
             record = run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir)
@@ -182,7 +183,8 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
                                     "the base is shared through it; or build with the engine's own builder")
     bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir,
                                       shared=partial(shared.base_ref, name) if shared else None,
-                                      push=bool(shared and shared.exports))
+                                      push=bool(shared and shared.exports),
+                                      labels=base_images.owner_labels(opts.env))
              for name in sorted({c.base_name for c in buildable})}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
     return Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared)

@@ -2,18 +2,27 @@
 tests/e2e need a real engine; tests/gpu needs an NVIDIA GPU. Each folder's marker is applied here.
 
 Without an engine, integration/e2e tests are skipped with that reason -- except under CI=true,
-where a missing engine is an error (a green CI must not hide skipped work).
+where a missing engine is an error (a green CI must not hide skipped work); every other missing
+tool goes through the same rule (tests/needs.py).
+
+What the tests build carries this session's owner label (tests/session.py sets SGLANG_IMAGES_OWNER,
+which the base and cell builders turn into io.sglang-images.owner; tinyimages and the promote tests
+set it on what they make), and the session removes exactly the images with that label at its end:
+never an image that someone else's build made beside the tests. A unit-only run never asks the
+engine anything.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import needs
+from tests.session import owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "gpu": "gpu"}
@@ -29,40 +38,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _engine_problem() -> str | None:
     if shutil.which("docker") is None:
-        return "docker CLI not installed"
+        return "the docker CLI"
     probe = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
-    return None if probe.returncode == 0 else "Docker engine not reachable: " + probe.stderr.strip()[:200]
+    return None if probe.returncode == 0 else "a reachable Docker engine (" + probe.stderr.strip()[:200] + ")"
+
+
+def _images_of_this_session() -> list[str]:
+    done = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={owner_label()}"],
+                          capture_output=True, text=True, check=False)
+    return sorted(set(done.stdout.split())) if done.returncode == 0 else []
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> None:
+def docker_engine() -> Iterator[None]:
+    """The engine, for integration/e2e tests; at the session's end, the images this session made go
+    (children first: `rmi -f` of a parent with children fails, so repeat while anything goes)."""
     problem = _engine_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs a Docker engine: {problem}")
-    pytest.skip(problem)
-
-
-BASE_LABEL = "io.sglang-images.base"
-
-
-def _base_images() -> set[str]:
-    done = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={BASE_LABEL}"],
-                          capture_output=True, text=True, check=False)
-    return set(done.stdout.split()) if done.returncode == 0 else set()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _remove_base_images_this_session_made() -> Iterator[None]:
-    """Tests leave no image behind: a base image that appeared during the session goes at its end."""
-    engine = _engine_problem() is None
-    before = _base_images() if engine else set()
+    if problem is not None:
+        needs.unavailable(problem, ".ci/install-engine installs and starts it")
     yield
-    if engine:
-        made = _base_images() - before
-        if made:
-            subprocess.run(["docker", "rmi", "-f", *sorted(made)], capture_output=True, check=False)
+    for _ in range(5):
+        made = _images_of_this_session()
+        if not made:
+            return
+        subprocess.run(["docker", "rmi", "-f", *made], capture_output=True, check=False)
 
 
 @pytest.fixture(autouse=True)

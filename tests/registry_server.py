@@ -6,8 +6,6 @@ storage folder outlives a stop, so a test can stop it mid-promote, or restart it
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -17,16 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import needs
+
 BINARY = "docker-registry"
-
-
-def binary_or_skip() -> str:
-    found = shutil.which(BINARY)
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs the registry server: apt-get install docker-registry (.ci/install-engine)")
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    return found
 
 
 def free_port() -> int:
@@ -37,7 +28,7 @@ def free_port() -> int:
 
 class RegistryServer:
     def __init__(self, folder: Path) -> None:
-        self.binary = binary_or_skip()
+        self.binary = needs.tool(BINARY, "apt-get install docker-registry (.ci/install-engine does)")
         self.folder = folder
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"

@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,10 @@ BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
 BASE_PACKAGES = ("python3", "python3-venv")
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+# Whoever builds (a test session, a CI job) may name itself: every image it builds then carries
+# OWNER_LABEL=that name, so that it can remove exactly what it made and nothing of anyone else's.
+OWNER_ENV = "SGLANG_IMAGES_OWNER"
+OWNER_LABEL = "io.sglang-images.owner"
 
 
 @dataclass(frozen=True)
@@ -69,14 +73,22 @@ def _uris(text: str) -> list[str]:
     return uris
 
 
+def owner_labels(env: Mapping[str, str]) -> dict[str, str]:
+    """{OWNER_LABEL: name} when the environment names an owner (not part of any inputs hash)."""
+    owner = env.get(OWNER_ENV, "")
+    return {OWNER_LABEL: owner} if owner else {}
+
+
 def inputs_hash(name: str, base: Base, mirror: str | None) -> str:
     data = {"name": name, "base": base.model_dump(mode="json"), "mirror": mirror, "packages": BASE_PACKAGES}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
-           shared: Callable[[str], str] | None = None, push: bool = False) -> BaseImage:
-    """The base image for `name`, built only when no image with the same inputs exists.
+           shared: Callable[[str], str] | None = None, push: bool = False,
+           labels: Mapping[str, str] | None = None) -> BaseImage:
+    """The base image for `name`, built only when no image with the same inputs exists; a new one also
+    carries `labels` (the owner's, see `owner_labels`).
 
     `shared(digest)` names where runners share debootstrapped bases (beside the build cache): a base
     found there is used (pulled, and named like a local one, which it replaces), and else (`push`) this
@@ -97,7 +109,8 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
         image = client.images.get(ref)
         found = BaseImage(ref, str(image.id), digest, built=False)
     except docker.errors.ImageNotFound:
-        found = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref)
+        found = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref,
+                             labels=labels)
     if remote and push:
         _push_shared(client, ref, remote)   # not shared yet: this runner's becomes the one
     return found
@@ -132,7 +145,7 @@ def _push_shared(client: docker.DockerClient, ref: str, remote: str) -> None:
 
 
 def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Path, mirror: str, digest: str,
-                 ref: str) -> BaseImage:
+                 ref: str, labels: Mapping[str, str] | None) -> BaseImage:
     assert base.debootstrap is not None
     debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
     boot = base.debootstrap
@@ -154,8 +167,8 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
             msg = f"packing the base rootfs failed: {tar.tail(5)}"
             raise BaseBuildError(msg)
         with (Path(tmp) / "rootfs.tar").open("rb") as fh:
-            labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest}
-            changes = [f"LABEL {k}={v}" for k, v in labels.items()]
+            image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
+            changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
             changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             image_id = client.api.import_image_from_data(
                 fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)

@@ -29,7 +29,7 @@ from ..matrix import Cell
 from ..matrix.schema import LABEL_PREFIX
 from ..results import BuildResult, ImageInfo, Status
 from ..workspace import Workspace
-from .base import BaseImage
+from .base import BaseImage, owner_labels
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def build_cell(
         argv = [
             "docker", "buildx", "build", "--progress=plain", "--target", "cell", "--tag", tag,
             "--file", str(recipe.dockerfile), *secrets, *build_args(cell, base, locks, cell_json, recipe), *extra_args,
-            *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
+            *(x for k, v in sorted({**labels, **owner_labels(env)}.items()) for x in ("--label", f"{k}={v}")),
             str(recipe.context),
         ]
         done = proc.run(argv, log=log_file, timeout=timeout, env={"DOCKER_BUILDKIT": "1"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,10 @@ def now() -> str:
 def save(results: RunResults, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(results.model_dump_json(indent=2) + "\n")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(results.model_dump_json(indent=2) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())  # on disk before the rename: a machine that dies then keeps old or new, never empty
     tmp.replace(path)  # atomic: an interrupted run never leaves half a results file
 
 

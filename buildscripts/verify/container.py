@@ -5,14 +5,21 @@ copied in with put_archive (nothing is installed into the image) and executed wi
 its output streamed line by line so that a container killed mid-stage still leaves the stages done
 so far. A stage that produces no result within its deadline ends the probe (the container is
 killed); a dead container is reported with its exit status and last log lines.
+
+A run killed outright (SIGKILL, a lost machine) cannot remove its container in `finally`, and the
+keep-alive would hold it (and a GPU) forever. So each container is labelled with the host and the
+process that owns it, and the next verification on that host first removes every container of ours
+whose owner process is gone (`reap_orphans`); containers kept on request are left alone.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import queue
 import re
 import shlex
+import socket
 import tarfile
 import threading
 import time
@@ -27,6 +34,7 @@ from docker.errors import APIError, DockerException, NotFound
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 
+from .. import log
 from ..results import StageResult
 from .output import ProbeRun, failed, interpret
 from .plan import Plan, grace
@@ -34,6 +42,8 @@ from .plan import Plan, grace
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
 LABEL_RUN, LABEL_CELL = "sglang-images.run", "sglang-images.cell"
+# Who owns a container: host name and "PID START" (the start time tells a reused pid from the owner).
+LABEL_HOST, LABEL_OWNER, LABEL_KEPT = "sglang-images.host", "sglang-images.owner-process", "sglang-images.kept"
 KEEP_ENV = "SGLANG_IMAGES_KEEP_CONTAINERS"
 KEEPALIVES = (["python3", "-c", "import time; time.sleep(1e9)"], ["sleep", "infinity"])
 NOT_FOUND_RE = re.compile(r"executable file not found|no such file or directory", re.I)
@@ -97,7 +107,11 @@ def probe_container(image: str, *, run_id: str, cell_id: str, options: Mapping[s
     opts = dict(options or {})
     env = dict(opts.pop("environment", None) or {})
     name = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"sglang-images-{cell_id}-{uuid.uuid4().hex[:8]}")
-    labels = {LABEL_RUN: run_id, LABEL_CELL: cell_id, **opts.pop("labels", {})}
+    labels = {LABEL_RUN: run_id, LABEL_CELL: cell_id, LABEL_HOST: socket.gethostname(),
+              LABEL_OWNER: _process_identity(os.getpid()), **({LABEL_KEPT: "1"} if keep else {}),
+              **opts.pop("labels", {})}
+    with closing(docker.from_env()) as engine:
+        reap_orphans(engine)
     started: DockerContainer | None = None
     keepalive, errors = "", []
     try:
@@ -227,6 +241,37 @@ def _pump(stream: Iterator[bytes], lines: queue.Queue[str | None]) -> None:
 def _kill(wrapped: Any) -> None:
     with suppress(APIError, NotFound):
         wrapped.kill()
+
+
+def _process_identity(pid: int) -> str:
+    """"PID START": the process's start time (clock ticks since boot, /proc/PID/stat field 22) tells it from
+    a later process that got the same pid; "" when the process does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def reap_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove this host's verification containers whose owner process is gone; return their names."""
+    host = socket.gethostname()
+    reaped = []
+    try:
+        found = client.containers.list(all=True, filters={"label": [f"{LABEL_HOST}={host}", LABEL_OWNER]})
+    except (APIError, DockerException):
+        return []
+    for orphan in found:
+        owner = orphan.labels.get(LABEL_OWNER, "")
+        pid = owner.split()[0] if owner else ""
+        if orphan.labels.get(LABEL_KEPT) == "1" or not pid.isdigit() or _process_identity(int(pid)) == owner:
+            continue
+        with suppress(NotFound, APIError):
+            orphan.remove(force=True)
+            reaped.append(orphan.name or "")
+            log.warn(f"removed container {orphan.name} of run {orphan.labels.get(LABEL_RUN)}: "
+                     f"its process ({pid}) is gone")
+    return reaped
 
 
 def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts.results import RunResults
+from tests import needs
 from tests.cli import cli
 from tests.lxc_container import attach, container
 
@@ -96,9 +97,7 @@ NEEDS_BYTES = 20 * 10**9   # archive + LXC's copy of its blobs + the unpacked ro
 
 @pytest.fixture(autouse=True)
 def _tools_and_room() -> None:
-    missing = [t for t in ("skopeo", "umoci", "jq", "lxc-create") if shutil.which(t) is None]
-    if missing:
-        pytest.fail(f"the LXC tier needs {', '.join(missing)} (.ci/install-engine installs them)")
+    needs.tools("skopeo", "umoci", "jq", "lxc-create")
     free = shutil.disk_usage("/var/lib").free
     if free < NEEDS_BYTES:
         pytest.fail(f"the LXC tier needs about {NEEDS_BYTES / 1e9:.0f} GB free under /var/lib, there are "

@@ -6,7 +6,6 @@ container's Python and the environment a login shell has there. A tiny image sta
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 
 from buildscripts.errors import DiskSpaceError
 from buildscripts.publish import export
+from tests import needs
 from tests.cli import cli
 from tests.integration import tinyimages
 from tests.lxc_container import attach, container
@@ -27,20 +27,10 @@ CELL = "tiny-lxc-cell"
 LABELS = {"io.sglang-images.cell": CELL, "io.sglang-images.cuda": "cu130", "io.sglang-images.archs": "sm_90a"}
 
 
-def _need(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        import os
-
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs {', '.join(missing)} (.ci/install-engine installs them)")
-        pytest.skip(f"not installed: {', '.join(missing)}")
-
-
 @pytest.fixture(scope="module")
 def images() -> Iterator[dict[str, str]]:
     """A tiny image shaped like a cell (init, cell.json, profile.d, ENV), and a 'good tag' child of it."""
-    _need("skopeo", "umoci", "jq", "lxc-create")
+    needs.tools("skopeo", "umoci", "jq", "lxc-create")
     client = docker.from_env()
     files = {
         "/usr/local/sbin/sglang-images-init": (ROOT / "images" / "lxc" / "init.sh").read_bytes(),

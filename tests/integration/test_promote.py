@@ -21,6 +21,7 @@ from buildscripts.errors import RegistryError
 from buildscripts.matrix.schema import Tags
 from buildscripts.publish import promote, registry, tags
 from buildscripts.results import CellResult, RunResults
+from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
 from tests.results_factory import make_cell
 
@@ -51,7 +52,8 @@ def make_image(client: docker.DockerClient, cfg: Tags) -> Iterator[Callable[[str
             info = tarfile.TarInfo("hello.txt")
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
-        client.api.import_image_from_data(data.getvalue(), repository=cfg.repository, tag=f"base-{len(made)}")
+        client.api.import_image_from_data(data.getvalue(), repository=cfg.repository, tag=f"base-{len(made)}",
+                                          changes=[owner_change()])
         image_id = str(client.images.get(f"{cfg.repository}:base-{len(made)}").id)
         made.append(image_id)
         return image_id

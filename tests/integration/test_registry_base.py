@@ -14,6 +14,7 @@ import pytest
 from buildscripts.build import base
 from buildscripts.errors import ToolMissingError
 from buildscripts.matrix import schema as config
+from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
 
 
@@ -34,7 +35,8 @@ def tiny_rootfs() -> bytes:
 def test_a_registry_base_is_pulled_when_absent(server: RegistryServer, tmp_path: Path) -> None:
     client = docker.from_env()
     ref = f"{server.url}/tiny-base:1"
-    client.api.import_image_from_data(tiny_rootfs(), repository=f"{server.url}/tiny-base", tag="1")
+    client.api.import_image_from_data(tiny_rootfs(), repository=f"{server.url}/tiny-base", tag="1",
+                                      changes=[owner_change()])
     pushed_id = str(client.images.get(ref).id)
     try:
         for line in client.api.push(ref, stream=True, decode=True):

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from buildscripts import report
+from tests import needs
 from tests.results_factory import make_run
 
 pytestmark = pytest.mark.browser
@@ -86,11 +87,7 @@ class DevTools:
 
 @pytest.fixture
 def chromium(tmp_path: Path) -> Iterator[DevTools]:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs chromium (.ci/install-engine installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    binary = shutil.which("chromium-browser") or needs.tool("chromium", "apt-get install chromium")
     profile = tmp_path / "profile"
     stderr_log = tmp_path / "chromium.log"
     with stderr_log.open("wb") as stderr:

@@ -2,13 +2,13 @@
 
 `python_image()` is the project's own debootstrapped base (Debian minbase + python3), made once per
 test session through the same code as the builds (buildscripts.build.base). Everything else is derived
-per test (`derive`, `no_python_image`) and removed by the test.
+per test (`derive`, `no_python_image`) and removed by the test. Each image made here carries the
+session's owner label, so the session removes it at its end even when a test could not.
 """
 
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 import tempfile
 import uuid
@@ -16,11 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import docker
-import pytest
 
 from buildscripts import matrix
 from buildscripts.build import base
+from tests import needs
+from tests.session import OWNER
 
+OWNED = {base.OWNER_LABEL: OWNER}
 FIFO = object()   # a file whose content is this marker becomes a named pipe (reading it blocks)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,13 +30,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def python_image(client: docker.DockerClient) -> str:
     """The project's own bookworm base (Debian's python3, nothing else), built once by debootstrap.
 
-    tests/conftest.py removes it at the end of the session when the session created it.
+    When this session builds it, it carries the session's owner label and goes at the session's end
+    (tests/conftest.py); a base that was already there is used and left alone.
     """
     spec = matrix.load(ROOT / "matrix.yaml", {}).spec
-    if shutil.which("debootstrap") is None:
-        pytest.skip("debootstrap is not installed (.ci/install-engine installs it)")
+    needs.tool("debootstrap")
     with tempfile.TemporaryDirectory(prefix="base-logs-") as logs:
-        return base.ensure("bookworm", spec.bases["bookworm"], client=client, logs=Path(logs)).ref
+        return base.ensure("bookworm", spec.bases["bookworm"], client=client, logs=Path(logs),
+                           labels=OWNED).ref
 
 
 def _tar(files: Mapping[str, bytes | object]) -> bytes:
@@ -60,7 +63,8 @@ def derive(client: docker.DockerClient, base: str, files: Mapping[str, bytes | o
     try:
         holder.put_archive("/", _tar(files))
         tag = f"sglang-images-test/derived:{uuid.uuid4().hex[:10]}"
-        holder.commit(repository=tag.split(":", maxsplit=1)[0], tag=tag.split(":")[1], changes=changes or [])
+        holder.commit(repository=tag.split(":", maxsplit=1)[0], tag=tag.split(":")[1],
+                      changes=[*(changes or []), owner_change()])
         return tag
     finally:
         holder.remove(force=True)
@@ -70,5 +74,11 @@ def no_python_image(client: docker.DockerClient) -> str:
     """An image with one text file: no shell, no Python, no sleep."""
     tag = f"sglang-images-test/nopython:{uuid.uuid4().hex[:10]}"
     client.api.import_image_from_data(_tar({"hello.txt": b"hello\n"}), repository=tag.split(":", maxsplit=1)[0],
-                               tag=tag.split(":")[1])
+                                      tag=tag.split(":")[1], changes=[owner_change()])
     return tag
+
+
+def owner_change() -> str:
+    """The Dockerfile change that marks an image as this session's (a derived image would otherwise
+    inherit the owner label of its base, which may be another session's or none)."""
+    return f'LABEL "{base.OWNER_LABEL}"="{OWNER}"'
