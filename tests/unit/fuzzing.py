@@ -74,7 +74,9 @@ def confined(root: Path) -> Iterator[None]:
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file of the project (not caches or environments) with its size and modification time."""
-    skip = {".git", ".nox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis"}
+    # caches and environments, and the folders of runs made beside the tests (a build in the same checkout)
+    skip = {".git", ".nox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
+            "runs", "exports", ".cache", ".import_linter_cache"}
     found: dict[str, tuple[int, int]] = {}
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in skip]
