@@ -105,7 +105,7 @@ def _lock(root: Path) -> None:
         below = lockfile.Lockfile(header=header, body=f"# {layer}: nothing to install\n")
         lockfile.write(path, below)
     entry = {"state": "ok", "reason": None, "inputs": inputs, "inputs-sha256": lockfile.inputs_hash(inputs),
-             "versions": {"torch": "2.11.0", "sglang": "0.5.16", "cuda": "cu130"},
+             "versions": state.recorded_versions(cell, locks),   # what these (empty) locks install: nothing
              "locks": {"lane": str(paths.lane.relative_to(locks)), "sglang": str(paths.sglang.relative_to(locks))}}
     state.write_index(locks, {"format": state.LOCK_FORMAT, "cells": {CELL: entry}})
     json.loads(state.index_path(locks).read_text())   # written, and readable
