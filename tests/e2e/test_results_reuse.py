@@ -14,8 +14,8 @@ import docker
 from buildscripts.results import RunResults, Verdict
 from buildscripts.verify.container import LABEL_CELL
 
-from .conftest import CELLS, ROOT
-
+ROOT = Path(__file__).resolve().parents[2]
+CELLS = "sglang0.5.16-torch2.11.0-cu130-*"     # the cells the session's `run` fixture built (e2e/conftest.py)
 PIP_CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 
 

@@ -4,7 +4,7 @@ recipe copies the secrets into a layer is caught, so the scan is shown to find w
 
 The image is the project's tiny Python base plus one step shaped like the Dockerfile's install steps
 (`. /run/secrets/index`, the bundle as PIP_CERT/SSL_CERT_FILE). The e2e tier scans its real cells the same
-way (tests/e2e/test_secrets.py).
+way (tests/e2e/test_cell_secrets.py).
 """
 
 from __future__ import annotations
