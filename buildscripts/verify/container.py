@@ -230,8 +230,10 @@ def _pump(stream: Iterator[bytes], lines: queue.Queue[str | None]) -> None:
             *complete, pending = pending.split(b"\n")
             for raw in complete:
                 lines.put(raw.decode("utf-8", "replace").rstrip("\r"))
-    except (DockerException, OSError):
-        pass  # the container went away mid-stream: what arrived so far is kept
+    except (DockerException, OSError, ValueError):
+        # The container went away mid-stream, or (ValueError: I/O on a closed file) the run was interrupted
+        # and its cleanup closed the stream under this thread: what arrived so far is kept.
+        pass
     finally:
         if pending:
             lines.put(pending.decode("utf-8", "replace"))

@@ -98,11 +98,12 @@ def test_cu128_declared_with_torch_211_is_refused(tmp_path: Path) -> None:
 def test_bad_inputs_are_named_and_other_cells_continue(tmp_path: Path) -> None:
     lanes = ("  - {torch: 2.9.1, cuda: cu128, index: 'https://nonexistent.invalid/simple'}\n"
              "  - {torch: 2.11.0, cuda: cu130}")
-    sglang = ("  - {version: 0.5.10, torch: 2.9.1}\n  - {version: 0.5.10, torch: 2.11.0}\n"
+    # 0.5.10 declared with the wrong torch (it pins 2.9.1: the lock reads that from SGLang's own metadata)
+    sglang = ("  - {version: 0.5.9, torch: 2.9.1}\n  - {version: 0.5.10, torch: 2.11.0}\n"
               "  - {version: 99.0.0, torch: 2.11.0}")
     matrix = write_matrix(tmp_path, lanes, sglang)
     results = {cid.removesuffix("-none-bookworm"): s for cid, s in lock_all(matrix, tmp_path).items()}
-    down = results["sglang0.5.10-torch2.9.1-cu128"]
+    down = results["sglang0.5.9-torch2.9.1-cu128"]
     assert down.state == "unresolvable"
     assert "index https://nonexistent.invalid/simple cannot be reached" in (down.reason or "")
     pinned = results["sglang0.5.10-torch2.11.0-cu130"]
