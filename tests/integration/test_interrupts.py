@@ -21,7 +21,7 @@ import tarfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,13 +39,6 @@ from tests.results_factory import make_cell
 
 RUN_ID = "interrupted"
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGKILL, id="SIGKILL")]
-
-
-@pytest.fixture
-def client() -> Iterator[docker.DockerClient]:
-    found = docker.from_env()
-    yield found
-    found.close()
 
 
 @dataclass

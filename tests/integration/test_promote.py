@@ -29,13 +29,6 @@ pytestmark = pytest.mark.registry
 
 
 @pytest.fixture
-def client() -> Iterator[docker.DockerClient]:
-    engine = docker.from_env()
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
 def cfg() -> Tags:
     return Tags(repository=f"sglang-images-test-{uuid.uuid4().hex[:8]}")
 

@@ -33,13 +33,6 @@ PLANTED_INDEX = "https://ci-user:planted-s3cret@index.invalid/simple"
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    found = docker.from_env()
-    yield found
-    found.close()
-
-
-@pytest.fixture(scope="module")
 def env() -> dict[str, str]:
     """This host's environment; plus a planted index URL with a password where the host's pip settings
     name no network index (then nothing would test that path)."""

@@ -22,13 +22,6 @@ CPU_STAGES = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-comp
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    found = docker.from_env()
-    yield found
-    found.close()
-
-
-@pytest.fixture(scope="module")
 def py_image(client: docker.DockerClient) -> str:
     return tinyimages.python_image(client)
 
