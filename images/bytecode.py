@@ -19,14 +19,26 @@ import importlib.util
 import os
 import py_compile
 import sys
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 
+def importable(parent: str, name: str, root: str) -> bool:
+    """A folder import statements can reach: a top-level one (maybe a namespace package), or a package.
+
+    Folders of data, examples and test suites (flashinfer's CUTLASS examples, `tests/`) are not
+    imported by a server; their bytecode would only weigh on the image.
+    """
+    if name in ("__pycache__", "tests"):
+        return False
+    return parent == root or os.path.isfile(os.path.join(parent, name, "__init__.py"))
+
+
 def missing(root: str) -> list[str]:
-    """Sources under `root` without their optimisation-level-0 .pyc, in a stable order."""
+    """Importable sources under `root` without their optimisation-level-0 .pyc, in a stable order."""
     todo = []
     for top, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        dirs[:] = sorted(d for d in dirs if importable(top, d, root))
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(top, name)
@@ -36,6 +48,7 @@ def missing(root: str) -> list[str]:
 
 
 def compile_one(path: str) -> bool:
+    warnings.simplefilter("ignore")  # SyntaxWarnings of third-party code are not ours to fix
     try:
         py_compile.compile(path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
     except (py_compile.PyCompileError, OSError, ValueError):

@@ -128,6 +128,13 @@ def test_bytecode_is_checked_hash_and_only_for_files_without_one(tmp_path: Path)
     first = pyc.read_bytes()
     assert int.from_bytes(first[4:8], "little") == 0b11  # hash-based, checked at import
     assert bytecode.missing(str(tmp_path)) == [str(tmp_path / "bad.py")]  # the rest is not redone
+    for folder, init in (("pkg", True), ("pkg/data", False), ("pkg/tests", True)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("Y = 2\n")
+        if init:
+            (tmp_path / folder / "__init__.py").write_text("")
+    left = {str(Path(p).relative_to(tmp_path)) for p in bytecode.missing(str(tmp_path))}
+    assert left == {"bad.py", "pkg/__init__.py", "pkg/m.py"}  # no data folders, no test suites
     pyc.unlink()
     assert bytecode.main([str(tmp_path)]) == 0
     assert pyc.read_bytes() == first  # the same source gives the same bytes: reproducible layers
