@@ -113,6 +113,7 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
     args = {
         "BASE_IMAGE": base.ref,
         "LANE_LOCK": rel(locks.lane),
+        "LANE_CUDA": cell.lane.cuda,  # the lean recipe's lines for one CUDA flavour
         "SGLANG_LOCK": rel(locks.sglang),
         "TOOLKIT_LOCK": rel(locks.toolkit or recipe.empty_lock),
         "TOOLKIT_APT": " ".join(cell.toolkit.apt),
