@@ -102,6 +102,14 @@ def test_a_warm_start_passes_and_an_empty_claim_fails(tmp_path: Path) -> None:
     assert "hold no compiled kernel" in (warmcheck.verdict(empty) or "")
 
 
+def test_a_false_warm_claim_has_its_own_failure_class() -> None:
+    from buildscripts.verify import classify  # noqa: PLC0415 (the catalogue, loaded where it is used)
+
+    result = {"baked_files": 9, "compiled_count": 1, "compiled_files": ["/c/sgl_kernel_jit_x/x.so"],
+              "compiler_processes": ["nvcc"]}
+    assert classify.classify(warmcheck.verdict(result) or "", "server").id == "warm-cache-compiled-at-start"
+
+
 def test_compiler_processes_fail_the_claim_too() -> None:
     result = {"baked_files": 3, "compiled_count": 0, "compiled_files": [], "compiler_processes": ["nvcc"]}
     assert "compiler processes ran: nvcc" in (warmcheck.verdict(result) or "")
