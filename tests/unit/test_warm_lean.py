@@ -20,6 +20,7 @@ from buildscripts.lock import LockPaths
 from buildscripts.matrix.schema import Toolkit
 from buildscripts.probe import warmcheck
 from buildscripts.report import sizes
+from buildscripts.verify import classify
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,8 +104,6 @@ def test_a_warm_start_passes_and_an_empty_claim_fails(tmp_path: Path) -> None:
 
 
 def test_a_false_warm_claim_has_its_own_failure_class() -> None:
-    from buildscripts.verify import classify  # noqa: PLC0415 (the catalogue, loaded where it is used)
-
     result = {"baked_files": 9, "compiled_count": 1, "compiled_files": ["/c/sgl_kernel_jit_x/x.so"],
               "compiler_processes": ["nvcc"]}
     assert classify.classify(warmcheck.verdict(result) or "", "server").id == "warm-cache-compiled-at-start"
