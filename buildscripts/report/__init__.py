@@ -17,7 +17,7 @@ from .. import log
 from ..errors import ResultsError
 from ..results import RunResults
 from ..workspace import Workspace
-from . import console, github, html, junit, markdown, merge
+from . import console, github, html, junit, markdown, merge, sizes
 
 __all__ = ["console", "main", "render_all"]
 
@@ -32,6 +32,7 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
         "markdown": (out_dir / "compat.md", markdown.document(run)),
         "html": (out_dir / "compat.html", html.render(run)),
         "junit": (out_dir / "junit.xml", junit.render(run)),
+        "sizes": (out_dir / "sizes.md", sizes.document(run)),
     }
     written: dict[str, Path] = {}
     for kind, (path, text) in files.items():

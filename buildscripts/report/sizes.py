@@ -2,7 +2,8 @@
 made it) and per installed package (site-packages folders; the nvidia/* libraries one by one).
 
 `measure` reads the image's history from the engine and runs `du` in a throwaway container of it;
-`markdown` renders measured images as a table for a report or a benchmark page.
+`markdown` renders measured images as a table for a benchmark page; `document` renders the image size
+of every built cell of a run (from its saved results) for the report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import docker
+
+from ..results import RunResults
 
 # History entries name the command that made a layer; these name the Dockerfile stage behind it.
 _STAGES = (
@@ -108,3 +111,15 @@ def markdown(images: Sequence[ImageSizes], top: int = 6) -> str:
 
 def dumps(images: Sequence[ImageSizes]) -> str:
     return json.dumps([s.to_json() for s in images], indent=1) + "\n"
+
+
+def document(run: RunResults) -> str:
+    """reports/sizes.md: the size of each cell's image, largest first (`benchmarks/warm_lean.py` and
+    `measure` give the largest layers and packages of one image)."""
+    built = sorted(((c.image.size_bytes, c.cell_id, c.image.ref) for c in run.cells if c.image.size_bytes),
+                   key=lambda t: (-t[0], t[1]))
+    lines = ["# Image sizes", "", "| cell | image | size |", "| --- | --- | --- |"]
+    lines += [f"| `{cell}` | `{ref}` | {_gb(size)} |" for size, cell, ref in built]
+    if not built:
+        lines.append("| (no image was built in these results) | | |")
+    return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from buildscripts.lock import LockPaths
 from buildscripts.matrix.schema import Toolkit
 from buildscripts.probe import warmcheck
 from buildscripts.report import sizes
+from buildscripts.results import RunResults
 from buildscripts.verify import classify
 from buildscripts.workspace import Workspace
 
@@ -187,3 +188,12 @@ def test_layers_are_named_by_their_stage_and_packages_sorted() -> None:
     assert sizes.ImageSizes.from_json(json.loads(sizes.dumps([one]))[0]) == one
     table = sizes.markdown([one])
     assert "| `img:x` | 9.61 GB | torch lane 4.70 GB" in table and "`nvidia/cu13` 3.07 GB" in table
+
+
+def test_the_report_lists_image_sizes_largest_first() -> None:
+    run = RunResults.model_validate({"run_id": "r", "started": "2026-11-30T10:00:00+00:00", "cells": [
+        {"cell_id": "small", "image": {"ref": "img:s", "size_bytes": 9_040_000_000}},
+        {"cell_id": "big", "image": {"ref": "img:b", "size_bytes": 11_500_000_000}},
+        {"cell_id": "unbuilt"}]})
+    text = sizes.document(run)
+    assert text.index("`big`") < text.index("`small`") and "11.50 GB" in text and "unbuilt" not in text
