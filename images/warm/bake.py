@@ -46,8 +46,8 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
     major, minor, suffix = arch_parts(arch)
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # nothing here may depend on a device
-    from sglang.jit_kernel.utils import compile as jit  # noqa: PLC0415 (after the env is set)
-    from sglang.jit_kernel.utils.arch import override_jit_cuda_arch  # noqa: PLC0415
+    from sglang.jit_kernel.utils import compile as jit  # imported after the env is set
+    from sglang.jit_kernel.utils.arch import override_jit_cuda_arch
 
     built: List[Dict[str, Any]] = []
     for profile in profiles:
@@ -55,7 +55,7 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
         for call in entry.get("sglang_jit", []):
             started = time.monotonic()
             with override_jit_cuda_arch(major, minor, suffix):
-                name = jit._jit_build_dir_name(_module_name(jit, call))  # noqa: SLF001
+                name = jit._jit_build_dir_name(_module_name(jit, call))  # SGLang's own cache-folder name
                 try:
                     jit.load_jit(*call["args"], **call["kwargs"])
                 except Exception as exc:  # built, but loading needs the driver's libcuda: fine here
@@ -81,7 +81,7 @@ def _module_name(jit: Any, call: Dict[str, Any]) -> str:
     name = "sgl_kernel_jit_" + "_".join(str(arg) for arg in call["args"])
     sources = [str((jit.KERNEL_PATH / "csrc" / f).resolve())
                for f in call["kwargs"].get("cpp_files", []) + call["kwargs"].get("cuda_files", [])]
-    return name + "_" + jit._local_jit_source_hash(sources) if sources else name  # noqa: SLF001
+    return name + "_" + jit._local_jit_source_hash(sources) if sources else name
 
 
 def main(argv: List[str] | None = None) -> int:
