@@ -43,6 +43,8 @@ class Recipe:
     empty_lock: Path
     bootstrap_lock: Path
     cell_files: Path
+    lean: tuple[Path, ...] = ()  # removal recipe and bytecode compiler, run in every install layer
+    warm: Path | None = None     # images/warm: bake.py and one recorded manifest per SGLang version
 
     @classmethod
     def of(cls, ws: Workspace) -> Recipe:
@@ -50,14 +52,26 @@ class Recipe:
                    toolkit_script=ws.images / "toolkit" / "assemble-cuda-home.sh",
                    lxc_init=ws.images / "lxc" / "init.sh",
                    empty_lock=ws.images / "toolkit" / "empty.txt", bootstrap_lock=ws.locks / "bootstrap.txt",
-                   cell_files=ws.cache / "cells")
+                   cell_files=ws.cache / "cells",
+                   lean=(ws.images / "lean" / "lean.sh", ws.images / "lean" / "recipe.txt",
+                         ws.images / "bytecode.py"),
+                   warm=ws.images / "warm")
+
+    def warm_manifest(self, cell: Cell) -> Path | None:
+        """The recorded start-up kernels of the cell's SGLang, when its toolkit bakes them and one exists."""
+        if not cell.toolkit.warm or self.warm is None:
+            return None
+        path = self.warm / f"sglang-{cell.sglang.version}.json"
+        return path if path.is_file() else None
 
 
 def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -> str:
     """Content hash of everything the cell's image is built from: its candidate tag."""
     h = hashlib.sha256()
+    manifest = recipe.warm_manifest(cell)
+    warm = (manifest, manifest.parent / "bake.py") if manifest else ()
     for path in (recipe.dockerfile, recipe.toolkit_script, recipe.lxc_init, recipe.bootstrap_lock, locks.lane,
-                 locks.sglang, locks.toolkit or recipe.empty_lock):
+                 locks.sglang, locks.toolkit or recipe.empty_lock, *recipe.lean, *warm):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
     h.update(cell.toolkit.model_dump_json().encode())  # pip recipe and cuda_home, not only apt
@@ -99,12 +113,17 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
     args = {
         "BASE_IMAGE": base.ref,
         "LANE_LOCK": rel(locks.lane),
+        "LANE_CUDA": cell.lane.cuda,  # the lean recipe's lines for one CUDA flavour
         "SGLANG_LOCK": rel(locks.sglang),
         "TOOLKIT_LOCK": rel(locks.toolkit or recipe.empty_lock),
         "TOOLKIT_APT": " ".join(cell.toolkit.apt),
         "CUDA_HOME_MODE": "true" if cell.toolkit.cuda_home else "false",
         "CELL_JSON": rel(cell_json),
     }
+    manifest = recipe.warm_manifest(cell)
+    if manifest is not None:
+        args.update({"WARM_MODE": "true", "WARM_MANIFEST": rel(manifest), "WARM_ARCHS": ",".join(cell.archs),
+                     "WARM_PROFILES": "default"})
     return [x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")]
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, server
+from . import core, server, warmcheck
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSON_PREFIX = "@@json "
@@ -279,11 +279,17 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
     port_args = [] if "--port" in args else ["--port", str(port)]
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", model,
             *host_args, *port_args, *args]
+    claim = warmcheck.load_claim()
+    watch = warmcheck.Watch(warmcheck.watched_dirs(claim, dict(os.environ, **ctx.server_env))).start() \
+        if claim else None
     srv = server.start(argv, port, os.path.join(ctx.workdir, f"server-{port}.log"), env=ctx.server_env)
     ready = server.wait_ready(srv, "/health_generate", deadline_s=ctx.stage_timeout)
     jit_lines = sum(1 for line in srv.tail if JIT_MARKERS.search(line))
     evidence = {"argv": argv[1:], "env": ctx.server_env, "model": model, "tiny_model": not ctx.model_path,
                 "log": srv.log_path, "jit_log_lines": jit_lines, **ready.as_evidence()}
+    if watch is not None and claim is not None:
+        evidence["warm"] = {"report": claim["path"], "first_start": claim.get("first_start", []),
+                            **watch.stop()}
     if not ready.ready:
         excerpt = server.failure_excerpt(srv)
         evidence["shutdown"] = server.stop(srv)
@@ -302,6 +308,11 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
+    cold = warmcheck.verdict(evidence["warm"]) if "warm" in evidence else None
+    if cold:  # warm caches claimed, yet the start compiled: the claim is false (the server did come up)
+        evidence["shutdown"] = server.stop(srv)
+        _stop_live()
+        raise core.StageFailed(cold, evidence)
     _LIVE["server"] = srv
     return evidence
 

@@ -21,7 +21,7 @@ from .. import log, matrix, results
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
 from ..workspace import Workspace, path_argument, path_text
-from . import console, github, html, junit, markdown, merge
+from . import console, github, html, junit, markdown, merge, sizes
 
 __all__ = ["console", "main", "render_all"]
 
@@ -36,6 +36,7 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
         "markdown": (out_dir / "compat.md", markdown.document(run)),
         "html": (out_dir / "compat.html", html.render(run)),
         "junit": (out_dir / "junit.xml", junit.render(run)),
+        "sizes": (out_dir / "sizes.md", sizes.document(run)),
     }
     written: dict[str, Path] = {}
     for kind, (path, text) in files.items():

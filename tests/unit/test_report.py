@@ -142,7 +142,7 @@ def test_github_summary_only_when_the_variable_is_set(tmp_path: Path) -> None:
 def test_render_all_writes_every_format_and_json_round_trips(tmp_path: Path) -> None:
     run = make_run()
     written = report.render_all(run, tmp_path / "out", env={"GITHUB_STEP_SUMMARY": str(tmp_path / "s.md")})
-    assert set(written) == {"json", "schema", "markdown", "html", "junit", "github"}
+    assert set(written) == {"json", "schema", "markdown", "html", "junit", "sizes", "github"}
     assert results.load(written["json"]) == run
     schema = json.loads(written["schema"].read_text())
     assert "schema_version" in schema["properties"] and "StageResult" in schema["$defs"]

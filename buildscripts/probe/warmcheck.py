@@ -1,0 +1,125 @@
+"""Does an image that claims baked kernel caches really start without compiling? (stdlib only)
+
+An image built with `warm: true` carries a bake report (images/warm/bake.py) naming its cache
+folders. While the server starts, `Watch` records every file that appears or changes under the
+compiled-kernel caches (SGLang's TVM-FFI JIT, FlashInfer, DeepGEMM) and every CUDA compiler process
+(nvcc and the tools it drives). Triton is not watched: it compiles at first start with its own
+ptxas by design, and the bake report lists it under `first_start`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+REPORT = "/etc/sglang-images/warm.json"
+REPORT_ENV = "SGLANG_IMAGES_WARM_REPORT"  # another report path (host mode: no image file system)
+COMPILERS = {"nvcc", "cicc", "cudafe++", "nvlink", "fatbinary"}
+BUILT = (".so", ".o", ".cubin", ".ptx")
+
+
+def load_claim() -> Optional[Dict[str, Any]]:
+    """The image's bake report, or None when the image makes no warm-cache claim."""
+    path = os.environ.get(REPORT_ENV) or REPORT
+    if not os.path.isfile(path):
+        return None
+    with open(path) as fh:
+        claim: Dict[str, Any] = json.load(fh)
+    claim["path"] = path
+    return claim
+
+
+def watched_dirs(claim: Dict[str, Any], env: Dict[str, str]) -> List[str]:
+    """The compiled-kernel cache folders, as the server will see them (its env wins over the report's)."""
+    caches = dict(claim.get("caches") or {})
+    caches.update({k: v for k, v in env.items() if k in caches})
+    dirs = []
+    if caches.get("TVM_FFI_CACHE_DIR"):
+        dirs.append(caches["TVM_FFI_CACHE_DIR"])
+    if caches.get("FLASHINFER_WORKSPACE_BASE"):
+        dirs.append(os.path.join(caches["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer"))
+    if caches.get("SGLANG_CACHE_DIR"):
+        dirs.append(os.path.join(caches["SGLANG_CACHE_DIR"], "deep_gemm"))
+    return [os.path.expanduser(d) for d in dirs]
+
+
+def snapshot(dirs: List[str]) -> Dict[str, Tuple[int, float]]:
+    """Compiled artefacts under `dirs`: path -> (size, mtime)."""
+    seen: Dict[str, Tuple[int, float]] = {}
+    for top in dirs:
+        for root, _subdirs, files in os.walk(top):
+            for name in files:
+                if name.endswith(BUILT):
+                    path = os.path.join(root, name)
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue
+                    seen[path] = (st.st_size, st.st_mtime)
+    return seen
+
+
+def changed(before: Dict[str, Tuple[int, float]], after: Dict[str, Tuple[int, float]]) -> List[str]:
+    return sorted(p for p, stamp in after.items() if before.get(p) != stamp)
+
+
+def compiler_processes() -> Set[str]:
+    """Names of CUDA compiler processes running now (from /proc; empty where there is none)."""
+    found: Set[str] = set()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                name = fh.read().strip()
+        except OSError:
+            continue
+        if name in COMPILERS:
+            found.add(name)
+    return found
+
+
+class Watch:
+    """Records compiles while a server starts: files before/after, compiler processes in between."""
+
+    def __init__(self, dirs: List[str], interval_s: float = 0.2) -> None:
+        self.dirs, self.interval_s = dirs, interval_s
+        self.before: Dict[str, Tuple[int, float]] = {}
+        self.processes: Set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> "Watch":
+        self.before = snapshot(self.dirs)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.processes |= compiler_processes()
+
+    def stop(self) -> Dict[str, Any]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        new = changed(self.before, snapshot(self.dirs))
+        return {"watched": self.dirs, "baked_files": len(self.before), "compiled_files": new[:40],
+                "compiled_count": len(new), "compiler_processes": sorted(self.processes)}
+
+
+def verdict(result: Dict[str, Any]) -> Optional[str]:
+    """Why a start that should have been warm was not; None when nothing was compiled."""
+    if not result["baked_files"]:
+        return "the image claims baked kernel caches, but its cache folders hold no compiled kernel"
+    parts = []
+    if result["compiled_count"]:
+        names = sorted({os.path.basename(os.path.dirname(p)) for p in result["compiled_files"]})
+        parts.append(f"{result['compiled_count']} file(s) compiled into the caches ({', '.join(names[:6])})")
+    if result["compiler_processes"]:
+        parts.append("compiler processes ran: " + ", ".join(result["compiler_processes"]))
+    if not parts:
+        return None
+    return "the image claims baked kernel caches but compiled at server start: " + "; ".join(parts)

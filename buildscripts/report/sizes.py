@@ -1,0 +1,125 @@
+"""How big an image is and what its largest parts are: per layer (named by the Dockerfile stage that
+made it) and per installed package (site-packages folders; the nvidia/* libraries one by one).
+
+`measure` reads the image's history from the engine and runs `du` in a throwaway container of it;
+`markdown` renders measured images as a table for a benchmark page; `document` renders the image size
+of every built cell of a run (from its saved results) for the report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import docker
+
+from ..results import RunResults
+
+# History entries name the command that made a layer; these name the Dockerfile stage behind it.
+_STAGES = (
+    (re.compile(r"bootstrap\.txt|python3 -m venv"), "pyenv (venv, uv)"),
+    (re.compile(r"/opt/locks/lane\.txt"), "torch lane"),
+    (re.compile(r"/opt/locks/sglang\.txt"), "SGLang"),
+    (re.compile(r"apt-get install"), "toolkit: Debian packages"),
+    (re.compile(r"/opt/locks/toolkit\.txt"), "toolkit: pip"),
+    (re.compile(r"assemble-cuda-home"), "CUDA home"),
+    (re.compile(r"bake\.py"), "baked kernel caches"),
+)
+
+# Top-level site-packages folders, and the nvidia/* wheels one by one (together they are the largest).
+DU_SCRIPT = (
+    'cd "$(python3 -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')" && '
+    "du -sk $(ls -d */ | grep -v -e '\\.dist-info/$' -e '^nvidia/$') nvidia/*/ 2>/dev/null"
+)
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ImageSizes:
+    ref: str
+    size_bytes: int
+    layers: tuple[Part, ...]
+    packages: tuple[Part, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ImageSizes:
+        return cls(ref=data["ref"], size_bytes=int(data["size_bytes"]),
+                   layers=tuple(Part(**p) for p in data["layers"]),
+                   packages=tuple(Part(**p) for p in data["packages"]))
+
+
+def stage_of(created_by: str) -> str:
+    for pattern, name in _STAGES:
+        if pattern.search(created_by):
+            return name
+    return "base image" if not created_by.strip() else "other"
+
+
+def layers_from_history(history: Iterable[Mapping[str, Any]]) -> tuple[Part, ...]:
+    """Layer bytes per stage, largest first (metadata-only steps have size 0 and are left out)."""
+    totals: dict[str, int] = {}
+    for entry in history:
+        size = int(entry.get("Size") or 0)
+        if size:
+            name = stage_of(str(entry.get("CreatedBy") or ""))
+            totals[name] = totals.get(name, 0) + size
+    return tuple(Part(n, s) for n, s in sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def packages_from_du(output: str) -> tuple[Part, ...]:
+    """`du -sk` lines (KiB, tab, path) as parts, largest first."""
+    parts = []
+    for line in output.splitlines():
+        kib, _, path = line.partition("\t")
+        if kib.strip().isdigit() and path:
+            parts.append(Part(path.rstrip("/"), int(kib) * 1024))
+    return tuple(sorted(parts, key=lambda p: -p.size_bytes))
+
+
+def measure(client: docker.DockerClient, ref: str) -> ImageSizes:
+    image = client.images.get(ref)
+    raw = client.containers.run(ref, ["sh", "-c", DU_SCRIPT], entrypoint=[], remove=True, network_mode="none")
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return ImageSizes(ref=ref, size_bytes=int(image.attrs.get("Size", 0)),
+                      layers=layers_from_history(image.history()), packages=packages_from_du(text))
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
+
+
+def markdown(images: Sequence[ImageSizes], top: int = 6) -> str:
+    """One row per image: its size, its largest layers and its largest packages."""
+    lines = ["| image | size | largest layers | largest packages |", "| --- | --- | --- | --- |"]
+    for sizes in images:
+        layers = ", ".join(f"{p.name} {_gb(p.size_bytes)}" for p in sizes.layers[:top])
+        packages = ", ".join(f"`{p.name}` {_gb(p.size_bytes)}" for p in sizes.packages[:top])
+        lines.append(f"| `{sizes.ref}` | {_gb(sizes.size_bytes)} | {layers} | {packages} |")
+    return "\n".join(lines) + "\n"
+
+
+def dumps(images: Sequence[ImageSizes]) -> str:
+    return json.dumps([s.to_json() for s in images], indent=1) + "\n"
+
+
+def document(run: RunResults) -> str:
+    """reports/sizes.md: the size of each cell's image, largest first (`benchmarks/warm_lean.py` and
+    `measure` give the largest layers and packages of one image)."""
+    built = sorted(((c.image.size_bytes, c.cell_id, c.image.ref) for c in run.cells if c.image.size_bytes),
+                   key=lambda t: (-t[0], t[1]))
+    lines = ["# Image sizes", "", "| cell | image | size |", "| --- | --- | --- |"]
+    lines += [f"| `{cell}` | `{ref}` | {_gb(size)} |" for size, cell, ref in built]
+    if not built:
+        lines.append("| (no image was built in these results) | | |")
+    return "\n".join(lines) + "\n"

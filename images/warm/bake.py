@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Fill the kernel caches a server start needs, at image build time and without a GPU.
+
+    bake.py MANIFEST --archs sm_90a,sm_100a --profiles default --report /etc/sglang-images/warm.json
+
+The manifest (images/warm/sglang-X.json) lists what SGLang compiled before its server was ready in
+a recorded cold start on a GPU: its own TVM-FFI JIT kernels (the exact `load_jit` calls) and the
+FlashInfer JIT modules. Both are keyed by arch, not by device, so they can be built for any target:
+  - SGLang's kernels land in $TVM_FFI_CACHE_DIR/<module>__arch_<9.0a>__tvmffi_<version>/<module>.so,
+    which `load_jit` loads directly when present (no ninja, no nvcc);
+  - FlashInfer's land in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<90a>/cached_ops, one
+    folder per arch set; its ninja finds nothing to do at start when the image's paths are unchanged.
+One process per arch: FlashInfer reads FLASHINFER_CUDA_ARCH_LIST once, at import.
+What cannot be built here (Triton kernels, DeepGEMM's shape-specific kernels) is copied from the
+manifest's `first_start` into the report, which the verifier reads to know the image claims warm caches.
+Standard library only, plus the image's SGLang and FlashInfer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Tuple
+
+
+def arch_parts(arch: str) -> Tuple[int, int, str]:
+    """sm_90a -> (9, 0, "a"), with the suffix SGLang and FlashInfer pick for that device at run time.
+
+    The cache folders are named after what the server detects, not after the image's arch list:
+    9.x and 10.x+ get "a", 12.0 gets "f" (family), other 12.x get "a".
+    """
+    digits = "".join(ch for ch in arch.split("_", 1)[-1] if ch.isdigit())
+    major, minor = int(digits[:-1]), int(digits[-1])
+    if major == 12 and minor == 0:
+        return major, minor, "f"
+    return major, minor, "a" if major >= 9 else ""
+
+
+def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[str, Any]:
+    """Build every module of `profiles` for one arch in this process; never needs a GPU."""
+    major, minor, suffix = arch_parts(arch)
+    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # nothing here may depend on a device
+    from sglang.jit_kernel.utils import compile as jit  # imported after the env is set
+    from sglang.jit_kernel.utils.arch import override_jit_cuda_arch
+
+    built: List[Dict[str, Any]] = []
+    for profile in profiles:
+        entry = manifest["profiles"][profile]
+        for call in entry.get("sglang_jit", []):
+            started = time.monotonic()
+            with override_jit_cuda_arch(major, minor, suffix):
+                name = jit._jit_build_dir_name(_module_name(jit, call))  # SGLang's own cache-folder name
+                try:
+                    jit.load_jit(*call["args"], **call["kwargs"])
+                except Exception as exc:  # built, but loading needs the driver's libcuda: fine here
+                    loaded = f"not loaded here ({type(exc).__name__})"
+                else:
+                    loaded = "loaded"
+            folder = os.path.join(os.path.expanduser(os.environ["TVM_FFI_CACHE_DIR"]), name)
+            ok = any(f.endswith(".so") for f in os.listdir(folder)) if os.path.isdir(folder) else False
+            built.append({"kind": "sglang-jit", "profile": profile, "module": name, "ok": ok, "note": loaded,
+                          "seconds": round(time.monotonic() - started, 1)})
+        for ref in entry.get("flashinfer", []):
+            started = time.monotonic()
+            module, func = ref.split(":")
+            spec = getattr(importlib.import_module(module), func)()
+            spec.build(verbose=False)
+            built.append({"kind": "flashinfer", "profile": profile, "module": str(spec.build_dir),
+                          "ok": spec.jit_library_path.exists(), "seconds": round(time.monotonic() - started, 1)})
+    return {"arch": arch, "built": built}
+
+
+def _module_name(jit: Any, call: Dict[str, Any]) -> str:
+    """The module name `load_jit` gives these arguments (its cache folder is named after it)."""
+    name = "sgl_kernel_jit_" + "_".join(str(arg) for arg in call["args"])
+    sources = [str((jit.KERNEL_PATH / "csrc" / f).resolve())
+               for f in call["kwargs"].get("cpp_files", []) + call["kwargs"].get("cuda_files", [])]
+    return name + "_" + jit._local_jit_source_hash(sources) if sources else name
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bake")
+    ap.add_argument("manifest")
+    ap.add_argument("--archs", required=True, help="comma-separated, e.g. sm_90a,sm_100a,sm_120a")
+    ap.add_argument("--profiles", default="default")
+    ap.add_argument("--report", required=True, help="JSON written for the verifier")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: bake one arch in this process
+    a = ap.parse_args(argv)
+    with open(a.manifest) as fh:
+        manifest = json.load(fh)
+    profiles = [p for p in a.profiles.split(",") if p]
+    unknown = [p for p in profiles if p not in manifest["profiles"]]
+    if unknown:
+        sys.stderr.write(f"bake: profile(s) {', '.join(unknown)} not in {a.manifest}; recorded: "
+                         f"{', '.join(manifest['profiles'])}\n")
+        return 2
+    if a.one:
+        json.dump(bake_one(manifest, a.one, profiles), sys.stdout)
+        return 0
+    started, archs = time.monotonic(), [x for x in a.archs.split(",") if x]
+    results = []
+    for arch in archs:
+        done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", arch],
+                              stdout=subprocess.PIPE, text=True, check=False)
+        if done.returncode != 0:
+            sys.stderr.write(f"bake: building the kernel caches for {arch} failed (exit {done.returncode})\n")
+            return 1
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    missing = [f"{r['arch']}: {b['module']}" for r in results for b in r["built"] if not b["ok"]]
+    if missing:
+        sys.stderr.write("bake: no library was built for " + "; ".join(missing) + "\n")
+        return 1
+    report = {
+        "sglang": manifest["sglang"], "archs": archs, "profiles": profiles, "recorded": manifest["recorded"],
+        "caches": {k: os.environ.get(k, "") for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+                                                      "TRITON_CACHE_DIR", "SGLANG_CACHE_DIR")},
+        "baked": results, "first_start": manifest.get("first_start", []),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    os.makedirs(os.path.dirname(a.report) or ".", exist_ok=True)
+    with open(a.report, "w") as fh:
+        json.dump(report, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    print(f"bake: {sum(len(r['built']) for r in results)} modules for {', '.join(archs)} "
+          f"in {report['seconds']}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The warm-start watch against real processes: a compiler process seen in /proc, files written by
+another process into a baked cache folder (no GPU, no Docker)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from buildscripts.probe import warmcheck
+
+
+@pytest.mark.skipif(not Path("/proc/self/comm").exists(), reason="needs /proc")
+def test_a_compiler_running_during_the_start_is_seen(tmp_path: Path) -> None:
+    sleep = shutil.which("sleep")
+    assert sleep
+    nvcc = tmp_path / "nvcc"  # /proc/PID/comm is the executable's file name
+    shutil.copy(sleep, nvcc)
+    (tmp_path / "baked.so").write_bytes(b"baked")
+    watch = warmcheck.Watch([str(tmp_path)], interval_s=0.05).start()
+    proc = subprocess.Popen([str(nvcc), "1"])
+    writer = subprocess.run([sys.executable, "-c", f"open({str(tmp_path / 'new.o')!r}, 'w').write('x')"],
+                            check=True)
+    assert writer.returncode == 0
+    proc.wait(timeout=10)
+    time.sleep(0.1)
+    result = watch.stop()
+    assert result["compiler_processes"] == ["nvcc"]
+    assert result["compiled_files"] == [str(tmp_path / "new.o")]
+    why = warmcheck.verdict(result)
+    assert why is not None and "compiler processes ran: nvcc" in why

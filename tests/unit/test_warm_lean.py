@@ -1,0 +1,199 @@
+"""Warm kernel caches, lean layers and bytecode: the bake's arch naming, the verifier's warm-start
+check, the size report, the matrix key and the build arguments (no Docker, no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from pydantic import ValidationError
+
+from buildscripts import matrix
+from buildscripts.build import base
+from buildscripts.build import buildx as build
+from buildscripts.lock import LockPaths
+from buildscripts.matrix.schema import Toolkit
+from buildscripts.probe import warmcheck
+from buildscripts.report import sizes
+from buildscripts.results import RunResults
+from buildscripts.verify import classify
+from buildscripts.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(path: Path) -> ModuleType:
+    """Load a script of images/ (it runs inside the image, so it is no package of ours)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------------- bake
+
+def test_bake_names_cache_folders_as_the_server_detects_the_device() -> None:
+    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    assert bake.arch_parts("sm_90a") == (9, 0, "a")
+    assert bake.arch_parts("sm_100a") == (10, 0, "a")
+    assert bake.arch_parts("sm_120a") == (12, 0, "f")  # SM 12.0 is detected as the 12.0f family
+    assert bake.arch_parts("sm_121a") == (12, 1, "a")
+    assert bake.arch_parts("sm_80") == (8, 0, "")
+
+
+def test_recorded_manifest_names_what_cannot_be_baked() -> None:
+    manifest = json.loads((ROOT / "images" / "warm" / "sglang-0.5.16.json").read_text())
+    default = manifest["profiles"]["default"]
+    assert [c["args"][0] for c in default["sglang_jit"]] == ["fused_rope", "kvcache", "activation",
+                                                             "clamp_position"]
+    assert default["flashinfer"] == ["flashinfer.jit.norm:gen_norm_module"]
+    assert any("Triton" in line for line in manifest["first_start"])
+
+
+def test_bake_refuses_a_profile_that_was_not_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    code = bake.main([str(ROOT / "images" / "warm" / "sglang-0.5.16.json"), "--archs", "sm_90a",
+                      "--profiles", "flashinfer", "--report", str(tmp_path / "r.json")])
+    assert code == 2
+    assert "flashinfer not in" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ warm check
+
+def test_no_bake_report_means_no_warm_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(warmcheck.REPORT_ENV, str(tmp_path / "absent.json"))
+    if not os.path.exists(warmcheck.REPORT):
+        assert warmcheck.load_claim() is None
+
+
+def test_server_env_decides_which_cache_folders_are_watched() -> None:
+    claim = {"caches": {"TVM_FFI_CACHE_DIR": "/var/cache/sglang/tvm-ffi",
+                        "FLASHINFER_WORKSPACE_BASE": "/var/cache/sglang/flashinfer",
+                        "TRITON_CACHE_DIR": "/var/cache/sglang/triton", "SGLANG_CACHE_DIR": "/var/cache/sglang"}}
+    dirs = warmcheck.watched_dirs(claim, {"TVM_FFI_CACHE_DIR": "/elsewhere"})
+    assert dirs == ["/elsewhere", "/var/cache/sglang/flashinfer/.cache/flashinfer", "/var/cache/sglang/deep_gemm"]
+    assert not any("triton" in d for d in dirs)  # Triton compiles at first start by design
+
+
+def test_a_start_that_compiles_into_the_baked_caches_fails(tmp_path: Path) -> None:
+    module = tmp_path / "sgl_kernel_jit_rope__arch_9.0a__tvmffi_0.1.11"
+    module.mkdir()
+    (module / "rope.so").write_bytes(b"baked")
+    watch = warmcheck.Watch([str(tmp_path)]).start()
+    missing = tmp_path / "sgl_kernel_jit_clamp__arch_9.0a__tvmffi_0.1.11"
+    missing.mkdir()
+    (missing / "clamp.so").write_bytes(b"compiled at start")
+    result = watch.stop()
+    assert result["baked_files"] == 1 and result["compiled_count"] == 1
+    why = warmcheck.verdict(result)
+    assert why is not None and "sgl_kernel_jit_clamp" in why and "compiled at server start" in why
+
+
+def test_a_warm_start_passes_and_an_empty_claim_fails(tmp_path: Path) -> None:
+    (tmp_path / "rope.so").write_bytes(b"baked")
+    warm = warmcheck.Watch([str(tmp_path)]).start().stop()
+    assert warmcheck.verdict(warm) is None
+    empty = warmcheck.Watch([str(tmp_path / "none")]).start().stop()
+    assert "hold no compiled kernel" in (warmcheck.verdict(empty) or "")
+
+
+def test_a_false_warm_claim_has_its_own_failure_class() -> None:
+    result = {"baked_files": 9, "compiled_count": 1, "compiled_files": ["/c/sgl_kernel_jit_x/x.so"],
+              "compiler_processes": ["nvcc"]}
+    assert classify.classify(warmcheck.verdict(result) or "", "server").id == "warm-cache-compiled-at-start"
+
+
+def test_compiler_processes_fail_the_claim_too() -> None:
+    result = {"baked_files": 3, "compiled_count": 0, "compiled_files": [], "compiler_processes": ["nvcc"]}
+    assert "compiler processes ran: nvcc" in (warmcheck.verdict(result) or "")
+
+
+# ----------------------------------------------------------------------------- lean and bytecode
+
+def test_every_removal_in_the_lean_recipe_says_why() -> None:
+    lines = [ln for ln in (ROOT / "images" / "lean" / "recipe.txt").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines
+    for line in lines:
+        pattern, _, why = line.partition("#")
+        assert pattern.strip() and len(why.strip()) > 20, line
+        path = pattern.split(":", 1)[-1].strip()
+        assert path and not path.startswith("/") and ".." not in path  # inside site-packages only
+
+
+def test_bytecode_is_checked_hash_and_only_for_files_without_one(tmp_path: Path) -> None:
+    bytecode = _script(ROOT / "images" / "bytecode.py")
+    (tmp_path / "a.py").write_text("X = 1\n")
+    (tmp_path / "bad.py").write_text("def (:\n")
+    assert bytecode.main([str(tmp_path)]) == 0
+    pyc = Path(importlib.util.cache_from_source(str(tmp_path / "a.py")))
+    first = pyc.read_bytes()
+    assert int.from_bytes(first[4:8], "little") == 0b11  # hash-based, checked at import
+    assert bytecode.missing(str(tmp_path)) == [str(tmp_path / "bad.py")]  # the rest is not redone
+    for folder, init in (("pkg", True), ("pkg/data", False), ("pkg/tests", True)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("Y = 2\n")
+        if init:
+            (tmp_path / folder / "__init__.py").write_text("")
+    left = {str(Path(p).relative_to(tmp_path)) for p in bytecode.missing(str(tmp_path))}
+    assert left == {"bad.py", "pkg/__init__.py", "pkg/m.py"}  # no data folders, no test suites
+    pyc.unlink()
+    assert bytecode.main([str(tmp_path)]) == 0
+    assert pyc.read_bytes() == first  # the same source gives the same bytes: reproducible layers
+
+
+# ------------------------------------------------------------------------------ matrix and build
+
+def test_warm_needs_a_cuda_home() -> None:
+    with pytest.raises(ValidationError, match="warm: true needs cuda_home: true"):
+        Toolkit(description="x", warm=True)
+    assert Toolkit(description="x", warm=True, cuda_home=True).warm
+
+
+def test_warm_cells_bake_when_their_sglang_was_recorded() -> None:
+    cells = [c for c in matrix.load(ROOT / "matrix.yaml", {}).buildable() if c.toolkit.warm]
+    recorded = next(c for c in cells if c.sglang.version == "0.5.16")
+    recipe = build.Recipe.of(Workspace.at())
+    image = base.BaseImage("sglang-images/base:x", "sha256:abc", "x", built=False)
+    inside = ROOT / "lockfiles" / "bootstrap.txt"  # build arguments name files inside the build context
+    locks = LockPaths(lane=inside, sglang=inside, toolkit=None)
+    cell_json = inside
+    args = build.build_args(recorded, image, locks, cell_json, recipe)
+    assert "WARM_MODE=true" in args and "WARM_MANIFEST=images/warm/sglang-0.5.16.json" in args
+    assert "WARM_ARCHS=" + ",".join(recorded.archs) in args and "LANE_CUDA=cu130" in args
+    unrecorded = [c for c in cells if c.sglang.version != "0.5.16"]
+    for cell in unrecorded:  # no recorded start: built without the warm layer
+        assert not any(a.startswith("WARM_") for a in build.build_args(cell, image, locks, cell_json, recipe))
+
+
+# ---------------------------------------------------------------------------------------- sizes
+
+def test_layers_are_named_by_their_stage_and_packages_sorted() -> None:
+    history = [{"CreatedBy": "RUN uv pip install -r /opt/locks/lane.txt && sh lean.sh", "Size": 4_700_000_000},
+               {"CreatedBy": "RUN uv pip install -r /opt/locks/sglang.txt", "Size": 4_100_000_000},
+               {"CreatedBy": "RUN python3 /opt/images/warm/bake.py m.json", "Size": 40_000_000},
+               {"CreatedBy": "ENV A=1", "Size": 0}, {"CreatedBy": "", "Size": 169_000_000}]
+    layers = sizes.layers_from_history(history)
+    assert [p.name for p in layers] == ["torch lane", "SGLang", "base image", "baked kernel caches"]
+    packages = sizes.packages_from_du("1024\tsgl_kernel/\n3000000\tnvidia/cu13/\nnoise\n")
+    assert packages[0] == sizes.Part("nvidia/cu13", 3000000 * 1024)
+    one = sizes.ImageSizes("img:x", 9_610_000_000, layers, packages)
+    assert sizes.ImageSizes.from_json(json.loads(sizes.dumps([one]))[0]) == one
+    table = sizes.markdown([one])
+    assert "| `img:x` | 9.61 GB | torch lane 4.70 GB" in table and "`nvidia/cu13` 3.07 GB" in table
+
+
+def test_the_report_lists_image_sizes_largest_first() -> None:
+    run = RunResults.model_validate({"run_id": "r", "started": "2026-11-30T10:00:00+00:00", "cells": [
+        {"cell_id": "small", "image": {"ref": "img:s", "size_bytes": 9_040_000_000}},
+        {"cell_id": "big", "image": {"ref": "img:b", "size_bytes": 11_500_000_000}},
+        {"cell_id": "unbuilt"}]})
+    text = sizes.document(run)
+    assert text.index("`big`") < text.index("`small`") and "11.50 GB" in text and "unbuilt" not in text
