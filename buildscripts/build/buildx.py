@@ -43,7 +43,7 @@ class Recipe:
     empty_lock: Path
     bootstrap_lock: Path
     cell_files: Path
-    lean: tuple[Path, ...] = ()  # removal recipe and bytecode compiler, run in every install layer
+    lean: tuple[Path, ...] = ()  # what finishes every install layer: removals, fatbin pruner, bytecode
     warm: Path | None = None     # images/warm: bake.py and one recorded manifest per SGLang version
 
     @classmethod
@@ -53,8 +53,10 @@ class Recipe:
                    lxc_init=ws.images / "lxc" / "init.sh",
                    empty_lock=ws.images / "toolkit" / "empty.txt", bootstrap_lock=ws.locks / "bootstrap.txt",
                    cell_files=ws.cache / "cells",
-                   lean=(ws.images / "lean" / "lean.sh", ws.images / "lean" / "recipe.txt",
-                         ws.images / "bytecode.py"),
+                   lean=(ws.images / "lean" / "finish-layer.sh", ws.images / "lean" / "lean.sh",
+                         ws.images / "lean" / "recipe.txt", ws.images / "lean" / "prune_fatbins.py",
+                         ws.images / "lean" / "imports.txt",
+                         ws.root / "buildscripts" / "probe" / "fatbin.py", ws.images / "bytecode.py"),
                    warm=ws.images / "warm")
 
     def warm_manifest(self, cell: Cell) -> Path | None:
@@ -114,6 +116,7 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
         "BASE_IMAGE": base.ref,
         "LANE_LOCK": rel(locks.lane),
         "LANE_CUDA": cell.lane.cuda,  # the lean recipe's lines for one CUDA flavour
+        "TARGET_ARCHS": ",".join(cell.archs),  # GPU machine code for other archs is pruned
         "SGLANG_LOCK": rel(locks.sglang),
         "TOOLKIT_LOCK": rel(locks.toolkit or recipe.empty_lock),
         "TOOLKIT_APT": " ".join(cell.toolkit.apt),

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, fatbin, jitcompile, toolchain
+from . import core, cudatools, fatbin, jitcompile, pruned, toolchain
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -182,6 +182,15 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
             continue
         lacking += [f"{lib} has no code for {a}" for a, c in cover.items() if c["status"] == "missing"]
     ev["cuobjdump"] = _cross_check(ev)
+    rewritten = pruned.libraries()
+    if rewritten:  # what the image's fatbin pruner rewrote must still load
+        done = core.python_snippet(pruned.dlopen_snippet(sorted(rewritten)), timeout=min(300.0, ctx.stage_timeout))
+        loaded = _tagged(done.stdout or "", "@@pruned-load ")
+        ev["pruned"] = {"libraries": rewritten, "load": loaded}
+        if loaded is None:
+            lacking.append(f"the load check of the pruned libraries died: {(done.stdout or '')[-300:]}")
+        elif loaded["failed"]:
+            lacking += [f"pruned library does not load: {path}: {why}" for path, why in loaded["failed"].items()]
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev

@@ -31,7 +31,7 @@ ARCH_RE = re.compile(r"^(?:sm|compute)_(\d{2,3})([af]?)$")
 
 
 class Entry(NamedTuple):
-    kind: str         # "sass" or "ptx"
+    kind: str         # "sass", "ptx" (or "kind-0x10" for an entry kind this reader does not know)
     arch: int         # e.g. 90, 100, 120
     variant: str      # "", "a" (arch-specific) or "f" (family)
     compressed: bool
@@ -80,6 +80,68 @@ def sections(fh: BinaryIO) -> Dict[str, Tuple[int, int]]:
     return out
 
 
+def entry_of(header: bytes) -> Entry:
+    """The Entry an entry header (at least 48 bytes) describes."""
+    kind, = struct.unpack_from("<H", header, 0)
+    minor, major, arch = struct.unpack_from("<HHI", header, 24)
+    flags, = struct.unpack_from("<Q", header, 40)
+    variant = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
+    name = {KIND_PTX: "ptx", KIND_ELF: "sass"}.get(kind, f"kind-{kind:#x}")
+    return Entry(name, arch, variant, bool(flags & FLAG_COMPRESSED), f"{major}.{minor}" if kind == KIND_PTX else "")
+
+
+class NotTiled(Exception):
+    """The section is not a plain sequence of fatbins (what `fatbins` needs to rewrite or load them)."""
+
+
+class Fatbin(NamedTuple):
+    offset: int                          # within the section
+    head: bytes                          # the 16-byte fatbin header
+    entries: List[Tuple[Entry, bytes]]   # each entry and its raw bytes (header and payload)
+
+    def original(self) -> bytes:
+        return self.head + b"".join(raw for _e, raw in self.entries)
+
+
+def fatbins(data: bytes, offset: int, size: int) -> List[Fatbin]:
+    """The fatbins of a section held in `data`, which must tile it (zero bytes between them at most).
+
+    Stricter than `_entries`: the pruner rewrites these bytes and the GPU check hands them to the
+    driver, so an entry of unknown shape is an error rather than the end of a walk.
+    """
+    out: List[Fatbin] = []
+    pos = 0
+    while pos + 16 <= size:
+        head = bytes(data[offset + pos:offset + pos + 16])
+        magic, _version, hsize, fat_size = struct.unpack("<IHHQ", head)
+        if magic != FATBIN_MAGIC:
+            rest = data[offset + pos:offset + size]
+            skip = len(rest) - len(rest.lstrip(b"\0"))
+            if skip == len(rest):
+                break
+            if skip == 0 or skip % 8:
+                msg = f"no fatbin header at section offset {pos + skip:#x}"
+                raise NotTiled(msg)
+            pos += skip
+            continue
+        if hsize != 16 or pos + 16 + fat_size > size:
+            msg = f"fatbin at section offset {pos:#x} has a header of {hsize} bytes or runs past the end"
+            raise NotTiled(msg)
+        box = Fatbin(pos, head, [])
+        at, stop = pos + 16, pos + 16 + fat_size
+        while at < stop:
+            _kind, _v, ehsize, payload = struct.unpack_from("<HHIQ", data, offset + at)
+            if ehsize < 64 or ehsize % 8 or at + ehsize + payload > stop:
+                msg = f"malformed fatbin entry at section offset {at:#x}"
+                raise NotTiled(msg)
+            raw = bytes(data[offset + at:offset + at + ehsize + payload])
+            box.entries.append((entry_of(raw), raw))
+            at += ehsize + payload
+        out.append(box)
+        pos = stop
+    return out
+
+
 def _entries(fh: BinaryIO, offset: int, size: int) -> Iterator[Entry]:
     """Walk the fatbins packed into one section; padding between them is skipped by searching the magic."""
     pos, end = offset, offset + size
@@ -100,11 +162,7 @@ def _entries(fh: BinaryIO, offset: int, size: int) -> Iterator[Entry]:
             kind, _v, ehsize, payload = struct.unpack_from("<HHIQ", raw, 0)
             if kind not in (KIND_PTX, KIND_ELF) or ehsize < 48 or payload > size:
                 break  # not an entry header: a corrupt or unknown layout; stop this fatbin
-            minor, major, arch = struct.unpack_from("<HHI", raw, 24)
-            flags, = struct.unpack_from("<Q", raw, 40)
-            variant = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
-            yield Entry("ptx" if kind == KIND_PTX else "sass", arch, variant, bool(flags & FLAG_COMPRESSED),
-                        f"{major}.{minor}" if kind == KIND_PTX else "")
+            yield entry_of(raw)
             entry += ehsize + payload
         pos = max(stop, pos + 16)
 
@@ -157,6 +215,10 @@ def parse_arch(target: str) -> Tuple[int, str]:
         msg = f"not a GPU arch: {target!r} (write sm_90a, sm_100a, ...)"
         raise ValueError(msg)
     return int(m.group(1)), m.group(2)
+
+
+def runs_on_any(entry: Entry, targets: Iterable[str]) -> bool:
+    return any(runs_on(entry, t) for t in targets)
 
 
 def runs_on(entry: Entry, target: str) -> bool:

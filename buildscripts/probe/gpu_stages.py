@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, server, warmcheck
+from . import core, pruned, server, warmcheck
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSON_PREFIX = "@@json "
@@ -197,7 +197,7 @@ def _kernel_check(name: str, code: str, timeout: float, env: Dict[str, str]) -> 
         return {"ok": False, "exit_code": done.returncode, "error": _last_error(done.stdout),
                 "log": (trace or done.stdout)[-4000:]}
     if not found.get("ok"):
-        found["error"] = f"{name} computed a wrong result (compared with torch)"
+        found.setdefault("error", f"{name} computed a wrong result (compared with torch)")
     return found
 
 
@@ -217,6 +217,10 @@ def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
     checks: Dict[str, Any] = {
         "torch-extension": _kernel_check("torch extension", TORCH_EXTENSION, timeout, env),
         "flashinfer": _kernel_check("flashinfer", FLASHINFER_OP, timeout, env)}
+    rewritten = sorted(pruned.libraries())
+    if rewritten:  # every fatbin the image's pruner rewrote that has code for this GPU must load
+        checks["pruned-fatbins"] = _kernel_check("pruned fatbins", pruned.driver_snippet(rewritten), timeout,
+                                                 {**env, **pruned.DRIVER_ENV})
     if major in (9, 10):
         checks["deep_gemm"] = _kernel_check("deep_gemm", DEEP_GEMM_OP, timeout, env)
     else:  # DeepGEMM has kernels for sm_90 and sm_100 only (not sm_120, not older)

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Tuple
 
 
@@ -104,10 +105,17 @@ def main(argv: List[str] | None = None) -> int:
         json.dump(bake_one(manifest, a.one, profiles), sys.stdout)
         return 0
     started, archs = time.monotonic(), [x for x in a.archs.split(",") if x]
-    results = []
-    for arch in archs:
-        done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", arch],
+
+    def bake_arch(arch: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", arch],
                               stdout=subprocess.PIPE, text=True, check=False)
+
+    # The archs side by side, one process each, as many at once as there are cores: each module's
+    # compile is mostly one nvcc process, so a lone arch leaves cores idle.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+        runs = list(pool.map(bake_arch, archs))
+    results = []
+    for arch, done in zip(archs, runs):
         if done.returncode != 0:
             sys.stderr.write(f"bake: building the kernel caches for {arch} failed (exit {done.returncode})\n")
             return 1

@@ -1,10 +1,16 @@
-"""The lean recipe as the image runs it: `sh images/lean/lean.sh FLAVOUR RECIPE` on a folder."""
+"""The lean recipe as the image runs it (`sh images/lean/lean.sh FLAVOUR RECIPE` on a folder), and the
+bytecode compiler, which imports a layer's entry points in a child interpreter."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,3 +30,34 @@ def test_lean_applies_flavour_lines_to_that_flavour_only(tmp_path: Path) -> None
         assert (site / "dsl" / "cu12").exists() is kept
         assert not (site / "lib" / "x.a").exists() and (site / "lib" / "x.so").exists()
         assert "lean: removed lib/x.a" in done.stdout
+
+
+def _script(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bytecode_compiles_what_the_entry_points_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bytecode = _script(ROOT / "images" / "bytecode.py")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import used\n")
+    (tmp_path / "pkg" / "used.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "unused.py").write_text("Y = 2\n")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('needs a GPU')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert bytecode.main([str(tmp_path), "pkg", "broken"]) == 0
+    assert "importing broken failed (RuntimeError: needs a GPU)" in capsys.readouterr().out
+    pyc = Path(importlib.util.cache_from_source(str(tmp_path / "pkg" / "used.py")))
+    first = pyc.read_bytes()
+    assert int.from_bytes(first[4:8], "little") == 0b11  # hash-based, checked at import
+    assert Path(importlib.util.cache_from_source(str(tmp_path / "pkg" / "__init__.py"))).exists()
+    assert not Path(importlib.util.cache_from_source(str(tmp_path / "pkg" / "unused.py"))).exists()
+    assert not (tmp_path / "__pycache__").exists() or not list((tmp_path / "__pycache__").glob("broken*"))
+    pyc.unlink()
+    assert bytecode.main([str(tmp_path), "pkg"]) == 0
+    assert pyc.read_bytes() == first  # the same source gives the same bytes: reproducible layers
