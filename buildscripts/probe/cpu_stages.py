@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, fatbin, jitcompile, pruned, toolchain
+from . import core, cudatools, fatbin, jitcompile, pruned, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -67,6 +67,8 @@ def facts(ctx: core.Context) -> Dict[str, Any]:
         "libc": "-".join(platform.libc_ver()), "cpus": os.cpu_count(), "mode": ctx.mode,
         "env": {k: os.environ.get(k) for k in ENV_KEYS if os.environ.get(k) is not None},
         "packages": packages, "distributions": cudatools.installed_versions(KEY_DISTRIBUTIONS),
+        # What the build did to the image for size and start-up (the report's sizes page shows it).
+        "pruned_fatbins": pruned.summary(), "warm_caches": warmcheck.summary(),
     }
 
 

@@ -39,20 +39,33 @@ def libraries() -> Dict[str, Dict[str, Any]]:
     return out
 
 
-# Run with the image's Python; prints one "@@pruned-load " line.
+def summary() -> Dict[str, Any]:
+    """What the report says of an image's pruning: libraries rewritten, bytes saved, archs removed."""
+    found = libraries()
+    return {"libraries": len(found), "saved_bytes": sum(int(i.get("saved_bytes", 0)) for i in found.values()),
+            "dropped_archs": sorted({a for i in found.values() for a in i.get("dropped", {})})}
+
+
+# Run with the image's Python; prints one "@@pruned-load " line. A library that links the driver
+# (libcuda.so.1, sgl_kernel's) cannot load on a machine without one; the loader reports that only after
+# it has mapped the library itself, so the rewrite is checked all the same, and the GPU check loads it.
 DLOPEN = """
 import ctypes, json
 try:
     import torch  # noqa: F401  the CUDA libraries torch links, loaded first as in a server
 except ImportError:
     pass  # an image without torch has no torch-linked library to resolve
-failed = {}
+failed, needs_driver = {}, []
 for path in PATHS:
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
-        failed[path] = str(exc)[-300:]
-print("@@pruned-load " + json.dumps({"loaded": len(PATHS) - len(failed), "failed": failed}))
+        if str(exc).startswith("libcuda.so.1: cannot open shared object file"):
+            needs_driver.append(path)
+        else:
+            failed[path] = str(exc)[-300:]
+print("@@pruned-load " + json.dumps({"loaded": len(PATHS) - len(failed) - len(needs_driver),
+                                     "mapped_but_need_the_gpu_driver": needs_driver, "failed": failed}))
 """
 
 # Run with the image's Python on a GPU; prints one "@@json " line (the kernel-smoke convention).

@@ -31,6 +31,16 @@ def load_claim() -> Optional[Dict[str, Any]]:
     return claim
 
 
+def summary() -> Optional[Dict[str, Any]]:
+    """What the report says of an image's baked caches: archs, modules, what compiles at first start."""
+    claim = load_claim()
+    if claim is None:
+        return None
+    return {"archs": claim.get("archs", []), "profiles": claim.get("profiles", []),
+            "modules": sum(len(r.get("built", [])) for r in claim.get("baked", [])),
+            "bake_seconds": claim.get("seconds"), "first_start": claim.get("first_start", [])}
+
+
 def watched_dirs(claim: Dict[str, Any], env: Dict[str, str]) -> List[str]:
     """The compiled-kernel cache folders, as the server will see them (its env wins over the report's)."""
     caches = dict(claim.get("caches") or {})

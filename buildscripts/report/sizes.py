@@ -116,10 +116,33 @@ def dumps(images: Sequence[ImageSizes]) -> str:
 def document(run: RunResults) -> str:
     """reports/sizes.md: the size of each cell's image, largest first (`benchmarks/warm_lean.py` and
     `measure` give the largest layers and packages of one image)."""
-    built = sorted(((c.image.size_bytes, c.cell_id, c.image.ref) for c in run.cells if c.image.size_bytes),
-                   key=lambda t: (-t[0], t[1]))
-    lines = ["# Image sizes", "", "| cell | image | size |", "| --- | --- | --- |"]
-    lines += [f"| `{cell}` | `{ref}` | {_gb(size)} |" for size, cell, ref in built]
+    built = sorted((c for c in run.cells if c.image.size_bytes), key=lambda c: (-(c.image.size_bytes or 0), c.cell_id))
+    lines = ["# Image sizes", "",
+             "| cell | image | size | GPU code for other archs removed | kernel caches baked "
+             "| compiled at first start |", "| --- | --- | --- | --- | --- | --- |"]
+    for cell in built:
+        facts = cell.stage("facts")
+        evidence = facts.evidence if facts else {}
+        lines.append(f"| `{cell.cell_id}` | `{cell.image.ref}` | {_gb(cell.image.size_bytes or 0)} | "
+                     f"{_pruned(evidence.get('pruned_fatbins'))} | {_warm(evidence.get('warm_caches'))} |")
     if not built:
-        lines.append("| (no image was built in these results) | | |")
+        lines.append("| (no image was built in these results) | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _pruned(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return "not recorded"
+    if not summary.get("libraries"):
+        return "none"
+    archs = ", ".join(summary.get("dropped_archs", []))
+    return f"{_gb(int(summary['saved_bytes']))} from {summary['libraries']} libraries ({archs})"
+
+
+def _warm(summary: Mapping[str, Any] | None) -> str:
+    """Two cells: what was baked, and what a first start still compiles."""
+    if not summary:
+        return "no (every kernel compiles at first start) | everything"
+    baked = f"{summary.get('modules', 0)} modules for {', '.join(summary.get('archs', []))}"
+    first = "; ".join(str(x) for x in summary.get("first_start", [])) or "nothing listed"
+    return f"{baked} | {first}"

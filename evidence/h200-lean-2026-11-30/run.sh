@@ -28,12 +28,13 @@ echo "== prune: $(python3 -c "import time; print(round(time.time() - $t0, 1))") 
 cp /tmp/fatbins/h200.json "$out/prune-report.json"
 
 # The driver check on the same libraries before and after: the same fatbins must load.
-python3 - "$site" "$staged" "$out" <<'PY'
+SGLANG_IMAGES_FATBIN_REPORTS=/tmp/fatbins python3 - "$site" "$staged" "$out" <<'PY'
 import json, os, subprocess, sys, time
 sys.path.insert(0, os.getcwd())
 from buildscripts.probe import pruned
 site, staged, out = sys.argv[1:]
 rewritten = sorted(pruned.libraries())
+assert rewritten, "no pruned library found in the report"
 original = [p.replace("/tmp/pruned/sgl_kernel", os.path.join(staged, "sgl_kernel")).replace("/tmp/pruned", site)
             for p in rewritten]
 result = {}

@@ -86,7 +86,7 @@ def fatbin(*entries: bytes) -> bytes:
     return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
-def build(folder: Path, *defines: str) -> Path:
+def build(folder: Path, *defines: str, link: tuple[str, ...] = ()) -> Path:
     gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
     folder.mkdir(parents=True, exist_ok=True)
     # sm_80 and sm_86 run on no target; sm_90, sm_100 and the PTX stay.
@@ -94,7 +94,7 @@ def build(folder: Path, *defines: str) -> Path:
     (folder / "fb1.bin").write_bytes(fatbin(entry(SASS, 86, 9000), entry(SASS, 100, 400)))
     (folder / "lib.c").write_text(LIBRARY_C)
     out = folder / "libkernels.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", *(f"-D{d}" for d in defines), "-o", str(out), "lib.c"],
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", *(f"-D{d}" for d in defines), "-o", str(out), "lib.c", *link],
                    cwd=folder, check=True)
     return out
 
@@ -188,7 +188,7 @@ def test_verifier_loads_what_the_pruner_rewrote(tmp_path: Path, monkeypatch: pyt
     assert list(found) == [str(lib)]
     assert found[str(lib)]["layer"] == "sglang" and found[str(lib)]["dropped"] == {"sm_80": 20064, "sm_86": 9064}
     done = core.python_snippet(pruned.dlopen_snippet(list(found)), timeout=60)
-    assert '"loaded": 1, "failed": {}' in done.stdout
+    assert '"loaded": 1, "mapped_but_need_the_gpu_driver": [], "failed": {}' in done.stdout
     data = bytearray(lib.read_bytes())                     # a damaged rewrite: the split segment misplaced
     phoff, = struct.unpack_from("<Q", data, 0x20)
     loads = [phoff + i * 56 for i, kind in enumerate(program_headers(lib)) if kind == 1]
@@ -196,3 +196,17 @@ def test_verifier_loads_what_the_pruner_rewrote(tmp_path: Path, monkeypatch: pyt
     lib.write_bytes(bytes(data))
     done = core.python_snippet(pruned.dlopen_snippet(list(found)), timeout=60)
     assert '"loaded": 0' in done.stdout and str(lib) in done.stdout
+
+
+def test_library_linking_the_gpu_driver_is_mapped_on_a_machine_without_one(tmp_path: Path) -> None:
+    """Like sgl_kernel's ops: linked against libcuda.so.1, which a CPU runner lacks."""
+    gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "cuda.c").write_text("int cuInit(unsigned int flags) { return (int)flags; }\n")
+    subprocess.run([gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"),
+                    str(stub / "cuda.c")], check=True)
+    lib = build(tmp_path / "site", link=("-Wl,--no-as-needed", f"-L{stub}", "-l:libcuda.so.1"))
+    prune(lib.parent)
+    done = core.python_snippet(pruned.dlopen_snippet([str(lib)]), timeout=60)
+    assert f'"loaded": 0, "mapped_but_need_the_gpu_driver": ["{lib}"], "failed": {{}}' in done.stdout
