@@ -89,8 +89,21 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
 
 
+BENCHMARKS = {
+    # CI at scale side by side on a throw-away second engine; writes benchmarks/ci-results.md.
+    "ci": "benchmarks/ci_scale.py",
+    # Image size, bytecode and baked caches of the 0.5.16 pip cell against the image before them.
+    "warm-lean": "benchmarks/warm_lean.py",
+}
+
+
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """CI at scale side by side on a throw-away second engine; writes benchmarks/ci-results.md."""
+    """Benchmarks, results in benchmarks/: `ci` and `warm-lean`, both unless one is named first
+    (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     session.install("-e", ".[test]")   # the second engine and the loopback registry come from tests/
-    session.run("python", "benchmarks/ci_scale.py", *session.posargs)
+    named = session.posargs[:1] if session.posargs[:1] and session.posargs[0] in BENCHMARKS else []
+    args = session.posargs[1:] if named else session.posargs
+    for name in named or list(BENCHMARKS):
+        out = ["--out", "benchmarks/warm-lean-results.json"] if name == "warm-lean" and not args else []
+        session.run("python", BENCHMARKS[name], *(args if named else []), *out)

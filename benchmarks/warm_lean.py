@@ -1,13 +1,19 @@
-"""Bytecode, lean layers and the warm-cache bake, measured in one container of a built cell image.
+"""Lean images and start-up: a built cell image measured against the image the project built before.
 
-    python benchmarks/warm_lean.py IMAGE [--archs sm_90a,sm_100a,sm_120a] [--out benchmarks/warm-lean-results.json]
+    python benchmarks/warm_lean.py [IMAGE] [--before benchmarks/image-sizes-before.json]
+                                   [--out benchmarks/warm-lean-results.json]
 
-In one container of IMAGE (an image built before these steps, e.g. the 0.5.16 `pip` cell) it runs, in
-order: `import sglang` three times (no bytecode), the lean recipe (images/lean), the bytecode compiler
-(images/bytecode.py), `import sglang` three times again, the kernel-cache bake for every arch
-(images/warm/bake.py, no GPU), and the probe's CPU stages on the result. The image is not changed; the
-numbers are what the layered build does (a removal in the installing layer shrinks it by what the
-recipe removed; bytecode and baked caches add what they weigh). Prints JSON; --out also writes it.
+IMAGE defaults to the newest image of the 0.5.16 `pip` cell (built first, without verification, when
+there is none). Side by side in one run:
+  - size: the image, its layers and largest packages (`report/sizes.py`) against the image of the same
+    cell before bytecode, the lean recipe, the fatbin pruner and the bake (measured then, kept in
+    image-sizes-before.json);
+  - what the build did, from the image's own reports: per layer the bytes the fatbin pruner removed,
+    the bytecode compiled, the kernel caches baked (archs, modules, bake time);
+  - `import sglang`, three times each, alternating: with the image's bytecode, and with it ignored
+    (PYTHONPYCACHEPREFIX points elsewhere: every module compiled in memory, as the image did before).
+Server start times need a GPU: they come from the H200 evidence folders, not from here.
+Prints JSON; --out also writes it.
 """
 
 from __future__ import annotations
@@ -15,81 +21,88 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import docker
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from buildscripts.report import sizes  # noqa: E402
+
+CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 
 SCRIPT = r"""
 set -u
-site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-imp() {
-  for i in 1 2 3; do
-    python3 -c 'import time; t = time.time(); import sglang; print("IMPORT '$1'", round(time.time() - t, 2))'
+for i in 1 2 3; do
+  for mode in ignored bytecode; do
+    if [ $mode = ignored ]; then prefix=/tmp/no-pyc; else prefix=; fi
+    PYTHONPYCACHEPREFIX=$prefix python3 -c 'import time; t = time.time(); import sglang
+print("IMPORT '$mode'", round(time.time() - t, 2))' 2>/dev/null
   done
-}
-now() { date +%s.%N; }
-imp before
-sh /src/images/lean/lean.sh cu130 /src/images/lean/recipe.txt
-t=$(now); python3 /src/images/bytecode.py "$site"; echo "BYTECODE_S $(python3 -c "print(round($(now) - $t, 1))")"
-echo "PYC_KIB $(find "$site" -name '*.pyc' -printf '%k\n' | awk '{s+=$1} END {print s}')"
-imp after
-export SGLANG_CACHE_DIR=/var/cache/sglang TVM_FFI_CACHE_DIR=/var/cache/sglang/tvm-ffi \
-  FLASHINFER_WORKSPACE_BASE=/var/cache/sglang/flashinfer TRITON_CACHE_DIR=/var/cache/sglang/triton
-t=$(now); python3 /src/images/warm/bake.py /src/images/warm/sglang-0.5.16.json --archs "$ARCHS" \
-  --report /etc/sglang-images/warm.json && echo "BAKE_S $(python3 -c "print(round($(now) - $t, 1))")"
-find /var/cache/sglang/tvm-ffi -name '*.o' -delete
-echo "WARM_KIB $(du -sk /var/cache/sglang | cut -f1)"
-python3 - <<'EOF'
-import json
-r = json.load(open("/etc/sglang-images/warm.json"))
-print("BAKED", json.dumps([(x["arch"], b["module"].rsplit("/", 1)[-1], b["ok"], b["seconds"])
-                           for x in r["baked"] for b in x["built"]]))
-EOF
-cd /src && python3 -m probe --archs "$ARCHS" --lane-cuda 13.0 \
-  --stages facts,import,flavour,arch-audit,toolchain,jit-compile --workdir /tmp/probe \
-  --out /tmp/probe.json >/dev/null 2>&1
-python3 - <<'EOF'
-import json
-stages = json.load(open("/tmp/probe.json"))
-print("STAGES", json.dumps([(r["name"], r["status"], r.get("reason", "")[:200]) for r in stages]))
-EOF
+done
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "PYC $(find "$site" -name '*.pyc' -printf '%s\n' | awk '{n+=1; s+=$1} END {print n, s}')"
+for f in /etc/sglang-images/fatbins/*.json /etc/sglang-images/warm.json; do
+  [ -f "$f" ] && echo "REPORT $f $(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$f")"
+done
 """
 
 
-def parse(output: str) -> dict[str, object]:
-    found: dict[str, object] = {"import_before_s": [], "import_after_s": [], "removed": []}
+def newest_image(client: docker.DockerClient, cell: str) -> str:
+    found = client.images.list(filters={"label": f"io.sglang-images.cell={cell}"})
+    if not found:
+        subprocess.run([sys.executable, "-m", "buildscripts", "build", "--only", cell, "--no-verify"],
+                       cwd=ROOT, check=True)
+        found = client.images.list(filters={"label": f"io.sglang-images.cell={cell}"})
+    newest = max(found, key=lambda i: i.attrs["Created"])
+    return str(newest.tags[0])
+
+
+def measure_inside(client: docker.DockerClient, image: str) -> dict[str, Any]:
+    raw = client.containers.run(image, ["sh", "-c", SCRIPT], entrypoint=[], remove=True, network_mode="none",
+                                environment={"PYTHONDONTWRITEBYTECODE": "1"}, stdout=True, stderr=True)
+    output = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    found: dict[str, Any] = {"import_s": {"ignored": [], "bytecode": []}, "pruned": {}, "warm": None}
     for line in output.splitlines():
-        if m := re.match(r"IMPORT (before|after) ([\d.]+)", line):
-            found[f"import_{m[1]}_s"].append(float(m[2]))  # type: ignore[attr-defined]
-        elif m := re.match(r"lean: removed (\S+) \((\d+) KiB\)", line):
-            found["removed"].append({"path": m[1], "bytes": int(m[2]) * 1024})  # type: ignore[attr-defined]
-        elif m := re.match(r"(BYTECODE_S|BAKE_S|PYC_KIB|WARM_KIB) ([\d.]+)", line):
-            found[m[1].lower()] = float(m[2])
-        elif line.startswith(("BAKED ", "STAGES ")):
-            key, _, rest = line.partition(" ")
-            found[key.lower()] = json.loads(rest)
-        elif line.startswith("bytecode:"):
-            found["bytecode"] = line
+        if m := re.match(r"IMPORT (ignored|bytecode) ([\d.]+)", line):
+            found["import_s"][m[1]].append(float(m[2]))
+        elif m := re.match(r"PYC (\d+) (\d+)", line):
+            found["bytecode"] = {"files": int(m[1]), "bytes": int(m[2])}
+        elif line.startswith("REPORT "):
+            _tag, path, text = line.split(" ", 2)
+            report = json.loads(text)
+            if path.endswith("warm.json"):
+                found["warm"] = {"archs": report["archs"], "seconds": report["seconds"],
+                                 "modules": [(r["arch"], b["module"].rsplit("/", 1)[-1], b["seconds"])
+                                             for r in report["baked"] for b in r["built"]]}
+            else:
+                layer = Path(path).stem
+                found["pruned"][layer] = {
+                    "saved_bytes": sum(i["saved_bytes"] for i in report["pruned"].values()),
+                    "libraries": {k: v["saved_bytes"] for k, v in report["pruned"].items()},
+                    "kept": report["kept"]}
     return found
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("image")
-    ap.add_argument("--archs", default="sm_90a,sm_100a,sm_120a")
+    ap.add_argument("image", nargs="?")
+    ap.add_argument("--before", default=str(ROOT / "benchmarks" / "image-sizes-before.json"))
     ap.add_argument("--out")
     a = ap.parse_args()
     client = docker.from_env()
-    mounts = [docker.types.Mount("/src/images", str(ROOT / "images"), type="bind", read_only=True),
-              docker.types.Mount("/src/probe", str(ROOT / "buildscripts" / "probe"), type="bind", read_only=True)]
-    raw = client.containers.run(a.image, ["sh", "-c", SCRIPT], entrypoint=[], remove=True, network_mode="none",
-                                mounts=mounts, environment={"ARCHS": a.archs, "PYTHONDONTWRITEBYTECODE": "1"},
-                                stdout=True, stderr=True)
-    output = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    result = {"image": a.image, "archs": a.archs, **parse(output), "log_tail": output[-4000:]}
+    image = a.image or newest_image(client, CELL)
+    before = sizes.ImageSizes.from_json(json.loads(Path(a.before).read_text())[0])
+    after = sizes.measure(client, image)
+    result = {
+        "image": image,
+        "size": {"before": before.to_json(), "after": after.to_json(),
+                 "ratio": round(after.size_bytes / before.size_bytes, 3)},
+        **measure_inside(client, image),
+    }
     text = json.dumps(result, indent=1) + "\n"
     if a.out:
         Path(a.out).write_text(text)

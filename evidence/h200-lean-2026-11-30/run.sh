@@ -28,6 +28,7 @@ echo "== prune: $(python3 -c "import time; print(round(time.time() - $t0, 1))") 
 cp /tmp/fatbins/h200.json "$out/prune-report.json"
 
 # The driver check on the same libraries before and after: the same fatbins must load.
+[ -n "${SKIP_DRIVER_CHECK:-}" ] && exit 0   # the fa3 run needs only the pruned copies
 SGLANG_IMAGES_FATBIN_REPORTS=/tmp/fatbins python3 - "$site" "$staged" "$out" <<'PY'
 import json, os, subprocess, sys, time
 sys.path.insert(0, os.getcwd())
@@ -54,6 +55,55 @@ print(f"== same fatbins load before and after: {result['same_counts']}")
 json.dump(result, open(os.path.join(out, "driver-check.json"), "w"), indent=1)
 PY
 
+exit 0
+fi
+
+if [ "${1:-}" = fa3 ]; then
+# sgl_kernel's FA3 library as a built image's pruner left it (sm_90a code only; sent xz-compressed in
+# parts, reassembled in /tmp/fa/fa.xz): the driver check, FA3 against torch's attention, and the
+# ladder's server with FA3 attention.
+xz -dc /tmp/fa/fa.xz > /tmp/pruned/sgl_kernel/flash_ops.abi3.so
+echo "== flash_ops.abi3.so: $(stat -c %s /tmp/pruned/sgl_kernel/flash_ops.abi3.so) bytes, sha256 $(sha256sum /tmp/pruned/sgl_kernel/flash_ops.abi3.so | cut -c1-64)"
+export PYTHONPATH=/tmp/pruned:$PYTHONPATH PYTHONUNBUFFERED=1
+python3 - "$out" <<'PY'
+import json, os, subprocess, sys
+sys.path.insert(0, os.getcwd())
+from buildscripts.probe import pruned
+path = "/tmp/pruned/sgl_kernel/flash_ops.abi3.so"
+done = subprocess.run([sys.executable, "-c", pruned.driver_snippet([path])], capture_output=True, text=True,
+                      env={**os.environ, **pruned.DRIVER_ENV})
+line = next((ln for ln in done.stdout.splitlines() if ln.startswith("@@json ")), None)
+result = json.loads(line[7:]) if line else {"exit": done.returncode, "log": (done.stdout + done.stderr)[-2000:]}
+print("== driver check, flash_ops:", result.get("ok"), result.get("libraries"), result.get("failures"))
+json.dump(result, open(os.path.join(sys.argv[1], "driver-check-flash-ops.json"), "w"), indent=1)
+PY
+python3 - <<'PY'
+import torch
+from sgl_kernel.flash_attn import flash_attn_varlen_func
+torch.manual_seed(0)
+lens = [37, 128, 300]
+q = torch.randn(sum(lens), 8, 128, device="cuda", dtype=torch.bfloat16)
+k, v = torch.randn_like(q), torch.randn_like(q)
+cu = torch.tensor([0, 37, 165, 465], device="cuda", dtype=torch.int32)
+out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+out = out[0] if isinstance(out, tuple) else out
+worst = 0.0
+for i, n in enumerate(lens):
+    s = slice(int(cu[i]), int(cu[i + 1]))
+    ref = torch.nn.functional.scaled_dot_product_attention(q[s].transpose(0, 1).float(), k[s].transpose(0, 1).float(),
+                                                           v[s].transpose(0, 1).float(), is_causal=True).transpose(0, 1)
+    worst = max(worst, (out[s].float() - ref).abs().max().item())
+print(f"== FA3 (pruned flash_ops) vs torch SDPA, causal varlen bf16: max abs error {worst:.4f}", "OK" if worst < 0.05 else "WRONG")
+PY
+args=$(python3 -c 'import json, yaml; a = yaml.safe_load(open("matrix.yaml"))["profiles"]["default"]["args"]
+print(json.dumps([("fa3" if x == "triton" else x) for x in a]))')
+python3 -m buildscripts.probe --mode host --archs "$archs" --lane-cuda 13.0 --stages gpu-visible,server,first-generation \
+  --workdir /tmp/fa3-probe --stage-timeout 400 --server-args "$args" --out "$out/ladder-fa3.json" | cut -c1-300
+python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1])):
+    print("RESULT", r["name"], r["status"], r.get("duration_s"), r.get("reason", "")[:200],
+          (r.get("evidence", {}).get("reference") or {}).get("verdict", ""))' "$out/ladder-fa3.json"
+grep -m3 -i "attention_backend\|fa3" /tmp/fa3-probe/server-*.log | cut -c1-300
 exit 0
 fi
 
