@@ -29,6 +29,7 @@ from ..matrix import Cell
 from ..matrix.schema import LABEL_PREFIX
 from ..results import BuildResult, ImageInfo, Status
 from ..workspace import Workspace
+from . import imagesize
 from .base import BaseImage, owner_labels
 
 
@@ -170,7 +171,8 @@ def build_cell(
 def image_info(image: Image, tag: str) -> ImageInfo:
     attrs = image.attrs
     return ImageInfo(ref=tag, id=str(image.id), size_bytes=int(attrs.get("Size", 0)),
-                     labels=dict((attrs.get("Config") or {}).get("Labels") or {}))
+                     labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+                     layers=imagesize.layer_sizes(image.history()))
 
 
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w.-]+) +\d+/\d+\] (?P<what>.*)$")

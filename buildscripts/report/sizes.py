@@ -9,25 +9,14 @@ of every built cell of a run (from its saved results) for the report.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import docker
 
+from ..build import imagesize
 from ..results import RunResults
-
-# History entries name the command that made a layer; these name the Dockerfile stage behind it.
-_STAGES = (
-    (re.compile(r"bootstrap\.txt|python3 -m venv"), "pyenv (venv, uv)"),
-    (re.compile(r"/opt/locks/lane\.txt"), "torch lane"),
-    (re.compile(r"/opt/locks/sglang\.txt"), "SGLang"),
-    (re.compile(r"apt-get install"), "toolkit: Debian packages"),
-    (re.compile(r"/opt/locks/toolkit\.txt"), "toolkit: pip"),
-    (re.compile(r"assemble-cuda-home"), "CUDA home"),
-    (re.compile(r"bake\.py"), "baked kernel caches"),
-)
 
 # Top-level site-packages folders, and the nvidia/* wheels one by one (together they are the largest).
 DU_SCRIPT = (
@@ -59,22 +48,9 @@ class ImageSizes:
                    packages=tuple(Part(**p) for p in data["packages"]))
 
 
-def stage_of(created_by: str) -> str:
-    for pattern, name in _STAGES:
-        if pattern.search(created_by):
-            return name
-    return "base image" if not created_by.strip() else "other"
-
-
 def layers_from_history(history: Iterable[Mapping[str, Any]]) -> tuple[Part, ...]:
     """Layer bytes per stage, largest first (metadata-only steps have size 0 and are left out)."""
-    totals: dict[str, int] = {}
-    for entry in history:
-        size = int(entry.get("Size") or 0)
-        if size:
-            name = stage_of(str(entry.get("CreatedBy") or ""))
-            totals[name] = totals.get(name, 0) + size
-    return tuple(Part(n, s) for n, s in sorted(totals.items(), key=lambda kv: -kv[1]))
+    return tuple(Part(n, s) for n, s in imagesize.layer_sizes(history).items())
 
 
 def packages_from_du(output: str) -> tuple[Part, ...]:
@@ -118,15 +94,18 @@ def document(run: RunResults) -> str:
     `measure` give the largest layers and packages of one image)."""
     built = sorted((c for c in run.cells if c.image.size_bytes), key=lambda c: (-(c.image.size_bytes or 0), c.cell_id))
     lines = ["# Image sizes", "",
-             "| cell | image | size | GPU code for other archs removed | kernel caches baked "
-             "| compiled at first start |", "| --- | --- | --- | --- | --- | --- |"]
+             "| cell | image | size | largest layers | largest packages | GPU code for other archs removed "
+             "| kernel caches baked | compiled at first start |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cell in built:
         facts = cell.stage("facts")
         evidence = facts.evidence if facts else {}
+        layers = ", ".join(f"{name} {_gb(size)}" for name, size in list(cell.image.layers.items())[:3])
+        packages = ", ".join(f"`{name}` {_gb(int(size))}" for name, size in evidence.get("largest_packages", [])[:4])
         lines.append(f"| `{cell.cell_id}` | `{cell.image.ref}` | {_gb(cell.image.size_bytes or 0)} | "
+                     f"{layers or 'not recorded'} | {packages or 'not recorded'} | "
                      f"{_pruned(evidence.get('pruned_fatbins'))} | {_warm(evidence.get('warm_caches'))} |")
     if not built:
-        lines.append("| (no image was built in these results) | | | | | |")
+        lines.append("| (no image was built in these results) | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -70,6 +70,7 @@ class ImageInfo(Record):
     digest: str | None = None       # registry digest once pushed
     size_bytes: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    layers: dict[str, int] = Field(default_factory=dict)  # bytes per Dockerfile stage, largest first
 
 
 class BuildResult(Record):

@@ -15,6 +15,7 @@ from typing import Any
 import docker
 from docker.errors import ImageNotFound
 
+from ..build import imagesize
 from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..matrix.tagtemplates import AXIS_FIELDS
@@ -27,7 +28,8 @@ from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
 def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
     """Size, labels and id of a local image (ImageNotFound when it is not there)."""
     found = client.images.get(image)
-    return ImageInfo(ref=image, id=found.id, size_bytes=found.attrs.get("Size"), labels=dict(found.labels or {}))
+    return ImageInfo(ref=image, id=found.id, size_bytes=found.attrs.get("Size"), labels=dict(found.labels or {}),
+                     layers=imagesize.layer_sizes(found.history()))
 
 
 def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_file: Path, run_id: str = "manual",

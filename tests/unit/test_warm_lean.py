@@ -184,15 +184,19 @@ def test_the_report_lists_image_sizes_largest_first() -> None:
         {"cell_id": "unbuilt"}]})
     text = sizes.document(run)
     assert text.index("`big`") < text.index("`small`") and "11.50 GB" in text and "unbuilt" not in text
-    assert "| not recorded | no (every kernel compiles at first start) | everything |" in text
+    assert "| not recorded | not recorded | not recorded | no (every kernel compiles at first start) |" in text
 
 
 def test_the_sizes_page_says_what_was_pruned_and_what_still_compiles_at_first_start() -> None:
     facts = {"name": "facts", "status": "passed", "evidence": {
         "pruned_fatbins": {"libraries": 24, "saved_bytes": 1_110_000_000, "dropped_archs": ["sm_80", "sm_86"]},
-        "warm_caches": {"archs": ["sm_90a", "sm_100a"], "modules": 10, "first_start": ["Triton kernels", "DeepGEMM"]}}}
+        "warm_caches": {"archs": ["sm_90a", "sm_100a"], "modules": 10, "first_start": ["Triton kernels", "DeepGEMM"]},
+        "largest_packages": [["nvidia/cu13", 1_650_000_000], ["torch", 1_060_000_000]]}}
+    image = {"ref": "img:p", "size_bytes": 7_900_000_000,
+             "layers": {"torch lane": 3_890_000_000, "SGLang": 3_220_000_000}}
     run = RunResults.model_validate({"run_id": "r", "started": "2026-11-30T10:00:00+00:00", "cells": [
-        {"cell_id": "pip", "image": {"ref": "img:p", "size_bytes": 7_900_000_000}, "stages": [facts]}]})
+        {"cell_id": "pip", "image": image, "stages": [facts]}]})
     row = next(ln for ln in sizes.document(run).splitlines() if "`pip`" in ln)
-    assert "| 7.90 GB | 1.11 GB from 24 libraries (sm_80, sm_86) |" in row
+    assert "| 7.90 GB | torch lane 3.89 GB, SGLang 3.22 GB | `nvidia/cu13` 1.65 GB, `torch` 1.06 GB |" in row
+    assert "| 1.11 GB from 24 libraries (sm_80, sm_86) |" in row
     assert "| 10 modules for sm_90a, sm_100a | Triton kernels; DeepGEMM |" in row
