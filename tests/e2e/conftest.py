@@ -3,6 +3,7 @@ shared by every e2e module; the images this session made are removed at its end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
 import pytest
 
 from buildscripts.results import RunResults
@@ -46,7 +48,10 @@ def run(runs: Path) -> Iterator[RunResults]:
     finally:  # also after a failed build: what this run made goes, and only that (from its results)
         saved = runs / "e2e" / "results.json"
         cells = RunResults.model_validate(json.loads(saved.read_text())).cells if saved.is_file() else []
+        # Already gone is as good (the session's own clean-up removes what carries its owner label too).
         for ref in {t for c in cells for t in c.tags} - tagged_before:  # good tags this run applied
-            client.images.remove(ref, force=True)
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(ref, force=True)
         for made in {c.image.id for c in cells if c.image.id} - before:
-            client.images.remove(made, force=True)
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(made, force=True)

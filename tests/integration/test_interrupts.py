@@ -188,11 +188,11 @@ def test_interrupted_in_the_middle_of_a_verification(client: docker.DockerClient
 
 
 def verified_results(client: docker.DockerClient, cfg: Tags, path: Path) -> results.CellResult:
-    """A verified cell for a fresh image of 64 MB of random bytes (its push takes a moment), tagged as the
+    """A verified cell for a fresh image of 256 MB of random bytes (its push takes a moment), tagged as the
     pipeline does (candidate tag, then good tags on labelled children)."""
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as tar:
-        data = os.urandom(64 << 20)
+        data = os.urandom(256 << 20)
         info = tarfile.TarInfo("payload.bin")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))

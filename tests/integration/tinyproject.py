@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildscripts import matrix
+from buildscripts.build.buildx import Recipe
 from buildscripts.lock import lockfile, state
+from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
@@ -70,9 +72,12 @@ class TinyProject:
 def make(root: Path, *, nonce: str, build_s: int, import_s: int) -> TinyProject:
     shutil.copytree(ROOT / "buildscripts", root / "buildscripts", ignore=shutil.ignore_patterns("__pycache__"))
     _room_for_a_tiny_cell(root / "buildscripts" / "engine.py")
-    for name in ("toolkit/assemble-cuda-home.sh", "toolkit/empty.txt", "lxc/init.sh"):
-        (root / "images" / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / "images" / name, root / "images" / name)
+    recipe = Recipe.of(Workspace.at(ROOT))
+    for path in (recipe.toolkit_script, recipe.lxc_init, recipe.empty_lock, *recipe.lean):  # what the inputs hash reads
+        copy = root / path.relative_to(ROOT)
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
     (root / "images" / "Dockerfile").write_text(DOCKERFILE.format(nonce=nonce, build_s=build_s, import_s=import_s))
     (root / "matrix.yaml").write_text(MATRIX.format(nonce=nonce))
     _lock(root)
