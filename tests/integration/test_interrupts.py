@@ -54,7 +54,10 @@ def start(argv: list[str], cwd: Path, logs: Path) -> Started:
     logs.mkdir(parents=True, exist_ok=True)
     output = logs / f"output-{uuid.uuid4().hex[:6]}.txt"
     with output.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        # SIGINT as a terminal delivers it: a runner that started this session in the background
+        # (`cmd &`, nohup) hands its children SIGINT ignored, and Ctrl-C would then never arrive.
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     return Started(proc, output)
 
 
