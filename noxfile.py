@@ -101,9 +101,9 @@ BENCHMARKS = {
 def benchmark(session: nox.Session) -> None:
     """Benchmarks, results in benchmarks/: `ci` and `warm-lean`, both unless one is named first
     (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
+    name, *args = session.posargs or [""]
+    if session.posargs and name not in BENCHMARKS:
+        session.error(f"unknown benchmark {name!r}: name one of {', '.join(BENCHMARKS)} first, then its arguments")
     session.install("-e", ".[test]")   # the second engine and the loopback registry come from tests/
-    named = session.posargs[:1] if session.posargs[:1] and session.posargs[0] in BENCHMARKS else []
-    args = session.posargs[1:] if named else session.posargs
-    for name in named or list(BENCHMARKS):
-        out = ["--out", "benchmarks/warm-lean-results.json"] if name == "warm-lean" and not args else []
-        session.run("python", BENCHMARKS[name], *(args if named else []), *out)
+    for each in [name] if session.posargs else list(BENCHMARKS):
+        session.run("python", BENCHMARKS[each], *args)

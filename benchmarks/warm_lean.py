@@ -1,7 +1,7 @@
 """Lean images and start-up: a built cell image measured against the image the project built before.
 
     python benchmarks/warm_lean.py [IMAGE] [--before benchmarks/image-sizes-before.json]
-                                   [--out benchmarks/warm-lean-results.json]
+                                   [--out benchmarks/warm-lean-results.json (the default)]
 
 IMAGE defaults to the newest image of the 0.5.16 `pip` cell (built first, without verification, when
 there is none). Side by side in one run:
@@ -13,7 +13,7 @@ there is none). Side by side in one run:
   - `import sglang`, three times each, alternating: with the image's bytecode, and with it ignored
     (PYTHONPYCACHEPREFIX points elsewhere: every module compiled in memory, as the image did before).
 Server start times need a GPU: they come from the H200 evidence folders, not from here.
-Prints JSON; --out also writes it.
+Prints JSON and writes it to --out.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("image", nargs="?")
     ap.add_argument("--before", default=str(ROOT / "benchmarks" / "image-sizes-before.json"))
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "warm-lean-results.json"))
     a = ap.parse_args()
     client = docker.from_env()
     image = a.image or newest_image(client, CELL)
@@ -104,8 +104,7 @@ def main() -> int:
         **measure_inside(client, image),
     }
     text = json.dumps(result, indent=1) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
+    Path(a.out).write_text(text)
     sys.stdout.write(text)
     return 0
 

@@ -46,8 +46,18 @@ class NotElf(Exception):
     """The file is not a 64-bit little-endian ELF object."""
 
 
-def sections(fh: BinaryIO) -> Dict[str, Tuple[int, int]]:
-    """Section name -> (file offset, size), from the section header table only."""
+class SectionHeader(NamedTuple):
+    number: int                # its index in the section header table
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+
+
+def section_headers(fh: BinaryIO) -> List[SectionHeader]:
+    """Every section header of an ELF file, read with seeks from its section header table only."""
     fh.seek(0)
     ident = fh.read(64)
     if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
@@ -56,7 +66,7 @@ def sections(fh: BinaryIO) -> Dict[str, Tuple[int, int]]:
     shoff, = struct.unpack_from("<Q", ident, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
     if shoff == 0 or shentsize < 64:
-        return {}
+        return []
     fh.seek(shoff)
     first = fh.read(shentsize)
     if shnum == 0 and len(first) >= 64:       # more than 0xff00 sections: the count lives in entry 0
@@ -65,19 +75,22 @@ def sections(fh: BinaryIO) -> Dict[str, Tuple[int, int]]:
         shstrndx = struct.unpack_from("<I", first, 0x28)[0]
     fh.seek(shoff)
     table = fh.read(shentsize * shnum)
-    headers = []
-    for i in range(len(table) // shentsize):
-        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", table, i * shentsize)
-        headers.append((name, offset, size))
-    if not 0 <= shstrndx < len(headers):
-        return {}
-    fh.seek(headers[shstrndx][1])
-    strtab = fh.read(headers[shstrndx][2])
-    out: Dict[str, Tuple[int, int]] = {}
-    for name_off, offset, size in headers:
+    raw = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(len(table) // shentsize)]
+    if not 0 <= shstrndx < len(raw):
+        return []
+    fh.seek(raw[shstrndx][4])
+    strtab = fh.read(raw[shstrndx][5])
+    out = []
+    for i, (name_off, stype, flags, addr, offset, size) in enumerate(raw):
         end = strtab.find(b"\0", name_off)
-        out[strtab[name_off:end].decode("ascii", "replace")] = (offset, size)
+        out.append(SectionHeader(i, strtab[name_off:end].decode("ascii", "replace"), stype, flags, addr, offset,
+                                 size))
     return out
+
+
+def sections(fh: BinaryIO) -> Dict[str, Tuple[int, int]]:
+    """Section name -> (file offset, size), from the section header table only."""
+    return {h.name: (h.offset, h.size) for h in section_headers(fh)}
 
 
 def entry_of(header: bytes) -> Entry:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -61,17 +62,6 @@ SECTION = ".nv_fatbin"
 
 class Unsupported(Exception):
     """The library's layout is not one this pruner rewrites; it is kept unchanged."""
-
-
-@dataclass
-class Section:
-    index: int
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
 
 
 @dataclass
@@ -109,20 +99,14 @@ class Elf:
         if self.shnum == 0 or self.shstrndx >= self.shnum:
             raise Unsupported("extended section numbering")
         self.segments = [self._segment(i) for i in range(self.phnum)]
-        raw = [struct.unpack_from("<IIQQQQ", data, self.shoff + i * self.shentsize) for i in range(self.shnum)]
-        names_at = raw[self.shstrndx][4]
-        self.sections = []
-        for i, (name, stype, flags, addr, offset, size) in enumerate(raw):
-            end = data.index(b"\0", names_at + name)
-            self.sections.append(Section(i, data[names_at + name:end].decode("ascii", "replace"),
-                                         stype, flags, addr, offset, size))
+        self.sections = fatbin.section_headers(io.BytesIO(data))
 
     def _segment(self, i: int) -> Segment:
         ptype, flags, offset, vaddr, _paddr, filesz, memsz, align = \
             struct.unpack_from("<IIQQQQQQ", self.data, self.phoff + i * self.phentsize)
         return Segment(i, ptype, flags, offset, vaddr, filesz, memsz, align)
 
-    def section(self, name: str) -> Section | None:
+    def section(self, name: str) -> fatbin.SectionHeader | None:
         found = [s for s in self.sections if s.name == name]
         if len(found) > 1:
             raise Unsupported(f"{len(found)} sections named {name}")
@@ -134,7 +118,7 @@ class Elf:
                 return seg.offset + vaddr - seg.vaddr
         raise Unsupported(f"address {vaddr:#x} is in no loaded part of the file")
 
-    def relocations(self, sec: Section) -> list[tuple[int, int, int, int]]:
+    def relocations(self, sec: fatbin.SectionHeader) -> list[tuple[int, int, int, int]]:
         """(file offset of the entry, r_offset, type, addend) for every RELA relocation.
 
         Refuses a library where a relocation names a symbol defined in `sec`: that is a pointer into
@@ -152,7 +136,7 @@ class Elf:
                 symbol = info >> 32
                 if symbol and symbols is not None:
                     shndx, value = struct.unpack_from("<HQ", self.data, symbols.offset + symbol * 24 + 6)
-                    if shndx == sec.index or sec.addr <= value < sec.addr + sec.size:
+                    if shndx == sec.number or sec.addr <= value < sec.addr + sec.size:
                         raise Unsupported(f"a relocation at {r_offset:#x} names a symbol in {SECTION}")
                 out.append((at, r_offset, info & 0xFFFFFFFF, addend))
         return out
@@ -177,7 +161,7 @@ class Elf:
         return found
 
 
-def read_containers(data: bytes | bytearray, sec: Section) -> list[fatbin.Fatbin]:
+def read_containers(data: bytes | bytearray, sec: fatbin.SectionHeader) -> list[fatbin.Fatbin]:
     try:
         found = fatbin.fatbins(data, sec.offset, sec.size)
     except fatbin.NotTiled as why:
@@ -187,12 +171,12 @@ def read_containers(data: bytes | bytearray, sec: Section) -> list[fatbin.Fatbin
     return found
 
 
-def wrapper_slots(elf: Elf, sec: Section, starts: set[int]) -> dict[int, list[tuple[int, int]]]:
+def wrapper_slots(elf: Elf, sec: fatbin.SectionHeader, starts: set[int]) -> dict[int, list[tuple[int, int]]]:
     """Fatbin address -> [(file offset of its RELA entry, file offset of the wrapper's data field)].
 
     Refuses a library where a relocation other than a wrapper's data pointer lands in the section:
-    moving a fatbin would leave that pointer behind. A fatbin no wrapper reaches (curand, cusparse and
-    cusolver each have one, reached from their code) is absent from the result: it keeps its address.
+    moving a fatbin would leave that pointer behind. A fatbin no wrapper reaches (cuRAND, cuSPARSE and
+    cuSOLVER each have one; their own code may use it) is absent from the result: it keeps its address.
     """
     wrappers = elf.section(".nvFatBinSegment")
     if wrappers is None or wrappers.size % WRAPPER_SIZE:
@@ -242,8 +226,8 @@ def plan(data: bytes, targets: list[str]) -> Plan | None:
     containers = read_containers(data, sec)
     if not any(droppable(e, targets) for box in containers for e, _raw in box.entries):
         return None
-    slots = wrapper_slots(elf, sec, {sec.addr + box.offset for box in containers})
     starts = [sec.addr + box.offset for box in containers]
+    slots = wrapper_slots(elf, sec, set(starts))
     pinned = {start for start in starts if start not in slots} | elf.code_targets(set(starts))
     dropped: dict[str, int] = {}
     blobs, moved, pos = [], {}, 0
@@ -310,9 +294,9 @@ def plan(data: bytes, targets: list[str]) -> Plan | None:
     shoff = moved_offset(elf.shoff)
     struct.pack_into("<Q", out, 0x28, shoff)
     for s in elf.sections:
-        at = shoff + s.index * elf.shentsize
+        at = shoff + s.number * elf.shentsize
         struct.pack_into("<Q", out, at + 0x18, moved_offset(s.offset))
-        if s.index == sec.index:
+        if s.number == sec.number:
             struct.pack_into("<Q", out, at + 0x20, used)
     return Plan(out, dropped, cut, kept_digest(containers, targets), pinned)
 
@@ -342,7 +326,8 @@ def check(plan_: Plan, targets: list[str]) -> None:
             raise Unsupported("the check found a load segment out of place")
 
 
-def prune(path: str, targets: list[str]) -> dict[str, object] | None:
+def prune(path: str, targets: list[str]) -> tuple[dict[str, int], int] | None:
+    """Rewrite one library in place: (bytes dropped per arch, bytes saved), or None when nothing changed."""
     with open(path, "rb") as fh:
         data = fh.read()
     result = plan(data, targets)
@@ -354,7 +339,7 @@ def prune(path: str, targets: list[str]) -> dict[str, object] | None:
         fh.write(result.data)
     os.chmod(tmp, os.stat(path).st_mode & 0o7777)
     os.replace(tmp, path)
-    return {"dropped": dict(sorted(result.dropped.items())), "saved_bytes": result.saved}
+    return dict(sorted(result.dropped.items())), result.saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             fatbin.parse_arch(t)
         except ValueError as why:
             parser.error(str(why))
-    report: dict[str, object] = {"site": os.path.abspath(args.site), "archs": targets, "pruned": {}, "kept": {}}
+    pruned: dict[str, dict[str, object]] = {}
+    kept: dict[str, str] = {}
     total = 0
     for path in fatbin.shared_objects(args.site):
         if os.path.islink(path):
@@ -378,19 +364,20 @@ def main(argv: list[str] | None = None) -> int:
         try:
             done = prune(path, targets)
         except Unsupported as why:
-            report["kept"][rel] = str(why)  # type: ignore[index]
+            kept[rel] = str(why)
             print(f"fatbins: kept {rel}: {why}")
             continue
         if done:
-            report["pruned"][rel] = done  # type: ignore[index]
-            total += int(done["saved_bytes"])  # type: ignore[call-overload]
-            archs = ", ".join(done["dropped"])  # type: ignore[arg-type]
-            print(f"fatbins: {rel}: removed cubins for {archs} ({int(done['saved_bytes']) >> 20} MiB)")  # type: ignore[call-overload]
+            dropped, saved = done
+            pruned[rel] = {"dropped": dropped, "saved_bytes": saved}
+            total += saved
+            print(f"fatbins: {rel}: removed cubins for {', '.join(dropped)} ({saved >> 20} MiB)")
     print(f"fatbins: {total >> 20} MiB removed in all")
     if args.report:
         os.makedirs(os.path.dirname(args.report) or ".", exist_ok=True)
         with open(args.report, "w") as fh:
-            json.dump(report, fh, indent=1, sort_keys=True)
+            json.dump({"site": os.path.abspath(args.site), "archs": targets, "pruned": pruned, "kept": kept}, fh,
+                      indent=1, sort_keys=True)
     return 0
 
 
