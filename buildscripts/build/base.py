@@ -29,6 +29,15 @@ BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
 BASE_PACKAGES = ("python3", "python3-venv")
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+# Documentation, manuals and translations no server reads (what Debian's and Ubuntu's minimal container
+# images leave out), kept out of the base and, through dpkg's own filter, out of every package a later
+# layer installs (the toolkit's g++). Copyright files stay: the licences travel with the image.
+DPKG_EXCLUDES = (
+    "path-exclude=/usr/share/doc/*", "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*", "path-exclude=/usr/share/info/*", "path-exclude=/usr/share/groff/*",
+    "path-exclude=/usr/share/lintian/*", "path-exclude=/usr/share/locale/*/LC_MESSAGES/*.mo",
+)
+DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 # Whoever builds (a test session, a CI job) may name itself: every image it builds then carries
 # OWNER_LABEL=that name, so that it can remove exactly what it made and nothing of anyone else's.
 OWNER_ENV = "SGLANG_IMAGES_OWNER"
@@ -80,7 +89,8 @@ def owner_labels(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def inputs_hash(name: str, base: Base, mirror: str | None) -> str:
-    data = {"name": name, "base": base.model_dump(mode="json"), "mirror": mirror, "packages": BASE_PACKAGES}
+    data = {"name": name, "base": base.model_dump(mode="json"), "mirror": mirror, "packages": BASE_PACKAGES,
+            "excludes": DPKG_EXCLUDES}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -178,7 +188,8 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
 
 
 def _trim(root: Path) -> None:
-    """Drop what only the bootstrap needed: apt's downloaded packages and lists."""
+    """Drop what only the bootstrap needed (apt's downloaded packages and lists) and what dpkg's
+    excludes (DPKG_EXCLUDES) will keep out of every later install."""
     for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
         target = root / sub
         if target.is_dir():
@@ -187,6 +198,25 @@ def _trim(root: Path) -> None:
                     entry.unlink()
                 elif entry.is_dir() and entry.name != "partial":
                     shutil.rmtree(entry)
+    excludes = root / DPKG_EXCLUDES_FILE
+    excludes.parent.mkdir(parents=True, exist_ok=True)
+    excludes.write_text("# sglang-images: no documentation in the image (copyright files stay)\n"
+                        + "\n".join(DPKG_EXCLUDES) + "\n")
+    for folder in ("usr/share/man", "usr/share/info", "usr/share/groff", "usr/share/lintian"):
+        for entry in (root / folder).glob("*"):
+            _remove(entry)
+    for translation in (root / "usr/share/locale").glob("*/LC_MESSAGES/*.mo"):
+        translation.unlink()
+    for entry in (root / "usr/share/doc").glob("*/*"):
+        if entry.name != "copyright":
+            _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
 
 
 def _registry_base(ref: str, client: docker.DockerClient) -> BaseImage:

@@ -127,7 +127,7 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
     manifest = recipe.warm_manifest(cell)
     if manifest is not None:
         args.update({"WARM_MODE": "true", "WARM_MANIFEST": rel(manifest), "WARM_ARCHS": ",".join(cell.archs),
-                     "WARM_PROFILES": "default"})
+                     "WARM_PROFILES": ",".join(cell.toolkit.warm_profiles)})
     return [x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")]
 
 

@@ -101,6 +101,9 @@ def sglang_problems(version: str, lane: TorchLane, pins: Mapping[str, str]) -> l
     torch = pins.get("torch")
     if torch is None or Version(torch).public != Version(lane.torch).public:
         problems.append(f"the SGLang layer has torch {torch or '(none)'}, the lane has torch {lane.torch}")
+    skewed = toolkit_skew(lane, pins)
+    if skewed:
+        problems.append(skew_message(lane, skewed))
     return problems
 
 
@@ -111,6 +114,19 @@ def toolkit_skew(lane: TorchLane, pins: Mapping[str, str]) -> list[str]:
         for name, version in pins.items()
         if component_of(name) and major_minor(version) != lane.cuda_version
     )
+
+
+def compiler_constraints(lane: TorchLane) -> list[str]:
+    """Constraints that keep the CUDA compiler wheels SGLang's dependencies bring on the lane's CUDA.
+
+    humming-kernels 0.1.10 (sglang 0.5.16) asks for `nvidia-cuda-nvcc` with no version, so the resolver
+    takes the newest CUDA 13 compiler (13.5) next to torch's 13.0 runtime; later humming-kernels pins it
+    to the toolkit version torch pins, as this does. One coherent compiler in the SGLang layer is also
+    one the `pip` toolkit completes instead of installing a second copy over it.
+    """
+    major = lane.cuda_version.split(".")[0]
+    suffixes = ("-cu12",) if major == "12" else ("", f"-cu{major}")
+    return [f"{name}{suffix}=={lane.cuda_version}.*" for name in TOOLKIT_COMPONENTS for suffix in suffixes]
 
 
 def skew_message(lane: TorchLane, skewed: list[str]) -> str:

@@ -6,9 +6,12 @@ Strategy (what works with uv on PyPI today):
   jointly with an SGLang version of the lane, and the lane lock is torch's own closure resolved
   again with that joint result as constraints: every pin of torch's world, nothing of SGLang's.
 - sglang: `torch==X sglang==Y` constrained by the lane lock, so that it contains the lane's
-  packages at the same versions and hashes (the torch layer stays byte-identical across cells).
-- toolkit: the recipe constrained by the SGLang lock except the toolkit's own components, which it
-  overrides (SGLang's dependencies drag nvcc/crt/nvvm 13.5 in next to the 13.0 runtime).
+  packages at the same versions and hashes (the torch layer stays byte-identical across cells), and
+  the CUDA compiler wheels its dependencies bring held on the lane's CUDA major.minor (left alone,
+  they drag nvcc/crt/nvvm 13.5 in next to the 13.0 runtime).
+- toolkit: the recipe constrained by the SGLang lock; a toolkit component that the SGLang layer has
+  on another CUDA major.minor is the toolkit's to override. Components already on the lane's CUDA
+  stay as they are, so the toolkit layer installs only what is missing, not a second compiler.
 Each outcome is checked against the matrix by `drift` before a lock is written.
 """
 
@@ -109,7 +112,8 @@ class LayerLocker:
             return reused
         lane, version = cell.lane, cell.sglang.version
         wanted = [f"torch=={lane.torch}", f"sglang=={version}"]
-        done = self._compile(wanted, cell, path, pin_lines(below.lock.body), "sglang")
+        constraints = [*pin_lines(below.lock.body), *inputs["sglang-compiler"]]
+        done = self._compile(wanted, cell, path, constraints, "sglang")
         if not done.ok:
             state, reason = self._why_sglang_fails(cell, done)
             return LayerOutcome("sglang", layer_id, state, reason, pins=below.pins, seconds=done.seconds)
@@ -153,9 +157,8 @@ class LayerLocker:
         if reused:
             return self._coherent(cell, below, reused)
         wanted = list(toolkit_requirements(cell))
-        # The toolkit owns its components: the SGLang layer's versions of them are not constraints.
-        free = [f"{n}=={p.version}" for n, p in below.lock.pins.items() if not drift.component_of(n)]
-        done = self._compile(wanted, cell, path, free, "toolkit")
+        kept = [f"{n}=={p.version}" for n, p in below.lock.pins.items() if binds_toolkit(n, p.version, cell)]
+        done = self._compile(wanted, cell, path, kept, "toolkit")
         if not done.ok:
             state: State = "unresolvable" if done.network_failure else "incompatible"
             recipe = " ".join(wanted)
@@ -238,6 +241,16 @@ class LayerLocker:
             return None
         self.written.add(path)
         return LayerOutcome(layer, layer_id, "ok", lock=lock, pins=lock.versions(), reused=True)
+
+
+def binds_toolkit(name: str, version: str, cell: Cell) -> bool:
+    """Is the SGLang layer's pin a constraint of the toolkit lock? The toolkit owns its metapackage
+    and any component on another CUDA major.minor; a component already on the lane's CUDA stays, so
+    the toolkit layer does not install a second copy of it."""
+    component = drift.component_of(name)
+    if component is None:
+        return True
+    return component in drift.TOOLKIT_COMPONENTS and drift.major_minor(version) == cell.lane.cuda_version
 
 
 def pin_lines(body: str) -> list[str]:

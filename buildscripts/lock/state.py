@@ -24,7 +24,7 @@ LAYERS = ("lane", "sglang", "toolkit")
 # Which of a cell's inputs each layer depends on (each layer also depends on the one below it).
 LAYER_KEYS: dict[str, tuple[str, ...]] = {
     "lane": ("format", "python", "platform", "torch", "cuda", "index", "lane-sglang"),
-    "sglang": ("sglang", "declared-torch"),
+    "sglang": ("sglang", "declared-torch", "sglang-compiler"),
     "toolkit": ("toolkit", "toolkit-requirements"),
 }
 
@@ -79,6 +79,7 @@ def cell_inputs(matrix: Matrix, cell: Cell) -> dict[str, Any]:
         "lane-sglang": lane_sglang_versions(matrix, cell),
         "sglang": cell.sglang.version,
         "declared-torch": cell.sglang.torch,
+        "sglang-compiler": drift.compiler_constraints(cell.lane),
         "toolkit": cell.toolkit_name,
         "toolkit-requirements": list(toolkit_requirements(cell)),
     }

@@ -1,5 +1,6 @@
 """Checks across entries of matrix.yaml that one field's schema cannot make: repeated torch lanes and SGLang
-releases, cell ids that collide, and `expect` entries naming a stage or failure class that does not exist.
+releases, cell ids that collide, `expect` entries naming a stage or failure class that does not exist, and
+toolkits baking a server profile that `profiles:` does not define.
 
 Each problem is (YAML path, message); `load` adds the line. The names an expectation may use come from
 below this package on purpose (the import layers put `matrix` under `verify`): the stages from the
@@ -24,7 +25,15 @@ Problem = tuple[tuple[str | int, ...], str]
 
 
 def problems(spec: MatrixFile) -> list[Problem]:
-    return [*_repeated_lanes(spec), *_repeated_sglang(spec), *_unknown_expectations(spec)]
+    return [*_repeated_lanes(spec), *_repeated_sglang(spec), *_unknown_expectations(spec),
+            *_unknown_warm_profiles(spec)]
+
+
+def _unknown_warm_profiles(spec: MatrixFile) -> list[Problem]:
+    return [(("toolkits", name, "warm"), _unknown("server profile", profile, list(spec.profiles))
+             + " (warm: names profiles from `profiles:`)")
+            for name, toolkit in spec.toolkits.items() for profile in toolkit.warm_profiles
+            if profile not in spec.profiles]
 
 
 def duplicate_cells(cells: Sequence[Cell]) -> list[Problem]:

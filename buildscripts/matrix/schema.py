@@ -95,16 +95,26 @@ class Toolkit(Strict):
     pip: dict[str, tuple[str, ...]] = Field(default_factory=dict, description="per CUDA flavour")
     apt: tuple[str, ...] = ()
     cuda_home: bool = Field(default=False, description="assemble /usr/local/cuda from the pip wheels")
-    warm: bool = Field(default=False, description="bake the kernel caches a server start needs (images/warm/)")
+    warm: bool | tuple[Name, ...] = Field(
+        default=False,
+        description="bake the kernel caches a server start needs (images/warm/): true for the `default` "
+                    "profile, or the server profiles to bake")
 
     @model_validator(mode="after")
     def _warm_needs_a_compiler(self) -> Toolkit:
         # The caches are compiled at build time with the layer's own nvcc and g++: without a CUDA
         # home there is nothing to compile them with.
         if self.warm and not self.cuda_home:
-            msg = "warm: true needs cuda_home: true (the kernel caches are compiled with the layer's nvcc)"
+            msg = "warm needs cuda_home: true (the kernel caches are compiled with the layer's nvcc)"
             raise ValueError(msg)
         return self
+
+    @property
+    def warm_profiles(self) -> tuple[str, ...]:
+        """The server profiles whose start-up kernels the layer bakes (none when not warm)."""
+        if self.warm is True:
+            return ("default",)
+        return self.warm or ()
 
     @field_validator("pip")
     @classmethod

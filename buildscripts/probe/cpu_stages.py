@@ -17,12 +17,11 @@ import platform
 import re
 import shutil
 import sys
-import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, fatbin, jitcompile, pruned, toolchain, warmcheck
+from . import core, cudatools, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -70,29 +69,8 @@ def facts(ctx: core.Context) -> Dict[str, Any]:
         "packages": packages, "distributions": cudatools.installed_versions(KEY_DISTRIBUTIONS),
         # What the build did to the image for size and start-up (the report's sizes page shows it).
         "pruned_fatbins": pruned.summary(), "warm_caches": warmcheck.summary(),
-        "largest_packages": largest_packages(),
+        "largest_packages": sitesize.largest_packages(),
     }
-
-
-def largest_packages(top: int = 8) -> List[Tuple[str, int]]:
-    """The biggest folders of site-packages (the nvidia/* wheels one by one), bytes on disk, largest first."""
-    site = sysconfig.get_paths()["purelib"]
-    sizes: Dict[str, int] = {}
-    for entry in (os.scandir(site) if os.path.isdir(site) else []):
-        if not entry.is_dir(follow_symlinks=False) or entry.name.endswith((".dist-info", "__pycache__")):
-            continue
-        parts = [e for e in os.scandir(entry.path) if e.is_dir(follow_symlinks=False)] \
-            if entry.name == "nvidia" else [entry]
-        for part in parts:
-            total = 0
-            for root, _dirs, files in os.walk(part.path):
-                for name in files:
-                    try:
-                        total += os.lstat(os.path.join(root, name)).st_blocks * 512
-                    except OSError:
-                        continue
-            sizes[os.path.relpath(part.path, site)] = total
-    return sorted(sizes.items(), key=lambda kv: -kv[1])[:top]
 
 
 def _gpu_present() -> bool:

@@ -1,7 +1,8 @@
 """How big an image is and what its largest parts are: per layer (named by the Dockerfile stage that
 made it) and per installed package (site-packages folders; the nvidia/* libraries one by one).
 
-`measure` reads the image's history from the engine and runs `du` in a throwaway container of it;
+`measure` reads the image's history from the engine and runs the facts stage's package measure
+(`probe/sitesize.py`) in a throwaway container of it;
 `markdown` renders measured images as a table for a benchmark page; `document` renders the image size
 of every built cell of a run (from its saved results) for the report.
 """
@@ -11,18 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
 
 from ..build import imagesize
+from ..probe import sitesize
 from ..results import RunResults
 
-# Top-level site-packages folders, and the nvidia/* wheels one by one (together they are the largest).
-DU_SCRIPT = (
-    'cd "$(python3 -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')" && '
-    "du -sk $(ls -d */ | grep -v -e '\\.dist-info/$' -e '^nvidia/$') nvidia/*/ 2>/dev/null"
-)
+PACKAGES_LISTED = 40  # site-packages folders a measure keeps (a page shows the first few)
 
 
 @dataclass(frozen=True)
@@ -53,22 +52,21 @@ def layers_from_history(history: Iterable[Mapping[str, Any]]) -> tuple[Part, ...
     return tuple(Part(n, s) for n, s in imagesize.layer_sizes(history).items())
 
 
-def packages_from_du(output: str) -> tuple[Part, ...]:
-    """`du -sk` lines (KiB, tab, path) as parts, largest first."""
-    parts = []
-    for line in output.splitlines():
-        kib, _, path = line.partition("\t")
-        if kib.strip().isdigit() and path:
-            parts.append(Part(path.rstrip("/"), int(kib) * 1024))
+def packages_from_json(output: str) -> tuple[Part, ...]:
+    """`probe/sitesize.py`'s output ([[folder, bytes], ...]) as parts, largest first."""
+    parts = [Part(str(name), int(size)) for name, size in json.loads(output.strip().splitlines()[-1])]
     return tuple(sorted(parts, key=lambda p: -p.size_bytes))
 
 
 def measure(client: docker.DockerClient, ref: str) -> ImageSizes:
     image = client.images.get(ref)
-    raw = client.containers.run(ref, ["sh", "-c", DU_SCRIPT], entrypoint=[], remove=True, network_mode="none")
+    # The facts stage's own measure, run in a container of the image (the probe file is stdlib only).
+    script = Path(sitesize.__file__).read_text()
+    raw = client.containers.run(ref, ["python3", "-c", script, str(PACKAGES_LISTED)], entrypoint=[], remove=True,
+                                network_mode="none")
     text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
     return ImageSizes(ref=ref, size_bytes=int(image.attrs.get("Size", 0)),
-                      layers=layers_from_history(image.history()), packages=packages_from_du(text))
+                      layers=layers_from_history(image.history()), packages=packages_from_json(text))
 
 
 def _gb(size: int) -> str:

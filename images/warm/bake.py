@@ -4,8 +4,10 @@
     bake.py MANIFEST --archs sm_90a,sm_100a --profiles default --report /etc/sglang-images/warm.json
 
 The manifest (images/warm/sglang-X.json) lists what SGLang compiled before its server was ready in
-a recorded cold start on a GPU: its own TVM-FFI JIT kernels (the exact `load_jit` calls) and the
-FlashInfer JIT modules. Both are keyed by arch, not by device, so they can be built for any target:
+a recorded cold start on a GPU, per server profile: its own TVM-FFI JIT kernels (the exact `load_jit`
+calls) and the FlashInfer JIT modules (the generator, `module:function`, with the arguments it was
+called with; `archs` limits one to the archs where FlashInfer picks it). Both are keyed by arch, not
+by device, so they can be built for any target:
   - SGLang's kernels land in $TVM_FFI_CACHE_DIR/<module>__arch_<9.0a>__tvmffi_<version>/<module>.so,
     which `load_jit` loads directly when present (no ninja, no nvcc);
   - FlashInfer's land in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<90a>/cached_ops, one
@@ -51,12 +53,16 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
     from sglang.jit_kernel.utils.arch import override_jit_cuda_arch
 
     built: List[Dict[str, Any]] = []
+    seen = set()  # profiles share modules (e.g. the norm module): each is built and listed once
     for profile in profiles:
         entry = manifest["profiles"][profile]
         for call in entry.get("sglang_jit", []):
             started = time.monotonic()
             with override_jit_cuda_arch(major, minor, suffix):
                 name = jit._jit_build_dir_name(_module_name(jit, call))  # SGLang's own cache-folder name
+                if name in seen:
+                    continue
+                seen.add(name)
                 try:
                     jit.load_jit(*call["args"], **call["kwargs"])
                 except Exception as exc:  # built, but loading needs the driver's libcuda: fine here
@@ -67,14 +73,33 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
             ok = any(f.endswith(".so") for f in os.listdir(folder)) if os.path.isdir(folder) else False
             built.append({"kind": "sglang-jit", "profile": profile, "module": name, "ok": ok, "note": loaded,
                           "seconds": round(time.monotonic() - started, 1)})
-        for ref in entry.get("flashinfer", []):
+        for call in entry.get("flashinfer", []):
+            call = {"ref": call} if isinstance(call, str) else call
+            if "archs" in call and arch not in call["archs"]:
+                continue  # a module FlashInfer picks only on these archs (e.g. its FA3 kernels on sm_90)
             started = time.monotonic()
-            module, func = ref.split(":")
-            spec = getattr(importlib.import_module(module), func)()
+            module, func = call["ref"].split(":")
+            generate = getattr(importlib.import_module(module), func)
+            spec = generate(*_decode(call.get("args", [])), **_decode(call.get("kwargs", {})))
+            if spec.name in seen:
+                continue
+            seen.add(spec.name)
             spec.build(verbose=False)
             built.append({"kind": "flashinfer", "profile": profile, "module": str(spec.build_dir),
                           "ok": spec.jit_library_path.exists(), "seconds": round(time.monotonic() - started, 1)})
     return {"arch": arch, "built": built}
+
+
+def _decode(value: Any) -> Any:
+    """Recorded generator arguments back to Python: {"torch.dtype": "bfloat16"} -> torch.bfloat16."""
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"torch.dtype"}:
+            import torch
+            return getattr(torch, value["torch.dtype"])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
 
 
 def _module_name(jit: Any, call: Dict[str, Any]) -> str:
@@ -95,12 +120,11 @@ def main(argv: List[str] | None = None) -> int:
     a = ap.parse_args(argv)
     with open(a.manifest) as fh:
         manifest = json.load(fh)
-    profiles = [p for p in a.profiles.split(",") if p]
-    unknown = [p for p in profiles if p not in manifest["profiles"]]
-    if unknown:
-        sys.stderr.write(f"bake: profile(s) {', '.join(unknown)} not in {a.manifest}; recorded: "
-                         f"{', '.join(manifest['profiles'])}\n")
-        return 2
+    asked = [p for p in a.profiles.split(",") if p]
+    # A profile with no recorded start for this SGLang is not an error: it compiles at first start,
+    # and the report says so (as for an SGLang with no manifest at all).
+    profiles = [p for p in asked if p in manifest["profiles"]]
+    unrecorded = [p for p in asked if p not in manifest["profiles"]]
     if a.one:
         json.dump(bake_one(manifest, a.one, profiles), sys.stdout)
         return 0
@@ -112,8 +136,11 @@ def main(argv: List[str] | None = None) -> int:
 
     # The archs side by side, one process each, as many at once as there are cores: each module's
     # compile is mostly one nvcc process, so a lone arch leaves cores idle.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
-        runs = list(pool.map(bake_arch, archs))
+    if not profiles:  # nothing recorded to bake: the report still says what compiles at first start
+        runs = [subprocess.CompletedProcess([], 0, json.dumps({"arch": arch, "built": []})) for arch in archs]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+            runs = list(pool.map(bake_arch, archs))
     results = []
     for arch, done in zip(archs, runs):
         if done.returncode != 0:
@@ -128,7 +155,10 @@ def main(argv: List[str] | None = None) -> int:
         "sglang": manifest["sglang"], "archs": archs, "profiles": profiles, "recorded": manifest["recorded"],
         "caches": {k: os.environ.get(k, "") for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
                                                       "TRITON_CACHE_DIR", "SGLANG_CACHE_DIR")},
-        "baked": results, "first_start": manifest.get("first_start", []),
+        "baked": results, "not_recorded": unrecorded,
+        "first_start": manifest.get("first_start", []) + [
+            f"everything the `{p}` profile compiles: no start of it was recorded for SGLang {manifest['sglang']}"
+            for p in unrecorded],
         "seconds": round(time.monotonic() - started, 1),
     }
     os.makedirs(os.path.dirname(a.report) or ".", exist_ok=True)

@@ -86,6 +86,23 @@ def test_inside_the_pip_image_sglang_imports_and_torch_is_cu130(run: RunResults)
     assert out.decode().split() == ["0.5.16", "13.0"]
 
 
+def test_both_cells_ship_one_compiler_and_no_documentation(run: RunResults) -> None:
+    """The SGLang layer's nvcc is already the lane's 13.0, so the pip toolkit layer installs no second
+    compiler over it; dpkg's filters keep manuals and docs out of the base and the toolkit's packages."""
+    client = docker.from_env()
+    pip, none = cell(run, PIP).image, cell(run, NONE).image
+    assert pip.layers and pip.layers.get("toolkit: pip", 0) < 1_000_000, pip.layers
+    script = (f"{PIP_NVCC_HOME}/bin/nvcc --version | tail -1; "
+              "find /usr/share/man /usr/share/doc -type f ! -name copyright | wc -l; "
+              "ls /usr/share/doc/*/copyright | wc -l")
+    for ref in (pip.ref, none.ref):
+        assert ref
+        out = client.containers.run(ref, ["sh", "-c", script], entrypoint=[], remove=True).decode().splitlines()
+        assert "cuda_13.0" in out[0], (ref, out)
+        assert out[1] == "0", (ref, out)  # no manual, no document but the licences
+        assert int(out[2]) > 50, (ref, out)  # every package's copyright file stays
+
+
 def test_the_pip_toolkit_builds_a_fatbinary_for_every_target(run: RunResults, tmp_path: Path) -> None:
     """nvcc from PyPI wheels compiles a real program with machine code for each arch (the same program
     ran on an H200: evidence/h200-2026-11-29/pip-toolkit-binaries.md)."""

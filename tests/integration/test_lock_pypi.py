@@ -59,8 +59,16 @@ def test_torch_291_is_cu128_and_torch_211_is_cu130(tmp_path: Path) -> None:
     assert v128["nvcc"].startswith("12.8.")
     v130 = results["sglang0.5.16-torch2.11.0-cu130-pip-bookworm"].versions
     assert (v130["torch"], v130["cuda"], v130["sglang"]) == ("2.11.0", "cu130", "0.5.16")
-    assert v130["nvcc"].startswith("13.0.")  # the toolkit lock overrides the 13.5 nvcc SGLang drags in
-    assert not results["sglang0.5.16-torch2.11.0-cu130-none-bookworm"].versions["nvcc"].startswith("13.0.")
+    assert v130["nvcc"].startswith("13.0.")
+    # SGLang's dependencies would drag nvcc 13.5 in; the SGLang lock holds it on the lane's 13.0, so the
+    # none cell has that compiler too and the toolkit lock pins every component the SGLang layer has
+    # at the very same version (its layer installs no second compiler).
+    assert results["sglang0.5.16-torch2.11.0-cu130-none-bookworm"].versions["nvcc"] == v130["nvcc"]
+    pip130 = by_id["sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]
+    paths130 = lock.paths_for(pip130, tmp_path / "lockfiles")
+    assert paths130.toolkit is not None
+    below, toolkit = lockfile.verify(paths130.sglang).pins, lockfile.verify(paths130.toolkit).pins
+    assert {n: pin.version for n, pin in toolkit.items() if below.get(n) != pin} == {}
     for cell_id, cell in by_id.items():
         paths = lock.paths_for(cell, tmp_path / "lockfiles")
         lane, sglang = lockfile.verify(paths.lane), lockfile.verify(paths.sglang)

@@ -1,5 +1,6 @@
-"""The lean recipe as the image runs it (`sh images/lean/lean.sh FLAVOUR RECIPE` on a folder), and the
-bytecode compiler, which imports a layer's entry points in a child interpreter."""
+"""The lean recipe as the image runs it (`sh images/lean/lean.sh FLAVOUR RECIPE` on a folder), the
+bytecode compiler, which imports a layer's entry points in a child interpreter, and the package measure
+as the size report runs it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from buildscripts.probe import sitesize
+from buildscripts.report import sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +65,12 @@ def test_bytecode_compiles_what_the_entry_points_import(tmp_path: Path, monkeypa
     pyc.unlink()
     assert bytecode.main([str(tmp_path), "pkg"]) == 0
     assert pyc.read_bytes() == first  # the same source gives the same bytes: reproducible layers
+
+
+def test_the_package_measure_runs_as_the_size_report_runs_it() -> None:
+    """`report/sizes.py` runs probe/sitesize.py's source with `python3 -c`: it must stand alone."""
+    done = subprocess.run([sys.executable, "-c", Path(sitesize.__file__).read_text(), "3"],
+                          capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
+    parts = sizes.packages_from_json(done.stdout)
+    assert 1 <= len(parts) <= 3 and all(p.size_bytes > 0 for p in parts)
+    assert [p.size_bytes for p in parts] == sorted((p.size_bytes for p in parts), reverse=True)

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts import matrix
 from buildscripts.lock import drift, lockfile
+from buildscripts.lock.layers import binds_toolkit
 from buildscripts.matrix.schema import TorchLane
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parents[2]
 CU130 = TorchLane(torch="2.11.0", cuda="cu130")
 CU128 = TorchLane(torch="2.9.1", cuda="cu128")
 
@@ -21,6 +24,8 @@ def pins(name: str) -> dict[str, str]:
 LANE_211 = "lanes-torch2.11.0-cu130-bookworm"
 LANE_291 = "lanes-torch2.9.1-cu128-bookworm"
 SGLANG_0516 = "sglang-sglang0.5.16-torch2.11.0-cu130-bookworm"
+# The same SGLang resolved without drift.compiler_constraints: nvcc, crt, nvvm 13.5 and cccl 13.3.
+UNCONSTRAINED_0516 = "sglang-unconstrained-sglang0.5.16-torch2.11.0-cu130-bookworm"
 TOOLKIT_0516 = "toolkits-sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 TOOLKIT_0510 = "toolkits-sglang0.5.10-torch2.9.1-cu128-pip-bookworm"
 
@@ -70,8 +75,35 @@ def test_sglang_layer_must_hold_the_declared_sglang_and_torch() -> None:
     ]
 
 
+def test_an_sglang_layer_with_a_compiler_off_the_lanes_cuda_is_refused() -> None:
+    assert drift.sglang_problems("0.5.16", CU130, pins(UNCONSTRAINED_0516)) == [
+        "toolkit components are not on the lane's CUDA 13.0 (cu130): nvidia-cuda-cccl 13.3.5.0.6, "
+        "nvidia-cuda-crt 13.5.37, nvidia-cuda-nvcc 13.5.37, nvidia-nvvm 13.5.37"
+    ]
+
+
+def test_compiler_constraints_hold_every_component_on_the_lanes_cuda() -> None:
+    cu130 = drift.compiler_constraints(CU130)
+    assert "nvidia-cuda-nvcc==13.0.*" in cu130 and "nvidia-nvvm-cu13==13.0.*" in cu130
+    assert {line.split("==")[0].removesuffix("-cu13") for line in cu130} == set(drift.TOOLKIT_COMPONENTS)
+    cu128 = drift.compiler_constraints(CU128)
+    assert "nvidia-cuda-nvcc-cu12==12.8.*" in cu128
+    assert all(line.split("==")[0].endswith("-cu12") for line in cu128)
+
+
+def test_the_constrained_sglang_layer_leaves_the_toolkit_nothing_to_reinstall() -> None:
+    """With the compiler on the lane's CUDA in the SGLang layer, the pip toolkit lock pins the very same
+    component versions: its layer adds no second compiler (only the metapackage, already there)."""
+    sglang, toolkit = pins(SGLANG_0516), pins(TOOLKIT_0516)
+    assert {name: version for name, version in toolkit.items() if sglang.get(name) != version} == {}
+    unconstrained = pins(UNCONSTRAINED_0516)
+    assert sorted(n for n, v in toolkit.items() if unconstrained.get(n) != v) == [
+        "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-cuda-nvcc", "nvidia-nvvm",
+    ]
+
+
 def test_sglang_layer_alone_is_skewed_and_the_toolkit_lock_fixes_it() -> None:
-    sglang = pins(SGLANG_0516)
+    sglang = pins(UNCONSTRAINED_0516)
     assert drift.toolkit_skew(CU130, sglang) == [
         "nvidia-cuda-cccl 13.3.5.0.6", "nvidia-cuda-crt 13.5.37",
         "nvidia-cuda-nvcc 13.5.37", "nvidia-nvvm 13.5.37",
@@ -81,6 +113,16 @@ def test_sglang_layer_alone_is_skewed_and_the_toolkit_lock_fixes_it() -> None:
     assert installed["nvidia-cuda-nvcc"] == "13.0.88"
 
 
+@pytest.mark.parametrize(
+    ("name", "version", "binds"),
+    [("numpy", "2.3.0", True), ("nvidia-cuda-nvcc", "13.0.88", True), ("nvidia-cuda-nvcc", "13.5.37", False),
+     ("cuda-toolkit", "13.0.2", False), ("nvidia-cublas", "13.1.0.3", True)],
+)
+def test_which_sglang_pins_bind_the_toolkit_lock(name: str, version: str, binds: bool) -> None:
+    cell = next(c for c in matrix.load(ROOT / "matrix.yaml").buildable() if c.lane.cuda == "cu130")
+    assert binds_toolkit(name, version, cell) is binds
+
+
 def test_cu128_toolkit_matches_torch_291_runtime() -> None:
     installed = drift.overlay(pins(LANE_291), pins(TOOLKIT_0510))
     assert drift.toolkit_skew(CU128, installed) == []
@@ -88,7 +130,7 @@ def test_cu128_toolkit_matches_torch_291_runtime() -> None:
 
 
 def test_a_toolkit_with_a_stray_component_names_it() -> None:
-    installed = {**drift.overlay(pins(SGLANG_0516), pins(TOOLKIT_0516)), "nvidia-cuda-crt": "13.5.37"}
+    installed = {**drift.overlay(pins(UNCONSTRAINED_0516), pins(TOOLKIT_0516)), "nvidia-cuda-crt": "13.5.37"}
     skewed = drift.toolkit_skew(CU130, installed)
     assert skewed == ["nvidia-cuda-crt 13.5.37"]
     assert drift.skew_message(CU130, skewed) == (

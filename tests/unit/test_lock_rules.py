@@ -29,6 +29,7 @@ def recorded(name: str) -> str:
 LANE = recorded("lanes-torch2.11.0-cu130-bookworm")
 SGLANG = recorded("sglang-sglang0.5.16-torch2.11.0-cu130-bookworm")
 TOOLKIT = recorded("toolkits-sglang0.5.16-torch2.11.0-cu130-pip-bookworm")
+UNCONSTRAINED = recorded("sglang-unconstrained-sglang0.5.16-torch2.11.0-cu130-bookworm")
 Answer = str | Resolution
 
 
@@ -81,12 +82,16 @@ def test_happy_cells_share_one_lane_and_record_versions(setup: Setup, tmp_path: 
     assert {s.state for s in results.values()} == {"ok"}
     none_cell, pip_cell = matrix.buildable()
     assert results[pip_cell.id].versions["nvcc"] == "13.0.88"
-    assert results[none_cell.id].versions["nvcc"] == "13.5.37"
-    # The toolkit is resolved with everything of the SGLang layer as constraints but its own components.
+    # The SGLang layer's compiler wheels are held on the lane's CUDA, so the none cell has 13.0 too.
+    assert results[none_cell.id].versions["nvcc"] == "13.0.88"
+    sglang_constraints = next(c for r, c in uv.calls if r == ("torch==2.11.0", "sglang==0.5.16") and c)
+    assert "nvidia-cuda-nvcc==13.0.*" in sglang_constraints and "nvidia-nvvm==13.0.*" in sglang_constraints
+    # The toolkit is resolved with the SGLang layer as constraints, its compiler included (already on
+    # the lane's CUDA), but not the toolkit's own metapackage.
     toolkit_constraints = next(c for r, c in uv.calls if r == (TK130,))
     assert "humming-kernels==0.1.10" in toolkit_constraints
-    owned = ("nvidia-cuda-nvcc==", "nvidia-nvvm==", "cuda-toolkit==")
-    assert not [c for c in toolkit_constraints if c.startswith(owned)]
+    assert "nvidia-cuda-nvcc==13.0.88" in toolkit_constraints
+    assert not [c for c in toolkit_constraints if c.startswith("cuda-toolkit==")]
     # The lane lock was shaped by a joint resolve with the lane's SGLang, and constrained by it.
     assert uv.calls[0] == (("torch==2.11.0", "sglang==0.5.16"), ())
     assert uv.calls[1][0] == ("torch==2.11.0",) and "cuda-bindings==13.4.4" in uv.calls[1][1]
@@ -208,3 +213,13 @@ def test_toolkit_skew_is_refused_naming_packages(setup: Setup, tmp_path: Path) -
     )
     assert lock.paths_for(pip_cell, tmp_path / "lockfiles").toolkit is not None
     assert not lock.paths_for(pip_cell, tmp_path / "lockfiles").toolkit.is_file()  # type: ignore[union-attr]
+
+
+def test_an_sglang_layer_whose_compiler_left_the_lanes_cuda_is_incompatible(setup: Setup, tmp_path: Path) -> None:
+    """Were the resolver to ignore the compiler constraints, the lock says so instead of writing it."""
+    answers = {**HAPPY, ("torch==2.11.0", "sglang==0.5.16"): UNCONSTRAINED}
+    matrix, _ = setup("  - {torch: 2.11.0, cuda: cu130}", "  - {version: 0.5.16, torch: 2.11.0}", answers)
+    results = run(matrix, tmp_path)
+    assert {s.state for s in results.values()} == {"incompatible"}
+    reason = next(iter(results.values())).reason or ""
+    assert "not on the lane's CUDA 13.0 (cu130): nvidia-cuda-cccl 13.3.5.0.6" in reason

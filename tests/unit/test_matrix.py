@@ -114,3 +114,16 @@ def test_selection_globs_and_errors() -> None:
         matrix.select(cells, only=["sglang9.9*"])
     with pytest.raises(SelectionError, match="excluded cell"):
         matrix.select(cells, only=["sglang0.5.16-torch2.9.1-*"])
+
+
+def test_warm_names_server_profiles_with_did_you_mean() -> None:
+    assert parse(DEFAULT).cells[0].toolkit is not None
+    listed = DEFAULT.replace("    warm: true\n", "    warm: [default, flashinfer]\n", 1)
+    pip = next(c for c in parse(listed).buildable() if c.toolkit_name == "pip")
+    assert pip.toolkit.warm_profiles == ("default", "flashinfer")
+    assert next(c for c in parse(DEFAULT).buildable() if c.toolkit_name == "pip").toolkit.warm_profiles == ("default",)
+    message = error_of(DEFAULT.replace("    warm: true\n", "    warm: [default, flashinfr]\n", 1))
+    assert "toolkits.pip.warm" in message and "unknown server profile 'flashinfr'" in message
+    assert "did you mean 'flashinfer'" in message
+    line = DEFAULT.splitlines().index("    warm: true") + 1
+    assert f"line {line}:" in message

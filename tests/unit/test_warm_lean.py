@@ -3,12 +3,13 @@ check, the size report, the matrix key and the build arguments (no Docker, no GP
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -55,14 +56,33 @@ def test_recorded_manifest_names_what_cannot_be_baked() -> None:
                                                              "clamp_position"]
     assert default["flashinfer"] == ["flashinfer.jit.norm:gen_norm_module"]
     assert any("Triton" in line for line in manifest["first_start"])
+    # The piecewise start compiled what the default one did; the flashinfer start its attention modules
+    # too, FA3's prefill only where FlashInfer picks it (sm_90).
+    assert manifest["profiles"]["piecewise"] == default
+    flashinfer = manifest["profiles"]["flashinfer"]["flashinfer"]
+    backends = {c["args"][0]: c.get("archs") for c in flashinfer if c["ref"].endswith(":gen_batch_prefill_module")}
+    assert backends == {"fa3": ["sm_90a"], "fa2": None}
+    assert {"torch.dtype": "bfloat16"} in flashinfer[0]["args"]
 
 
-def test_bake_refuses_a_profile_that_was_not_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bake_lists_a_profile_with_no_recorded_start_as_compiled_at_first_start(tmp_path: Path) -> None:
     bake = _script(ROOT / "images" / "warm" / "bake.py")
-    code = bake.main([str(ROOT / "images" / "warm" / "sglang-0.5.16.json"), "--archs", "sm_90a",
-                      "--profiles", "flashinfer", "--report", str(tmp_path / "r.json")])
-    assert code == 2
-    assert "flashinfer not in" in capsys.readouterr().err
+    report = tmp_path / "r.json"
+    code = bake.main([str(ROOT / "images" / "warm" / "sglang-0.5.16.json"), "--archs", "sm_90a,sm_100a",
+                      "--profiles", "reasoning", "--report", str(report)])
+    assert code == 0
+    written = json.loads(report.read_text())
+    assert written["profiles"] == [] and written["not_recorded"] == ["reasoning"]
+    assert written["baked"] == [{"arch": "sm_90a", "built": []}, {"arch": "sm_100a", "built": []}]
+    assert "everything the `reasoning` profile compiles: no start of it was recorded for SGLang 0.5.16" \
+        in written["first_start"]
+
+
+def test_bake_turns_recorded_arguments_back_into_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(bfloat16="torch.bfloat16"))
+    assert bake._decode(["fa2", {"torch.dtype": "bfloat16"}, 64, False, {"k": [{"torch.dtype": "bfloat16"}]}]) == \
+        ["fa2", "torch.bfloat16", 64, False, {"k": ["torch.bfloat16"]}]
 
 
 # ------------------------------------------------------------------------------------ warm check
@@ -139,7 +159,7 @@ def test_every_layer_named_in_the_imports_list_exists() -> None:
 # ------------------------------------------------------------------------------ matrix and build
 
 def test_warm_needs_a_cuda_home() -> None:
-    with pytest.raises(ValidationError, match="warm: true needs cuda_home: true"):
+    with pytest.raises(ValidationError, match="warm needs cuda_home: true"):
         Toolkit(description="x", warm=True)
     assert Toolkit(description="x", warm=True, cuda_home=True).warm
 
@@ -155,6 +175,10 @@ def test_warm_cells_bake_when_their_sglang_was_recorded() -> None:
     args = build.build_args(recorded, image, locks, cell_json, recipe)
     assert "WARM_MODE=true" in args and "WARM_MANIFEST=images/warm/sglang-0.5.16.json" in args
     assert "WARM_ARCHS=" + ",".join(recorded.archs) in args and "LANE_CUDA=cu130" in args
+    assert "WARM_PROFILES=default" in args  # `warm: true`
+    toolkit = recorded.toolkit.model_copy(update={"warm": ("default", "flashinfer")})
+    listed = dataclasses.replace(recorded, toolkit=toolkit)
+    assert "WARM_PROFILES=default,flashinfer" in build.build_args(listed, image, locks, cell_json, recipe)
     unrecorded = [c for c in cells if c.sglang.version != "0.5.16"]
     for cell in unrecorded:  # no recorded start: built without the warm layer
         assert not any(a.startswith("WARM_") for a in build.build_args(cell, image, locks, cell_json, recipe))
@@ -169,8 +193,8 @@ def test_layers_are_named_by_their_stage_and_packages_sorted() -> None:
                {"CreatedBy": "ENV A=1", "Size": 0}, {"CreatedBy": "", "Size": 169_000_000}]
     layers = sizes.layers_from_history(history)
     assert [p.name for p in layers] == ["torch lane", "SGLang", "base image", "baked kernel caches"]
-    packages = sizes.packages_from_du("1024\tsgl_kernel/\n3000000\tnvidia/cu13/\nnoise\n")
-    assert packages[0] == sizes.Part("nvidia/cu13", 3000000 * 1024)
+    packages = sizes.packages_from_json('noise\n[["sgl_kernel", 1024], ["nvidia/cu13", 3072000000]]\n')
+    assert packages[0] == sizes.Part("nvidia/cu13", 3072000000)
     one = sizes.ImageSizes("img:x", 9_610_000_000, layers, packages)
     assert sizes.ImageSizes.from_json(json.loads(sizes.dumps([one]))[0]) == one
     table = sizes.markdown([one])
@@ -200,3 +224,4 @@ def test_the_sizes_page_says_what_was_pruned_and_what_still_compiles_at_first_st
     assert "| 7.90 GB | torch lane 3.89 GB, SGLang 3.22 GB | `nvidia/cu13` 1.65 GB, `torch` 1.06 GB |" in row
     assert "| 1.11 GB from 24 libraries (sm_80, sm_86) |" in row
     assert "| 10 modules for sm_90a, sm_100a | Triton kernels; DeepGEMM |" in row
+
