@@ -258,7 +258,8 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     stages: list[StageResult] = []
     key = reused = None
     if build.status is Status.PASSED and opts.verify:
-        plan = Plan.for_cell(cell, stages=opts.stages, profile=spec.spec.profiles[opts.profile])
+        plan = Plan.for_cell(cell, stages=opts.stages, profile=spec.spec.profiles[opts.profile],
+                             profile_name=opts.profile)
         key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
         reused = reuse.find(ctx.history, cell.id, key)
         if reused and cell_record(cell.id, build=build, image=image, stages=reused.stages(),

@@ -24,6 +24,7 @@ import docker.errors
 from docker.models.images import Image
 
 from .. import hostenv, proc
+from ..errors import ConfigError
 from ..lock import LockPaths
 from ..matrix import Cell
 from ..matrix.schema import LABEL_PREFIX
@@ -44,7 +45,7 @@ class Recipe:
     empty_lock: Path
     bootstrap_lock: Path
     cell_files: Path
-    lean: tuple[Path, ...] = ()  # what finishes every install layer: removals, fatbin pruner, bytecode
+    lean: tuple[Path, ...] = ()  # what keeps every install layer lean: removals, fatbin pruner, bytecode
     warm: Path | None = None     # images/warm: bake.py and one recorded manifest per SGLang version
 
     @classmethod
@@ -57,15 +58,24 @@ class Recipe:
                    lean=(ws.images / "lean" / "finish-layer.sh", ws.images / "lean" / "lean.sh",
                          ws.images / "lean" / "recipe.txt", ws.images / "lean" / "prune_fatbins.py",
                          ws.images / "lean" / "imports.txt",
-                         ws.root / "buildscripts" / "probe" / "fatbin.py", ws.images / "bytecode.py"),
+                         ws.root / "buildscripts" / "probe" / "fatbin.py", ws.images / "bytecode.py",
+                         ws.images / "toolkit" / "dpkg-excludes"),
                    warm=ws.images / "warm")
 
     def warm_manifest(self, cell: Cell) -> Path | None:
-        """The recorded start-up kernels of the cell's SGLang, when its toolkit bakes them and one exists."""
+        """The recorded start-up kernels of the cell's SGLang, when its toolkit bakes them and a start of at
+        least one of its warm profiles was recorded; otherwise the image has no warm layer (and no claim)."""
         if not cell.toolkit.warm or self.warm is None:
             return None
         path = self.warm / f"sglang-{cell.sglang.version}.json"
-        return path if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            recorded = json.loads(path.read_text()).get("profiles", {})
+        except (OSError, ValueError) as exc:
+            msg = f"{path} is not a readable start-up manifest: {exc}"
+            raise ConfigError(msg, hint="restore it from git, or record the start again (images/warm/bake.py)") from exc
+        return path if any(p in recorded for p in cell.toolkit.warm_profiles) else None
 
 
 def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -> str:

@@ -122,7 +122,9 @@ def compiler_constraints(lane: TorchLane) -> list[str]:
     humming-kernels 0.1.10 (sglang 0.5.16) asks for `nvidia-cuda-nvcc` with no version, so the resolver
     takes the newest CUDA 13 compiler (13.5) next to torch's 13.0 runtime; later humming-kernels pins it
     to the toolkit version torch pins, as this does. One coherent compiler in the SGLang layer is also
-    one the `pip` toolkit completes instead of installing a second copy over it.
+    one the `pip` toolkit completes instead of installing a second copy over it. On a CUDA 12 lane only
+    the `-cu12` names are held: a dependency that asks for an unsuffixed (CUDA 13) compiler there is
+    refused by `sglang_problems` with the names of the skewed wheels.
     """
     major = lane.cuda_version.split(".")[0]
     suffixes = ("-cu12",) if major == "12" else ("", f"-cu{major}")

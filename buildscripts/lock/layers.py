@@ -115,7 +115,7 @@ class LayerLocker:
         constraints = [*pin_lines(below.lock.body), *inputs["sglang-compiler"]]
         done = self._compile(wanted, cell, path, constraints, "sglang")
         if not done.ok:
-            state, reason = self._why_sglang_fails(cell, done)
+            state, reason = self._why_sglang_fails(cell, done, pin_lines(below.lock.body))
             return LayerOutcome("sglang", layer_id, state, reason, pins=below.pins, seconds=done.seconds)
         pins = lockfile.parse_pins(done.body)
         versions = {name: pin.version for name, pin in pins.items()}
@@ -130,11 +130,22 @@ class LayerLocker:
         header = self._header("sglang", layer_id, cell, wanted, inputs=inputs, below=below)
         return self._write("sglang", layer_id, path, header, body=done.body, seconds=done.seconds)
 
-    def _why_sglang_fails(self, cell: Cell, failed: Resolution) -> tuple[State, str]:
-        """Tell SGLang's own torch pin (resolved without the lane) apart from other conflicts."""
+    def _why_sglang_fails(self, cell: Cell, failed: Resolution, lane_pins: list[str]) -> tuple[State, str]:
+        """Tell SGLang's own torch pin (resolved without the lane) and a compiler that cannot stay on the
+        lane's CUDA apart from other conflicts."""
         version, lane = cell.sglang.version, cell.lane
         if failed.network_failure:
             return "unresolvable", f"sglang=={version}: a package index cannot be reached: {failed.error}"
+        unheld = self._compile([f"torch=={lane.torch}", f"sglang=={version}"], cell, None, lane_pins,
+                               "sglang-unheld")
+        if unheld.ok:
+            pins = {name: pin.version for name, pin in lockfile.parse_pins(unheld.body).items()}
+            skewed = drift.toolkit_skew(lane, pins)
+            return "incompatible", (
+                f"sglang {version} needs CUDA compiler wheels off the lane's CUDA {lane.cuda_version} "
+                f"({', '.join(skewed) or 'see the log'}); the lock holds them on the lane's CUDA "
+                f"(drift.compiler_constraints), so that one compiler matches torch's runtime: {failed.error}"
+            )
         alone = self._compile([f"sglang=={version}"], cell, None, (), "sglang-alone")
         if not alone.ok:
             return "unresolvable", f"sglang=={version} cannot be resolved at all: {alone.error}"
@@ -159,6 +170,11 @@ class LayerLocker:
         wanted = list(toolkit_requirements(cell))
         kept = [f"{n}=={p.version}" for n, p in below.lock.pins.items() if binds_toolkit(n, p.version, cell)]
         done = self._compile(wanted, cell, path, kept, "toolkit")
+        if not done.ok and not done.network_failure:
+            # The recipe pins another patch of the lane's CUDA than the SGLang layer has (e.g. a newer
+            # 13.0 nvcc than cuda-toolkit 13.0.2's): the toolkit then owns its components, as before.
+            owned = [f"{n}=={p.version}" for n, p in below.lock.pins.items() if not drift.component_of(n)]
+            done = self._compile(wanted, cell, path, owned, "toolkit-owned")
         if not done.ok:
             state: State = "unresolvable" if done.network_failure else "incompatible"
             recipe = " ".join(wanted)
@@ -244,9 +260,10 @@ class LayerLocker:
 
 
 def binds_toolkit(name: str, version: str, cell: Cell) -> bool:
-    """Is the SGLang layer's pin a constraint of the toolkit lock? The toolkit owns its metapackage
-    and any component on another CUDA major.minor; a component already on the lane's CUDA stays, so
-    the toolkit layer does not install a second copy of it."""
+    """Is the SGLang layer's pin a constraint of the toolkit lock (first attempt)? The toolkit owns its
+    metapackage and any component on another CUDA major.minor; a component already on the lane's CUDA
+    stays, so that the toolkit layer does not install a second copy of it. Where the recipe cannot
+    resolve so, the toolkit lock owns every component (`_toolkit`)."""
     component = drift.component_of(name)
     if component is None:
         return True

@@ -20,13 +20,14 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--stage-timeout", type=float, default=900.0)
     ap.add_argument("--server-args", default="[]", help="JSON list of sglang.launch_server flags")
     ap.add_argument("--server-env", default="{}", help="JSON object of env vars for the server")
+    ap.add_argument("--server-profile", default="default", help="the profile's name in matrix.yaml")
     ap.add_argument("--model-path", default=None)
     ap.add_argument("--out", default=None, help="also write all results as JSON to this file")
     a = ap.parse_args(argv)
     ctx = core.Context(
         archs=[x for x in a.archs.split(",") if x], lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
         stage_timeout=a.stage_timeout, server_args=json.loads(a.server_args),
-        server_env=json.loads(a.server_env), model_path=a.model_path,
+        server_env=json.loads(a.server_env), server_profile=a.server_profile, model_path=a.model_path,
     )
     unknown = [s for s in a.stages.split(",") if s and s not in core.REGISTRY]
     if unknown:

@@ -26,6 +26,7 @@ class Context:
     stage_timeout: float = 900.0
     server_args: List[str] = field(default_factory=list)
     server_env: Dict[str, str] = field(default_factory=dict)
+    server_profile: str = "default"       # the profile's name: baked caches are claimed per profile
     model_path: Optional[str] = None      # a user model; default: a tiny model made in the image
     results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}

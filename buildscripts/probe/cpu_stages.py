@@ -192,8 +192,11 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         ev["pruned"] = {"libraries": rewritten, "load": loaded}
         if loaded is None:
             lacking.append(f"the load check of the pruned libraries died: {(done.stdout or '')[-300:]}")
-        elif loaded["failed"]:
+        else:
             lacking += [f"pruned library does not load: {path}: {why}" for path, why in loaded["failed"].items()]
+            ev["pruned"]["absent_dependencies"] = [
+                f"{path}: mapped; it needs {dependency}, which this image does not have (it could not load before "
+                "pruning either)" for path, dependency in loaded.get("mapped_but_a_dependency_is_absent", {}).items()]
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev

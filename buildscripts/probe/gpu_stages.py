@@ -292,8 +292,10 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
     evidence = {"argv": argv[1:], "env": ctx.server_env, "model": model, "tiny_model": not ctx.model_path,
                 "log": srv.log_path, "jit_log_lines": jit_lines, **ready.as_evidence()}
     if watch is not None and claim is not None:
-        evidence["warm"] = {"report": claim["path"], "first_start": claim.get("first_start", []),
-                            **watch.stop()}
+        evidence["warm"] = {"report": claim["path"], "profile": ctx.server_profile,
+                            "profile_baked": warmcheck.covers(claim, ctx.server_profile),
+                            "declared_at_start": warmcheck.declared(claim, ctx.server_profile),
+                            "first_start": claim.get("first_start", []), **watch.stop()}
     if not ready.ready:
         excerpt = server.failure_excerpt(srv)
         evidence["shutdown"] = server.stop(srv)
@@ -312,7 +314,10 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
-    cold = warmcheck.verdict(evidence["warm"]) if "warm" in evidence else None
+    # Only a profile the image baked is held to "nothing compiles"; another one compiles at first start,
+    # as the bake report says, and its compiles are kept as evidence.
+    warm = evidence.get("warm")
+    cold = warmcheck.verdict(warm, tuple(warm["declared_at_start"])) if warm and warm["profile_baked"] else None
     if cold:  # warm caches claimed, yet the start compiled: the claim is false (the server did come up)
         evidence["shutdown"] = server.stop(srv)
         _stop_live()

@@ -46,26 +46,33 @@ def summary() -> Dict[str, Any]:
             "dropped_archs": sorted({a for i in found.values() for a in i.get("dropped", {})})}
 
 
-# Run with the image's Python; prints one "@@pruned-load " line. A library that links the driver
-# (libcuda.so.1, sgl_kernel's) cannot load on a machine without one; the loader reports that only after
-# it has mapped the library itself, so the rewrite is checked all the same, and the GPU check loads it.
+# Run with the image's Python; prints one "@@pruned-load " line. The loader names a dependency it cannot
+# find only after it has mapped the library itself, so the rewrite is checked all the same when one is
+# absent: the driver (libcuda.so.1, which sgl_kernel's ops link; the GPU check loads those), or a library
+# the image never had (torchcodec builds one core per FFmpeg major and needs only the FFmpeg present; with
+# none installed, no core could load before pruning either).
 DLOPEN = """
-import ctypes, json
+import ctypes, json, os
 try:
     import torch  # noqa: F401  the CUDA libraries torch links, loaded first as in a server
 except ImportError:
     pass  # an image without torch has no torch-linked library to resolve
-failed, needs_driver = {}, []
+failed, needs_driver, missing = {}, [], {}
 for path in PATHS:
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
-        if str(exc).startswith("libcuda.so.1: cannot open shared object file"):
-            needs_driver.append(path)
+        name, _, why = str(exc).partition(": ")
+        if why.startswith("cannot open shared object file") and "/" not in name and name != os.path.basename(path):
+            if name == "libcuda.so.1":
+                needs_driver.append(path)
+            else:
+                missing[path] = name
         else:
             failed[path] = str(exc)[-300:]
-print("@@pruned-load " + json.dumps({"loaded": len(PATHS) - len(failed) - len(needs_driver),
-                                     "mapped_but_need_the_gpu_driver": needs_driver, "failed": failed}))
+print("@@pruned-load " + json.dumps({"loaded": len(PATHS) - len(failed) - len(needs_driver) - len(missing),
+                                     "mapped_but_need_the_gpu_driver": needs_driver, "failed": failed,
+                                     "mapped_but_a_dependency_is_absent": missing}))
 """
 
 # Run with the image's Python on a GPU; prints one "@@json " line (the kernel-smoke convention).

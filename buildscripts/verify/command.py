@@ -114,7 +114,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
             log.warn(warning)
         cell = check_image(client, a.image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                           profile=profile, keep=env.get(KEEP_ENV) == "1")
+                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1")
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
     out = a.out or run_dir / "results.json"
     results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell],
@@ -145,7 +145,7 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
-                     stage_timeout=stage_timeout(a, profile), profile=profile)
+                     stage_timeout=stage_timeout(a, profile), profile=profile, profile_name=a.profile)
     found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
                            env=env, python=python)
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
@@ -161,7 +161,8 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
-                     stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile)
+                     stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile,
+                     profile_name=a.profile)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")

@@ -53,7 +53,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
                 matrix: Matrix | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
                 stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
                 options: Mapping[str, Any] | None = None, profile: Profile | None = None,
-                keep: bool = False) -> CellResult:
+                profile_name: str = "default", keep: bool = False) -> CellResult:
     """verify_image + judge in one call (what `verify IMAGE` and end-to-end tests use). The targets come
     from `archs`, else `cell`, else the cell of `matrix` the image's labels name, else the labels,
     else the defaults; so does the lane and the declared expected failure."""
@@ -66,7 +66,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
     cell = cell or (matrix_cell(matrix, cell_id) if matrix else None)
     plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
                      lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
-                     stages=stages, stage_timeout=stage_timeout, profile=profile)
+                     stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name)
     found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
                          cell_id=cell_id, options=options, keep=keep)
     build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id

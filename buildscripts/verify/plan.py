@@ -42,20 +42,24 @@ class Plan:
     stage_timeout: float = MIN_STAGE_TIMEOUT
     server_args: tuple[str, ...] = ()
     server_env: Mapping[str, str] = field(default_factory=dict)
+    server_profile: str = "default"         # its name: an image's baked caches are per profile
 
     @classmethod
     def make(cls, *, archs: Sequence[str], lane_cuda: str | None, stages: Sequence[str] | None = None,
-             stage_timeout: float = MIN_STAGE_TIMEOUT, profile: Profile | None = None) -> Plan:
+             stage_timeout: float = MIN_STAGE_TIMEOUT, profile: Profile | None = None,
+             profile_name: str = "default") -> Plan:
         profile = profile or Profile()
         return cls(archs=tuple(archs), lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
-                   stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env))
+                   stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env),
+                   server_profile=profile_name)
 
     @classmethod
-    def for_cell(cls, cell: Cell, *, stages: Sequence[str] | None = None, profile: Profile | None = None) -> Plan:
+    def for_cell(cls, cell: Cell, *, stages: Sequence[str] | None = None, profile: Profile | None = None,
+                 profile_name: str = "default") -> Plan:
         """A matrix cell's archs and lane; the stage deadline covers the profile's server timeout."""
         profile = profile or Profile()
         return cls.make(archs=cell.archs, lane_cuda=cell.lane.cuda_version, stages=stages, profile=profile,
-                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)))
+                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)), profile_name=profile_name)
 
     @property
     def deadline(self) -> float:
@@ -65,7 +69,8 @@ class Plan:
     def probe_args(self, mode: str) -> list[str]:
         args = ["--archs", ",".join(self.archs), "--stages", ",".join(self.stages),
                 "--stage-timeout", str(self.stage_timeout), "--mode", mode,
-                "--server-args", json.dumps(list(self.server_args)), "--server-env", json.dumps(dict(self.server_env))]
+                "--server-args", json.dumps(list(self.server_args)), "--server-env", json.dumps(dict(self.server_env)),
+                "--server-profile", self.server_profile]
         return args + (["--lane-cuda", self.lane_cuda] if self.lane_cuda else [])
 
 

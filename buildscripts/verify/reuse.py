@@ -62,6 +62,7 @@ def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gp
               "stages": list(plan.stages), "archs": list(plan.archs),
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
+              "server_profile": plan.server_profile,
               "gpu": gpu_identity(discovery, gpu, per_gpu)}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 

@@ -75,8 +75,8 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
                           "seconds": round(time.monotonic() - started, 1)})
         for call in entry.get("flashinfer", []):
             call = {"ref": call} if isinstance(call, str) else call
-            if "archs" in call and arch not in call["archs"]:
-                continue  # a module FlashInfer picks only on these archs (e.g. its FA3 kernels on sm_90)
+            if not applies(call, arch):
+                continue
             started = time.monotonic()
             module, func = call["ref"].split(":")
             generate = getattr(importlib.import_module(module), func)
@@ -88,6 +88,12 @@ def bake_one(manifest: Dict[str, Any], arch: str, profiles: List[str]) -> Dict[s
             built.append({"kind": "flashinfer", "profile": profile, "module": str(spec.build_dir),
                           "ok": spec.jit_library_path.exists(), "seconds": round(time.monotonic() - started, 1)})
     return {"arch": arch, "built": built}
+
+
+def applies(call: Dict[str, Any], arch: str) -> bool:
+    """Is a recorded module built for `arch`? `archs` names the GPUs FlashInfer picks it on (its FA3
+    kernels only on sm_90), compared by major.minor: sm_90 and sm_90a are the same GPU."""
+    return "archs" not in call or arch_parts(arch)[:2] in [arch_parts(a)[:2] for a in call["archs"]]
 
 
 def _decode(value: Any) -> Any:
@@ -156,6 +162,8 @@ def main(argv: List[str] | None = None) -> int:
         "caches": {k: os.environ.get(k, "") for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
                                                       "TRITON_CACHE_DIR", "SGLANG_CACHE_DIR")},
         "baked": results, "not_recorded": unrecorded,
+        # Modules a baked profile is known to compile at first start on some GPU (the warm check allows them).
+        "compiled_at_start": {p: manifest["profiles"][p].get("compiled_at_start", []) for p in profiles},
         "first_start": manifest.get("first_start", []) + [
             f"everything the `{p}` profile compiles: no start of it was recorded for SGLang {manifest['sglang']}"
             for p in unrecorded],

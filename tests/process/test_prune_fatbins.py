@@ -199,21 +199,36 @@ def test_verifier_loads_what_the_pruner_rewrote(tmp_path: Path, monkeypatch: pyt
     assert '"loaded": 0' in done.stdout and str(lib) in done.stdout
 
 
-def test_library_linking_the_gpu_driver_is_mapped_on_a_machine_without_one(tmp_path: Path) -> None:
-    """Like sgl_kernel's ops: linked against libcuda.so.1, which a CPU runner lacks."""
+def pruned_library_linking(tmp_path: Path, soname: str, source: str) -> tuple[Path, Path]:
+    """A pruned library linked against a stub `soname` built from C `source`: (library, stub)."""
     gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
     stub = tmp_path / "stub"
     stub.mkdir()
-    (stub / "cuda.c").write_text("int cuInit(unsigned int flags) { return (int)flags; }\n")
-    subprocess.run([gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"),
-                    str(stub / "cuda.c")], check=True)
-    lib = build(tmp_path / "site", link=("-Wl,--no-as-needed", f"-L{stub}", "-l:libcuda.so.1"))
+    (stub / "stub.c").write_text(source)
+    subprocess.run([gcc, "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(stub / soname), str(stub / "stub.c")],
+                   check=True)
+    lib = build(tmp_path / "site", link=("-Wl,--no-as-needed", f"-L{stub}", f"-l:{soname}"))
     prune(lib.parent)
+    return lib, stub / soname
+
+
+def test_library_linking_the_gpu_driver_is_mapped_on_a_machine_without_one(tmp_path: Path) -> None:
+    """Like sgl_kernel's ops: linked against libcuda.so.1, which a CPU runner lacks."""
+    lib, _ = pruned_library_linking(tmp_path, "libcuda.so.1", "int cuInit(unsigned int flags) { return (int)flags; }\n")
     done = core.python_snippet(pruned.dlopen_snippet([str(lib)]), timeout=60)
     if driver_present():   # a GPU runner: the real libcuda.so.1 satisfies the link
         assert '"loaded": 1, "mapped_but_need_the_gpu_driver": [], "failed": {}' in done.stdout
     else:
         assert f'"loaded": 0, "mapped_but_need_the_gpu_driver": ["{lib}"], "failed": {{}}' in done.stdout
+
+
+def test_library_whose_dependency_the_image_lacks_is_mapped_not_failed(tmp_path: Path) -> None:
+    """Like torchcodec's per-FFmpeg cores: linked against libavutil.so.56, which the image never had."""
+    lib, stub = pruned_library_linking(tmp_path, "libavutil.so.56", "int av_version_info(void) { return 56; }\n")
+    stub.unlink()  # absent at load time, as in the image
+    done = core.python_snippet(pruned.dlopen_snippet([str(lib)]), timeout=60)
+    assert f'"failed": {{}}, "mapped_but_a_dependency_is_absent": {{"{lib}": "libavutil.so.56"}}' in done.stdout
+    assert '"loaded": 0' in done.stdout
 
 
 def driver_present() -> bool:

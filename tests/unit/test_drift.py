@@ -91,17 +91,6 @@ def test_compiler_constraints_hold_every_component_on_the_lanes_cuda() -> None:
     assert all(line.split("==")[0].endswith("-cu12") for line in cu128)
 
 
-def test_the_constrained_sglang_layer_leaves_the_toolkit_nothing_to_reinstall() -> None:
-    """With the compiler on the lane's CUDA in the SGLang layer, the pip toolkit lock pins the very same
-    component versions: its layer adds no second compiler (only the metapackage, already there)."""
-    sglang, toolkit = pins(SGLANG_0516), pins(TOOLKIT_0516)
-    assert {name: version for name, version in toolkit.items() if sglang.get(name) != version} == {}
-    unconstrained = pins(UNCONSTRAINED_0516)
-    assert sorted(n for n, v in toolkit.items() if unconstrained.get(n) != v) == [
-        "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-cuda-nvcc", "nvidia-nvvm",
-    ]
-
-
 def test_sglang_layer_alone_is_skewed_and_the_toolkit_lock_fixes_it() -> None:
     sglang = pins(UNCONSTRAINED_0516)
     assert drift.toolkit_skew(CU130, sglang) == [

@@ -30,7 +30,7 @@ LANE = recorded("lanes-torch2.11.0-cu130-bookworm")
 SGLANG = recorded("sglang-sglang0.5.16-torch2.11.0-cu130-bookworm")
 TOOLKIT = recorded("toolkits-sglang0.5.16-torch2.11.0-cu130-pip-bookworm")
 UNCONSTRAINED = recorded("sglang-unconstrained-sglang0.5.16-torch2.11.0-cu130-bookworm")
-Answer = str | Resolution
+Answer = str | Resolution | Callable[[Sequence[str]], "str | Resolution"]  # a callable sees the constraints
 
 
 class RecordedUv:
@@ -43,6 +43,8 @@ class RecordedUv:
         assert target == Target("3.11", "x86_64-manylinux_2_36")
         self.calls.append((tuple(requirements), tuple(constraints)))
         answer = self.answers[tuple(requirements)]
+        if callable(answer):
+            answer = answer(constraints)
         return answer if isinstance(answer, Resolution) else Resolution(True, answer, "", 0.1)
 
 
@@ -223,3 +225,36 @@ def test_an_sglang_layer_whose_compiler_left_the_lanes_cuda_is_incompatible(setu
     assert {s.state for s in results.values()} == {"incompatible"}
     reason = next(iter(results.values())).reason or ""
     assert "not on the lane's CUDA 13.0 (cu130): nvidia-cuda-cccl 13.3.5.0.6" in reason
+
+
+def test_an_sglang_that_needs_a_compiler_off_the_lanes_cuda_is_told_apart(setup: Setup, tmp_path: Path) -> None:
+    """Resolvable only with nvcc 13.5: the reason names the compiler hold, not the torch layer."""
+    def sglang(constraints: Sequence[str]) -> str | Resolution:
+        held = "nvidia-cuda-nvcc==13.0.*" in constraints
+        return failed("No solution found: humming-kernels needs nvidia-cuda-nvcc>=13.5") if held else UNCONSTRAINED
+    answers = {**HAPPY, ("torch==2.11.0", "sglang==0.5.16"): sglang}
+    matrix, _ = setup("  - {torch: 2.11.0, cuda: cu130}", "  - {version: 0.5.16, torch: 2.11.0}", answers)
+    results = run(matrix, tmp_path)
+    reason = next(iter(results.values())).reason or ""
+    assert {s.state for s in results.values()} == {"incompatible"}
+    assert reason.startswith("sglang 0.5.16 needs CUDA compiler wheels off the lane's CUDA 13.0 (nvidia-cuda-cccl")
+    assert "drift.compiler_constraints" in reason and "nvidia-cuda-nvcc>=13.5" in reason
+
+
+def test_a_toolkit_recipe_on_another_patch_owns_its_components(setup: Setup, tmp_path: Path) -> None:
+    """The recipe wants another 13.0 patch of nvcc than the SGLang layer has: kept as constraints it cannot
+    resolve, so the toolkit lock resolves again owning its components, and stays on the lane's CUDA."""
+    newer = SGLANG.replace("nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-nvcc==13.0.99")
+
+    def toolkit(constraints: Sequence[str]) -> str | Resolution:
+        return failed("No solution found: nvcc 13.0.88 vs 13.0.99") if "nvidia-cuda-nvcc==13.0.99" in constraints \
+            else TOOLKIT
+    answers = {("torch==2.11.0", "sglang==0.5.16"): newer, ("torch==2.11.0",): LANE, (TK130,): toolkit}
+    matrix, uv = setup("  - {torch: 2.11.0, cuda: cu130}", "  - {version: 0.5.16, torch: 2.11.0}", answers)
+    results = run(matrix, tmp_path)
+    assert {s.state for s in results.values()} == {"ok"}
+    _, pip_cell = matrix.buildable()
+    assert results[pip_cell.id].versions["nvcc"] == "13.0.88"
+    tries = [c for r, c in uv.calls if r == (TK130,)]
+    assert len(tries) == 2 and "nvidia-cuda-nvcc==13.0.99" in tries[0]
+    assert not [c for c in tries[1] if c.startswith(("nvidia-cuda-nvcc==", "nvidia-nvvm=="))]

@@ -23,6 +23,7 @@ from buildscripts.probe import warmcheck
 from buildscripts.report import sizes
 from buildscripts.results import RunResults
 from buildscripts.verify import classify
+from buildscripts.verify.plan import Plan
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +79,14 @@ def test_bake_lists_a_profile_with_no_recorded_start_as_compiled_at_first_start(
         in written["first_start"]
 
 
+def test_a_module_limited_to_some_gpus_is_built_for_those_only() -> None:
+    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    fa3 = {"ref": "m:gen", "archs": ["sm_90a"]}
+    assert bake.applies(fa3, "sm_90a") and bake.applies(fa3, "sm_90")
+    assert not bake.applies(fa3, "sm_100a") and not bake.applies(fa3, "sm_120a")
+    assert bake.applies({"ref": "m:gen"}, "sm_120a")
+
+
 def test_bake_turns_recorded_arguments_back_into_python(monkeypatch: pytest.MonkeyPatch) -> None:
     bake = _script(ROOT / "images" / "warm" / "bake.py")
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(bfloat16="torch.bfloat16"))
@@ -128,6 +137,33 @@ def test_a_false_warm_claim_has_its_own_failure_class() -> None:
     result = {"baked_files": 9, "compiled_count": 1, "compiled_files": ["/c/sgl_kernel_jit_x/x.so"],
               "compiler_processes": ["nvcc"]}
     assert classify.classify(warmcheck.verdict(result) or "", "server").id == "warm-cache-compiled-at-start"
+
+
+def test_only_a_baked_profile_is_held_to_a_warm_start() -> None:
+    claim = {"profiles": ["default", "piecewise"]}
+    assert warmcheck.covers(claim, "default") and warmcheck.covers(claim, "piecewise")
+    assert not warmcheck.covers(claim, "flashinfer") and not warmcheck.covers({}, "default")
+    args = Plan.make(archs=["sm_90a"], lane_cuda="13.0", profile_name="flashinfer").probe_args("container")
+    assert args[args.index("--server-profile") + 1] == "flashinfer"  # the probe knows which profile runs
+
+
+def test_a_module_the_report_declares_may_compile_at_start() -> None:
+    """FlashInfer's CUTLASS attention of the flashinfer profile compiles at first start on sm_100."""
+    manifest = json.loads((ROOT / "images" / "warm" / "sglang-0.5.16.json").read_text())
+    claim = {"profiles": ["flashinfer"], "compiled_at_start": {
+        "flashinfer": manifest["profiles"]["flashinfer"]["compiled_at_start"]}}
+    allowed = tuple(warmcheck.declared(claim, "flashinfer"))
+    assert allowed == ("fmha_cutlass_sm100a",) and warmcheck.declared(claim, "default") == []
+    files = ["/c/100a/cached_ops/fmha_cutlass_sm100a/fmha_cutlass_sm100a.so",
+             "/c/100a/cached_ops/fmha_cutlass_sm100a/fmha.cuda.o"]
+    cutlass = {"baked_files": 40, "compiled_count": 2, "compiler_processes": ["nvcc", "cicc"], "compiled_files": files}
+    assert warmcheck.verdict(cutlass, allowed) is None
+    assert "2 file(s) compiled" in (warmcheck.verdict(cutlass) or "")  # not declared for this profile
+    norm = "/c/90a/cached_ops/norm/n.so"
+    more = {**cutlass, "compiled_count": 3, "compiled_files": [*files, norm]}
+    assert "1 file(s) compiled into the caches (norm)" in (warmcheck.verdict(more, allowed) or "")
+    bare = {**cutlass, "compiled_count": 0, "compiled_files": []}  # a compiler ran and left nothing declared
+    assert "compiler processes ran: nvcc, cicc" in (warmcheck.verdict(bare, allowed) or "")
 
 
 def test_compiler_processes_fail_the_claim_too() -> None:
