@@ -22,6 +22,9 @@ from typing import Any, Dict, List
 SEED = 1234
 HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 256, 512, 2, 4, 2, 64, 512
 SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>"]
+# One token each, as in the reasoning models SGLang's reasoning parsers are written for: the `reasoning`
+# profile (`--reasoning-parser qwen3`) refuses to start when `</think>` does not encode to one token.
+THINK = ["<think>", "</think>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
@@ -47,10 +50,15 @@ def make_tokenizer(out: str) -> None:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(), trainer)
     tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 0)])
+    tok.add_tokens(THINK)  # plain added tokens: they stay in decoded text, where the parser looks for them
     # Pad with reserved tokens so that the tokenizer's vocabulary is exactly the model's.
     tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(VOCAB - tok.get_vocab_size())])
     if tok.get_vocab_size() != VOCAB:
         msg = f"tokenizer has {tok.get_vocab_size()} tokens, the model {VOCAB}"
+        raise SystemExit(msg)
+    unsplit = [t for t in THINK if len(tok.encode(t, add_special_tokens=False).ids) != 1]
+    if unsplit:
+        msg = f"tokenizer splits {unsplit}: the reasoning parser needs one token each"
         raise SystemExit(msg)
     tok.save(os.path.join(out, "tokenizer.json"))
     _write_json(os.path.join(out, "tokenizer_config.json"), {

@@ -3,6 +3,8 @@
 #   bash .gpu/sglang/tools/device_run.sh exec -- bash evidence/h200-profiles-2026-11-30/run.sh cold flashinfer [piecewise]
 #   bash .gpu/sglang/tools/device_run.sh exec -- bash evidence/h200-profiles-2026-11-30/run.sh rerecord flashinfer piecewise
 #   bash .gpu/sglang/tools/device_run.sh exec -- bash evidence/h200-profiles-2026-11-30/run.sh bake-warm flashinfer piecewise
+#   bash .gpu/sglang/tools/device_run.sh exec -- bash -c 'bash evidence/h200-profiles-2026-11-30/run.sh cold reasoning;
+#     BAKE_PROFILES=default bash evidence/h200-profiles-2026-11-30/run.sh bake-warm reasoning'
 # cold: each profile's server start with empty caches, through the verifier's own server and
 #   first-generation stages, with the recorder (recorder/sitecustomize.py) logging every SGLang JIT
 #   kernel and every FlashInfer module generator called; writes record-PROFILE.jsonl.
@@ -55,7 +57,9 @@ cold)
   done ;;
 bake-warm)  # PROFILE...: bake them all into one cache root, then start each with nvcc hidden
   b=/tmp/baked; rm -rf "$b"; caches "$b"; t0=$(date +%s)
-  CUDA_VISIBLE_DEVICES= python3 images/warm/bake.py "$here/manifest.json" --archs sm_90a --profiles "$(echo "$@" | tr ' ' ,)" \
+  # BAKE_PROFILES bakes other profiles than the ones started (a start with an unbaked profile is only recorded)
+  CUDA_VISIBLE_DEVICES= python3 images/warm/bake.py "$here/manifest.json" --archs sm_90a \
+    --profiles "${BAKE_PROFILES:-$(echo "$@" | tr ' ' ,)}" \
     --report "$b/warm.json" 2>&1 | tail -5
   echo "== bake $* for sm_90a, GPU hidden, $(nproc) cores: $(( $(date +%s) - t0 )) s; $(du -sh "$b" | cut -f1)"
   cp "$b/warm.json" "$out/bake-report.json"; (cd "$b" && find . -maxdepth 5 -type d | sort) > "$out/baked-tree.txt"
@@ -65,6 +69,7 @@ bake-warm)  # PROFILE...: bake them all into one cache root, then start each wit
   for p in "$@"; do
     PATH=$(echo "$PATH" | tr : '\n' | grep -v cuda | paste -sd:) env -u CUDA_HOME -u CUDA_PATH \
       bash -c "echo \"== nvcc: \$(command -v nvcc || echo none), CUDA_HOME=\${CUDA_HOME:-unset}\"
-               export SGLANG_IMAGES_WARM_REPORT=$b/warm.json; $(declare -f probe profile_args); out=$out; probe baked-$p $p"
+               export SGLANG_IMAGES_WARM_REPORT=$b/warm.json PYTHONPATH=$here/recorder:\$PYTHONPATH \
+                 WARM_RECORD=$out/record-baked-$p.jsonl; $(declare -f probe profile_args); out=$out; probe baked-$p $p"
   done ;;
 esac

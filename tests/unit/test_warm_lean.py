@@ -60,6 +60,7 @@ def test_recorded_manifest_names_what_cannot_be_baked() -> None:
     # The piecewise start compiled what the default one did; the flashinfer start its attention modules
     # too, FA3's prefill only where FlashInfer picks it (sm_90).
     assert manifest["profiles"]["piecewise"] == default
+    assert manifest["profiles"]["reasoning"] == default  # the reasoning parser is Python: nothing more compiles
     flashinfer = manifest["profiles"]["flashinfer"]["flashinfer"]
     backends = {c["args"][0]: c.get("archs") for c in flashinfer if c["ref"].endswith(":gen_batch_prefill_module")}
     assert backends == {"fa3": ["sm_90a"], "fa2": None}
@@ -70,12 +71,12 @@ def test_bake_lists_a_profile_with_no_recorded_start_as_compiled_at_first_start(
     bake = _script(ROOT / "images" / "warm" / "bake.py")
     report = tmp_path / "r.json"
     code = bake.main([str(ROOT / "images" / "warm" / "sglang-0.5.16.json"), "--archs", "sm_90a,sm_100a",
-                      "--profiles", "reasoning", "--report", str(report)])
+                      "--profiles", "long-context", "--report", str(report)])
     assert code == 0
     written = json.loads(report.read_text())
-    assert written["profiles"] == [] and written["not_recorded"] == ["reasoning"]
+    assert written["profiles"] == [] and written["not_recorded"] == ["long-context"]
     assert written["baked"] == [{"arch": "sm_90a", "built": []}, {"arch": "sm_100a", "built": []}]
-    assert "everything the `reasoning` profile compiles: no start of it was recorded for SGLang 0.5.16" \
+    assert "everything the `long-context` profile compiles: no start of it was recorded for SGLang 0.5.16" \
         in written["first_start"]
 
 
