@@ -21,11 +21,13 @@ _STAGES = (
     (re.compile(r"bake\.py"), "baked kernel caches"),
 )
 
+
 def stage_of(created_by: str) -> str:
     for pattern, name in _STAGES:
         if pattern.search(created_by):
             return name
     return "base image" if not created_by.strip() else "other"
+
 
 def layer_sizes(history: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Bytes per stage, largest first (metadata-only steps have size 0 and are left out)."""

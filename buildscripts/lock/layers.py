@@ -112,10 +112,10 @@ class LayerLocker:
             return reused
         lane, version = cell.lane, cell.sglang.version
         wanted = [f"torch=={lane.torch}", f"sglang=={version}"]
-        constraints = [*pin_lines(below.lock.body), *inputs["sglang-compiler"]]
-        done = self._compile(wanted, cell, path, constraints, "sglang")
+        lane_pins = pin_lines(below.lock.body)
+        done = self._compile(wanted, cell, path, [*lane_pins, *inputs["sglang-compiler"]], "sglang")
         if not done.ok:
-            state, reason = self._why_sglang_fails(cell, done, pin_lines(below.lock.body))
+            state, reason = self._why_sglang_fails(cell, done, lane_pins)
             return LayerOutcome("sglang", layer_id, state, reason, pins=below.pins, seconds=done.seconds)
         pins = lockfile.parse_pins(done.body)
         versions = {name: pin.version for name, pin in pins.items()}

@@ -109,6 +109,15 @@ class Toolkit(Strict):
             raise ValueError(msg)
         return self
 
+    @field_validator("warm", mode="before")
+    @classmethod
+    def _warm_is_a_switch_or_a_list(cls, value: object) -> object:
+        # Said once, in words, instead of one error per branch of the union.
+        if isinstance(value, (bool, list, tuple)):
+            return value
+        msg = "warm takes true, false or a list of server profiles, e.g. [default, flashinfer]"
+        raise ValueError(msg)
+
     @property
     def warm_profiles(self) -> tuple[str, ...]:
         """The server profiles whose start-up kernels the layer bakes (none when not warm)."""

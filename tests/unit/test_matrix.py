@@ -126,3 +126,7 @@ def test_warm_names_server_profiles_with_did_you_mean() -> None:
     assert "did you mean 'flashinfer'" in message
     line = DEFAULT.splitlines().index("    warm: true") + 1
     assert f"line {line}:" in message
+    for wrong in ("flashinfer", "3"):
+        message = error_of(DEFAULT.replace("    warm: true\n", f"    warm: {wrong}\n", 1))
+        assert "warm takes true, false or a list of server profiles" in message and f"line {line}:" in message
+        assert "1 problem" in message
