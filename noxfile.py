@@ -16,10 +16,18 @@ def _cli(session: nox.Session, command: str) -> None:
     session.run("python", "-m", "buildscripts", command, *session.posargs)
 
 
+def _machine(session: nox.Session, purpose: str) -> None:
+    """Bring up what the session needs before any work: on Debian as root the engine, buildx, debootstrap
+    (and the tests' tools) are installed and started; elsewhere it names the line that fixes it."""
+    session.run("python", "-m", "buildscripts", "setup", "--for", purpose)
+
+
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
     """Main job: select cells, build them with BuildKit, verify inside containers, tag, report."""
-    _cli(session, "build")
+    session.install("-e", ".")
+    _machine(session, "build")
+    session.run("python", "-m", "buildscripts", "build", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -77,6 +85,7 @@ def preflight(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images)."""
     session.install("-e", ".[test]")
+    _machine(session, "tests")
     session.run("pytest", *session.posargs)
 
 

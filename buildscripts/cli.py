@@ -29,6 +29,7 @@ COMMANDS = {
     "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
     "preflight": ("buildscripts.publish.preflight", "read-only checks of an LXC host (and container) for GPUs"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
+    "setup": ("buildscripts.machine", "check, and on Debian as root install, what `build` or `tests` needs"),
 }
 
 

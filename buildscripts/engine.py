@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import docker
@@ -60,9 +61,11 @@ def check(client: docker.DockerClient) -> Engine:
     return Engine(version, str(info.get("DockerRootDir", "/var/lib/docker")), runtimes, probe.output.strip())
 
 
-def check_disk(engine: Engine, cells: int) -> None:
+def check_disk(engine: Engine, cells: int, advice: Callable[[], str] | None = None) -> None:
+    """Room for `cells` new cell builds; when short, `advice()` names what to prune (build/footprint.py)."""
     path = engine.root_dir if os.path.exists(engine.root_dir) else "/"
     free = shutil.disk_usage(path).free
     if cells and free < MIN_FREE_BYTES:
         msg = f"only {free / 1024**3:.1f} GB free under {path}; a cell needs about {MIN_FREE_BYTES / 1024**3:.0f} GB"
-        raise DiskSpaceError(msg, hint="free space: `docker image prune`, `docker builder prune`")
+        hint = advice() if advice else "free space: `docker image prune`, `docker builder prune`"
+        raise DiskSpaceError(msg, hint=hint)

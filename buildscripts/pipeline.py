@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from . import engine, log, matrix, report, results
 from .build import base as base_images
-from .build import buildx, cache
+from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed, TagError
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
@@ -40,6 +40,7 @@ from .workspace import Workspace, path_argument
 
 # CI systems configure jobs through the environment: these stand in for the flags when set (and not empty).
 CACHE_ENV, BUILDER_ENV = "SGLANG_IMAGES_CACHE", "SGLANG_IMAGES_BUILDER"
+CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV = "SGLANG_IMAGES_CACHE_KEEP", "SGLANG_IMAGES_KEEP_SUPERSEDED"
 
 
 @dataclass
@@ -57,6 +58,8 @@ class Options:
     reverify: bool = False
     builder: str | None = None
     cache_ref: str | None = None        # overrides matrix.yaml's `cache.ref` ("" turns the cache off)
+    cache_keep: int | None = None       # bytes of BuildKit cache kept after the run (None: unbounded)
+    keep_superseded: bool = False       # keep candidates whose cell's inputs have changed since
     keep_containers: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -97,11 +100,18 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--cache-ref", metavar="REF", default=env.get(CACHE_ENV) or None,
                     help="registry repository of a build cache shared between runners (default: "
                          f"${CACHE_ENV}, else matrix.yaml's `cache.ref`; '' turns it off)")
+    ap.add_argument("--cache-keep", default=env.get(CACHE_KEEP_ENV) or footprint.DEFAULT_CACHE_KEEP, metavar="SIZE",
+                    help="BuildKit cache kept after the run, least recently used pruned first (default: "
+                         f"${CACHE_KEEP_ENV}, else {footprint.DEFAULT_CACHE_KEEP}; `none`: unbounded)")
+    ap.add_argument("--keep-superseded", action="store_true", default=env.get(KEEP_SUPERSEDED_ENV) == "1",
+                    help="keep the candidate images of earlier inputs of the cells built (default: removed; "
+                         f"{KEEP_SUPERSEDED_ENV}=1 keeps them)")
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip,
                    fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,
                    profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
-                   builder=a.builder, cache_ref=a.cache_ref, keep_containers=env.get(KEEP_ENV) == "1", env=env,
+                   builder=a.builder, cache_ref=a.cache_ref, cache_keep=footprint.cache_keep(a.cache_keep),
+                   keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1", env=env,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
 
 
@@ -142,8 +152,12 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     client = engine.connect()
     found = engine.check(client)
     ctx = prepare(client, spec, buildable, opts, run_dir)
-    missing = [c for c in buildable if not _image_exists(client, candidate(c, spec, ctx, opts.ws)[1])]
-    engine.check_disk(found, len(missing))  # only what will really be built needs room
+    current = {c.id: candidate(c, spec, ctx, opts.ws) for c in buildable}
+    missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
+    tag_of = partial(_candidate_of, {c.id: c for c in buildable}, spec)
+    engine.check_disk(found, len(missing),  # only what will really be built needs room
+                      advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
+                                                      tag_of))
     log.info(f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to build, engine {found.version}; "
              f"{ctx.discovery.summary()}")
     for warning in ctx.discovery.warnings:
@@ -157,12 +171,29 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
             if opts.fail_fast and results.is_unexpected(record.verdict):
                 log.warn("--fail-fast: stopping after the first unexpected outcome")
                 break
+        bound_disk(run, {k: v[0] for k, v in current.items()}, tag_of, ctx, opts)
     finally:
         run.finished = results.now()
         results.save(run, run_dir / "results.json")
         report.console.summary(run)
         report.render_all(run, run_dir / "report", opts.env)
     return run
+
+
+def bound_disk(run: RunResults, current: dict[str, str], tag_of: footprint.CandidateTag, ctx: Context,
+               opts: Options) -> None:
+    """After a run that went through: the candidates its built cells superseded go, the BuildKit cache is
+    pruned to its bound, and what the engine holds is said (build/footprint.py)."""
+    built = {c.cell_id: current[c.cell_id] for c in run.cells
+             if c.cell_id in current and c.build is not None and c.build.status is Status.PASSED}
+    if not opts.keep_superseded:
+        footprint.remove_superseded(ctx.client, footprint.superseded(ctx.client, built, tag_of))
+    footprint.prune_cache(ctx.client, opts.cache_keep, ctx.builder.name)
+    log.info(f"disk: {footprint.measure(ctx.client, opts.ws.runs).line()}")
+
+
+def _candidate_of(cells: Mapping[str, Cell], spec: Matrix, cell_id: str, inputs: str) -> str:
+    return tags.candidate_tag(cells[cell_id], inputs, spec.spec.tags)
 
 
 def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell], opts: Options,

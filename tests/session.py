@@ -10,9 +10,14 @@ import os
 import uuid
 
 from buildscripts.build.base import OWNER_ENV, OWNER_LABEL
+from buildscripts.pipeline import CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV
 
 OWNER = f"pytest-{uuid.uuid4().hex[:12]}"
 os.environ[OWNER_ENV] = OWNER
+# The builds the tests start remove nothing they did not make: no superseded candidate of the main job's
+# cells, no BuildKit cache (buildscripts/build/footprint.py).
+os.environ[CACHE_KEEP_ENV] = "none"
+os.environ[KEEP_SUPERSEDED_ENV] = "1"
 
 
 def owner_label() -> str:

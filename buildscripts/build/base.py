@@ -180,10 +180,10 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
             image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
             changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
             changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            image_id = client.api.import_image_from_data(
-                fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
+            # The engine answers with its raw JSON status line: the id is read back from the image instead.
+            client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
     image = client.images.get(ref)
-    log.info(f"base {ref} = {image.id} ({image_id!s:.40})")
+    log.info(f"base {ref} = {image.id}")
     return BaseImage(ref, str(image.id), digest, built=True)
 
 

@@ -58,7 +58,8 @@ class Recipe:
                    lean=(ws.images / "lean" / "finish-layer.sh", ws.images / "lean" / "lean.sh",
                          ws.images / "lean" / "recipe.txt", ws.images / "lean" / "prune_fatbins.py",
                          ws.images / "lean" / "imports.txt",
-                         ws.root / "buildscripts" / "probe" / "fatbin.py", ws.images / "bytecode.py",
+                         ws.root / "buildscripts" / "probe" / "fatbin.py",
+                         ws.root / "buildscripts" / "probe" / "pruned.py", ws.images / "bytecode.py",
                          ws.images / "toolkit" / "dpkg-excludes"),
                    warm=ws.images / "warm")
 

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
+from . import core, cudatools, extensions, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -193,13 +193,37 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         if loaded is None:
             lacking.append(f"the load check of the pruned libraries died: {(done.stdout or '')[-300:]}")
         else:
-            lacking += [f"pruned library does not load: {path}: {why}" for path, why in loaded["failed"].items()]
+            lacking += _not_loading(loaded["failed"], rewritten, ev, ctx)
             ev["pruned"]["absent_dependencies"] = [
                 f"{path}: mapped; it needs {dependency}, which this image does not have (it could not load before "
                 "pruning either)" for path, dependency in loaded.get("mapped_but_a_dependency_is_absent", {}).items()]
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev
+
+
+def _not_loading(failed: Dict[str, str], rewritten: Dict[str, Dict[str, Any]], ev: Dict[str, Any],
+                 ctx: core.Context) -> List[str]:
+    """Why each rewritten library that the loader refuses does not load, as failures of the stage; the
+    findings that do not fail it (an optional extension built against another torch) become warnings."""
+    lacking = []
+    for path, why in sorted(failed.items()):
+        info = rewritten.get(path, {})
+        if not info.get("did_not_load_before"):
+            # The build refuses a rewrite that breaks a loadable library; an image built before that check
+            # (or changed since) can still show one.
+            lacking.append(f"pruned library does not load: {path}: {why}")
+            continue
+        finding = extensions.judge(path, why, info["site"], timeout=min(300.0, ctx.stage_timeout))
+        if finding is None:
+            lacking.append(f"library does not load (it did not before pruning either): {path}: {why}")
+            continue
+        ev.setdefault("extensions_not_loading", []).append(finding)
+        if finding["fatal"]:
+            lacking.append(finding["summary"])
+        else:
+            ev.setdefault("warnings", []).append(finding["summary"])
+    return lacking
 
 
 def _cross_check(ev: Dict[str, Any]) -> Dict[str, Any]:

@@ -22,7 +22,8 @@ REPORTS_ENV = "SGLANG_IMAGES_FATBIN_REPORTS"  # another folder (host mode: no im
 
 
 def libraries() -> Dict[str, Dict[str, Any]]:
-    """Absolute path of every rewritten library -> its layer, dropped archs and bytes saved."""
+    """Absolute path of every rewritten library -> its layer and site folder, dropped archs, bytes saved and,
+    when it did not load before the rewrite either, the loader's error then (`did_not_load_before`)."""
     folder = os.environ.get(REPORTS_ENV) or REPORTS
     out: Dict[str, Dict[str, Any]] = {}
     if not os.path.isdir(folder):
@@ -34,8 +35,8 @@ def libraries() -> Dict[str, Dict[str, Any]]:
             report = json.load(fh)
         for rel, info in sorted(report.get("pruned", {}).items()):
             site = report.get("site") or sysconfig.get_paths()["purelib"]
-            out[os.path.join(site, rel)] = {"layer": name[:-5], "archs": report.get("archs", []),
-                                                      **info}
+            out[os.path.join(site, rel)] = {"layer": name[:-5], "site": site, "archs": report.get("archs", []),
+                                            **info}
     return out
 
 

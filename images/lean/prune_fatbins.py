@@ -28,7 +28,13 @@ How a library is rewritten, keeping every virtual address:
 A library whose layout does not fit exactly (fatbins that do not tile the section, a relocated
 pointer into the section from anywhere but a wrapper, no PT_NOTE slot) is left as it is,
 and the output says why. Each rewritten file is parsed again and compared with the plan before it
-replaces the original. Standard library only: it runs inside the image build.
+replaces the original.
+
+The pruner never makes a loadable library unloadable: the dynamic loader loads every library it is about
+to replace before and after (the verifier's own load check, probe/pruned.py, with this Python), and a
+library that loaded before and fails after fails the layer. One that did not load before either (an
+extension built against another torch, say) is no fault of the rewrite: the report records its error,
+and the verifier judges it (probe/extensions.py). Standard library only: it runs inside the image build.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -47,6 +54,7 @@ from dataclasses import dataclass
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.join(_HERE, "..", "..", "buildscripts", "probe")]
 import fatbin  # noqa: E402
+import pruned  # noqa: E402
 
 PAGE = 4096
 WRAPPER_MAGIC = 0x466243B1
@@ -326,8 +334,9 @@ def check(plan_: Plan, targets: list[str]) -> None:
             raise Unsupported("the check found a load segment out of place")
 
 
-def prune(path: str, targets: list[str]) -> tuple[dict[str, int], int] | None:
-    """Rewrite one library in place: (bytes dropped per arch, bytes saved), or None when nothing changed."""
+def prepare(path: str, targets: list[str]) -> tuple[str, dict[str, int], int] | None:
+    """Write the rewrite of one library beside it (PATH.pruning): (that file, bytes dropped per arch, bytes
+    saved), or None when nothing changes. The original stays in place until `main` has loaded it."""
     with open(path, "rb") as fh:
         data = fh.read()
     result = plan(data, targets)
@@ -338,8 +347,33 @@ def prune(path: str, targets: list[str]) -> tuple[dict[str, int], int] | None:
     with open(tmp, "wb") as fh:
         fh.write(result.data)
     os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-    os.replace(tmp, path)
-    return dict(sorted(result.dropped.items())), result.saved
+    return tmp, dict(sorted(result.dropped.items())), result.saved
+
+
+def load_failures(paths: list[str]) -> dict[str, str]:
+    """Path -> the loader's error, for each of `paths` that does not load (in a fresh process that imported
+    torch first, as a server does). A dependency absent from the image, or the GPU driver, is no failure:
+    the loader names those only after it has mapped the library itself. When the process dies (a broken
+    file can crash the loader), each library is loaded in a process of its own, so the one is named."""
+    if not paths:
+        return {}
+    done = _load(paths)
+    if isinstance(done, dict):
+        return done
+    if len(paths) == 1:
+        return {paths[0]: f"the load check died: {done}"}
+    return {path: why for one in paths for path, why in load_failures([one]).items()}
+
+
+def _load(paths: list[str]) -> dict[str, str] | str:
+    """The failures of one load check, or why the check process died."""
+    done = subprocess.run([sys.executable, "-c", pruned.dlopen_snippet(paths)], capture_output=True, text=True,
+                          check=False, timeout=1800)
+    for line in done.stdout.splitlines():
+        if line.startswith("@@pruned-load "):
+            failed: dict[str, str] = json.loads(line[len("@@pruned-load "):])["failed"]
+            return failed
+    return f"exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}".rstrip(": \n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,31 +388,49 @@ def main(argv: list[str] | None = None) -> int:
             fatbin.parse_arch(t)
         except ValueError as why:
             parser.error(str(why))
-    pruned: dict[str, dict[str, object]] = {}
-    kept: dict[str, str] = {}
+    rewritten: dict[str, dict[str, object]] = {}
     total = 0
-    for path in fatbin.shared_objects(args.site):
-        if os.path.islink(path):
-            continue
+    kept: dict[str, str] = {}
+    rewrites: dict[str, str] = {}   # library -> its rewrite, not yet in place
+    try:
+        for path in fatbin.shared_objects(args.site):
+            if os.path.islink(path):
+                continue
+            rel = os.path.relpath(path, args.site)
+            try:
+                done = prepare(path, targets)
+            except Unsupported as why:
+                kept[rel] = str(why)
+                print(f"fatbins: kept {rel}: {why}")
+                continue
+            if done:
+                rewrites[path], dropped, saved = done
+                rewritten[rel] = {"dropped": dropped, "saved_bytes": saved}
+                total += saved
+                print(f"fatbins: {rel}: removed cubins for {', '.join(dropped)} ({saved >> 20} MiB)")
+        before = load_failures(sorted(rewrites))
+        for path, tmp in rewrites.items():
+            os.replace(tmp, path)
+        after = load_failures(sorted(rewrites))
+    finally:
+        for tmp in rewrites.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    broken = {path: why for path, why in after.items() if path not in before}
+    for path, why in sorted(broken.items()):
+        print(f"fatbins: the rewrite made {os.path.relpath(path, args.site)} unloadable (it loaded before): {why}",
+              file=sys.stderr)
+    for path, why in sorted(before.items()):
         rel = os.path.relpath(path, args.site)
-        try:
-            done = prune(path, targets)
-        except Unsupported as why:
-            kept[rel] = str(why)
-            print(f"fatbins: kept {rel}: {why}")
-            continue
-        if done:
-            dropped, saved = done
-            pruned[rel] = {"dropped": dropped, "saved_bytes": saved}
-            total += saved
-            print(f"fatbins: {rel}: removed cubins for {', '.join(dropped)} ({saved >> 20} MiB)")
+        rewritten[rel]["did_not_load_before"] = why[-300:]
+        print(f"fatbins: {rel} did not load before the rewrite either: {why[-200:]}")
     print(f"fatbins: {total >> 20} MiB removed in all")
     if args.report:
         os.makedirs(os.path.dirname(args.report) or ".", exist_ok=True)
         with open(args.report, "w") as fh:
-            json.dump({"site": os.path.abspath(args.site), "archs": targets, "pruned": pruned, "kept": kept}, fh,
+            json.dump({"site": os.path.abspath(args.site), "archs": targets, "pruned": rewritten, "kept": kept}, fh,
                       indent=1, sort_keys=True)
-    return 0
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ import shutil
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
+from buildscripts.build import footprint
 from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
@@ -100,5 +102,6 @@ def _tools_and_room() -> None:
     needs.tools("skopeo", "umoci", "jq", "lxc-create")
     free = shutil.disk_usage("/var/lib").free
     if free < NEEDS_BYTES:
+        advice = footprint.advice(docker.from_env(), ROOT / "runs", {}, lambda cell, inputs: "")
         pytest.fail(f"the LXC tier needs about {NEEDS_BYTES / 1e9:.0f} GB free under /var/lib, there are "
-                    f"{free / 1e9:.1f} GB: prune the BuildKit cache (`docker builder prune --keep-storage 25GB`)")
+                    f"{free / 1e9:.1f} GB; {advice}")

@@ -237,3 +237,51 @@ def driver_present() -> bool:
     except OSError:
         return False
     return True
+
+
+# A reference the loader must resolve when it maps the library (data, not a lazily bound call): the torch
+# symbol torchao 0.9's extension needs, spelled in the pre-C++11 ABI that torch >= 2.7 does not export.
+TORCH_REFERENCE = r"""
+extern int torch_library __asm__("_ZN5torch7LibraryC1ENS0_4KindESsSt8optionalIN3c1011DispatchKeyEEPKcj");
+int *needs_torch = &torch_library;
+"""
+
+
+def test_library_that_did_not_load_before_is_recorded_not_blamed(tmp_path: Path) -> None:
+    """Like torchao 0.9's _C.abi3.so under torch 2.9: unloadable before the rewrite, and so after it."""
+    site = tmp_path / "site"
+    build(site)
+    (site / "lib.c").write_text(LIBRARY_C + TORCH_REFERENCE)
+    gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", "libkernels.so", "lib.c"], cwd=site, check=True)
+    done, report = prune(site)
+    entry = report["pruned"]["libkernels.so"]
+    assert entry["dropped"] == {"sm_80": 20064, "sm_86": 9064}
+    assert "undefined symbol: _ZN5torch7Library" in entry["did_not_load_before"]
+    assert "libkernels.so did not load before the rewrite either" in done.stdout
+
+
+BREAKING_PRUNER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import prune_fatbins as p
+prepare = p.prepare
+def broken(path, targets):   # a rewrite the plan check passes but the loader refuses: its tail cut off
+    done = prepare(path, targets)
+    if done:
+        with open(done[0], "r+b") as fh:
+            fh.truncate(4096)
+    return done
+p.prepare = broken
+sys.exit(p.main(sys.argv[2:]))
+"""
+
+
+def test_a_rewrite_that_breaks_a_loadable_library_fails_the_layer(tmp_path: Path) -> None:
+    lib = build(tmp_path / "site")
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-c", BREAKING_PRUNER, str(PRUNER.parent), str(lib.parent),
+                           "--archs", TARGETS, "--report", str(report)], capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the rewrite made libkernels.so unloadable (it loaded before)" in done.stderr
+    assert not list(lib.parent.glob("*.pruning"))

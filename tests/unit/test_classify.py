@@ -122,6 +122,9 @@ def test_our_own_probe_messages_are_classified() -> None:
         "sgl_kernel has no code for sm_120a": "arch-code-missing",
         "timed out after 5s: python3 -c import torch": "probe-timeout",
         "ninja not found on PATH (there is one at /opt/venv/bin/ninja)": "flashinfer-ninja-missing",
+        "torch extension ABI mismatch: torchao/_C.abi3.so (torchao 0.9.0) does not load with torch 2.9.1":
+            "torch-extension-abi-mismatch",
+        "pruned library does not load: /opt/venv/lib/x.so: undefined symbol: foo": "pruner-broke-library",
     }
     for text, expected in cases.items():
         assert classify.classify(text).id == expected, text

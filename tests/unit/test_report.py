@@ -235,3 +235,19 @@ def test_a_reused_verification_says_where_it_came_from_in_every_report() -> None
     run = RunResults(run_id="r2", started="2026-11-30T11:00:00+00:00", cells=[cell])
     assert "verification reused: run r1" in markdown.document(run)
     assert "verification reused: run r1" in html.render(run)
+
+
+def test_a_stage_warning_shows_in_every_report_and_keeps_the_verdict() -> None:
+    """What a stage found that does not fail it (an optional extension built against another torch)."""
+    cell = make_cell("expected-failure")
+    text = "torch extension ABI mismatch: torchao/_C.abi3.so (torchao 0.9.0) does not load with torch 2.9.1"
+    stages = [s.model_copy(update={"evidence": {"warnings": [text, 3]}}) if s.name == "arch-audit" else s
+              for s in cell.stages]
+    warned = cell.model_copy(update={"stages": stages})
+    verdict, reason = common.verdict_of(warned)
+    assert verdict is common.verdict_of(cell)[0]
+    assert reason.endswith(f"; warning from arch-audit: {text}")
+    assert common.warnings(warned) == [("arch-audit", text)]   # a non-text entry is not shown
+    run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[warned])
+    assert "warning from arch-audit: torch extension ABI mismatch" in markdown.document(run)
+    assert "warning from arch-audit: torch extension ABI mismatch" in html.render(run)

@@ -1,0 +1,128 @@
+"""The disk a build leaves behind, by kind, and keeping it bounded.
+
+Three kinds grow with every run: the engine's images (each cell's candidate, and every candidate its
+inputs have since superseded), BuildKit's cache (layers no image holds any more, cache mounts: apt lists,
+uv's wheels) and the run folders (logs, results). After a run the build
+  - removes the candidate tags that the cells it just built have superseded (same cell, other inputs:
+    an image whose inputs changed is never used again; a good tag on it keeps it), unless
+    `--keep-superseded`;
+  - prunes BuildKit's cache down to `--cache-keep` (default 20 GB, least recently used first; `none`
+    leaves it unbounded).
+A disk check that finds too little room names exactly what these would free, with the commands.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.images import Image
+
+from .. import log, proc
+from ..errors import ConfigError
+from ..matrix.schema import LABEL_PREFIX
+
+DEFAULT_CACHE_KEEP = "20GB"
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(GB|MB|GiB|MiB)$", re.I)
+_UNIT = {"gb": 10**9, "mb": 10**6, "gib": 1024**3, "mib": 1024**2}
+
+
+def cache_keep(value: str) -> int | None:
+    """Bytes of BuildKit cache to keep from `--cache-keep` ("20GB", "500MB", "none": no bound)."""
+    if value.strip().lower() == "none":
+        return None
+    match = _SIZE.match(value.strip())
+    if not match:
+        msg = f"--cache-keep {value!r} is not a size"
+        raise ConfigError(msg, hint="give a size such as 20GB or 500MB, or `none` to leave the cache unbounded")
+    return int(float(match[1]) * _UNIT[match[2].lower()])
+
+
+@dataclass(frozen=True)
+class Footprint:
+    images: int          # bytes of image layers in the engine (each layer once)
+    build_cache: int     # BuildKit cache no image holds (what pruning can free)
+    runs: int            # run folders: logs and results
+
+    def line(self) -> str:
+        return (f"images {self.images / 1e9:.1f} GB, BuildKit cache {self.build_cache / 1e9:.1f} GB, "
+                f"run folders {self.runs / 1e9:.2f} GB")
+
+
+def measure(client: docker.DockerClient, runs: Path) -> Footprint:
+    df = client.df()
+    cache = sum(int(c.get("Size", 0)) for c in df.get("BuildCache") or [] if not c.get("Shared"))
+    return Footprint(images=int(df.get("LayersSize", 0)), build_cache=cache, runs=_tree_size(runs))
+
+
+def _tree_size(root: Path) -> int:
+    if not root.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+CandidateTag = Callable[[str, str], str]   # (cell id, inputs hash) -> its candidate reference
+
+
+def superseded(client: docker.DockerClient, current: dict[str, str], tag_of: CandidateTag) -> list[tuple[str, Image]]:
+    """(candidate tag, image) of every candidate whose cell is a key of `current` (cell id -> the inputs hash
+    it has now) and whose inputs differ: builds no run will use again."""
+    found = []
+    for image in client.images.list(filters={"label": f"{LABEL_PREFIX}.inputs"}):
+        labels = image.labels or {}
+        cell, inputs = labels.get(f"{LABEL_PREFIX}.cell", ""), labels.get(f"{LABEL_PREFIX}.inputs", "")
+        if cell in current and inputs != current[cell] and (tag := tag_of(cell, inputs)) in image.tags:
+            found.append((tag, image))
+    return found
+
+
+def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Image]]) -> int:
+    """Untag each superseded candidate (its image goes with its last tag); bytes freed, roughly."""
+    freed = 0
+    for tag, image in found:
+        last = len(image.tags) == 1
+        try:
+            client.images.remove(tag)
+        except docker.errors.APIError as exc:   # a container still uses it, say: it stays
+            log.warn(f"kept superseded {tag}: {exc.explanation}")
+            continue
+        freed += int(image.attrs.get("Size", 0)) if last else 0
+        log.info(f"removed superseded candidate {tag}" + ("" if last else " (the tag only: the image has others)"))
+    return freed
+
+
+def prune_cache(client: docker.DockerClient, keep: int | None, builder: str | None) -> None:
+    """BuildKit's cache down to `keep` bytes beyond what images hold (least recently used goes first); None:
+    no bound. BuildKit's `--keep-storage` counts the records images share too (the `docker` driver keeps an
+    image's layers as cache records), so the bound passed is theirs plus `keep`: else it frees everything."""
+    if keep is None:
+        return
+    shared = sum(int(c.get("Size", 0)) for c in client.df().get("BuildCache") or [] if c.get("Shared"))
+    docker_cli = proc.which("docker", hint="install the Docker CLI")
+    argv = [docker_cli, "buildx", "prune", "--force", "--keep-storage", f"{(shared + keep) // 10**6}mb",
+            *(["--builder", builder] if builder else [])]
+    done = proc.run(argv, timeout=1800)
+    if not done.ok:
+        log.warn(f"the BuildKit cache was not pruned ({done.tail(3)}); prune it by hand: {proc.quote(argv)}")
+
+
+def advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:
+    """What to prune for room, each with its command and what it frees (the disk check's hint)."""
+    now = measure(client, runs)
+    lines = [f"this engine holds {now.line()}"]
+    stale = superseded(client, current, tag_of)
+    if stale:
+        size = sum(int(image.attrs.get("Size", 0)) for _tag, image in {t[1].id: t for t in stale}.values())
+        lines.append(f"superseded candidates (~{size / 1e9:.1f} GB): docker rmi " + " ".join(t for t, _ in stale))
+    if now.build_cache:
+        lines.append(f"BuildKit cache ({now.build_cache / 1e9:.1f} GB no image holds): docker buildx prune --force "
+                     "(the next build downloads its wheels again)")
+    free = shutil.disk_usage(runs if runs.exists() else Path("/")).free
+    if now.runs > free // 10:
+        lines.append(f"old run folders ({now.runs / 1e9:.1f} GB) under {runs}")
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""What the README's two commands need on this machine, and bringing it up before any work.
+
+`nox -s build` needs the Docker CLI, a reachable engine, the buildx plugin and debootstrap; `nox -s tests`
+needs those and the tools its tiers drive (a registry server, Chromium, skopeo, umoci, LXC, gcc and the
+throw-away second engine). On Debian as root, whatever is missing is installed and the engine started by
+the one installer of the project, `.ci/install-engine` (idempotent: it skips what is there), which says
+what it installs. Elsewhere, or with SGLANG_IMAGES_NO_SETUP=1, `build` stops before any work with the line
+that fixes it; `tests` warns with that line and goes on (a test whose tool is missing skips, naming it),
+except under CI=true, where a missing tool is an error.
+
+    python -m buildscripts setup [--for build|tests]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import log, proc
+from .errors import EngineError, ToolMissingError
+from .workspace import Workspace
+
+NO_SETUP_ENV = "SGLANG_IMAGES_NO_SETUP"
+SECOND_ENGINE = Path("/opt/docker-26/usr/sbin/dockerd")   # where the installer puts it (tests/second_engine.py)
+
+
+@dataclass(frozen=True)
+class Need:
+    what: str                     # as a person names it
+    present: Callable[[], bool]
+    install: str                  # how to get it on another system
+    engine: bool = False          # part of the Docker engine (its absence is an engine error)
+
+
+def _program(name: str) -> Callable[[], bool]:
+    return lambda: shutil.which(name) is not None
+
+
+def _succeeds(*argv: str) -> Callable[[], bool]:
+    def check() -> bool:
+        if shutil.which(argv[0]) is None:
+            return False
+        try:
+            return subprocess.run(list(argv), capture_output=True, timeout=60, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return check
+
+
+ENGINE = "Docker >= 20.10 with the buildx plugin (https://docs.docker.com/engine/install/)"
+BUILD = (
+    Need("the docker CLI", _program("docker"), ENGINE, engine=True),
+    Need("a running Docker engine", _succeeds("docker", "info"),
+         "start it: `sudo systemctl start docker` or `dockerd &`", engine=True),
+    Need("the docker buildx plugin", _succeeds("docker", "buildx", "version"), ENGINE, engine=True),
+    Need("debootstrap", _program("debootstrap"), "your distribution's debootstrap package"),
+)
+TESTS = (
+    *BUILD,
+    Need("gcc", _program("gcc"), "a C compiler and linker (gcc, libc6-dev)"),
+    Need("a registry server (docker-registry)", _program("docker-registry"), "Debian's docker-registry package"),
+    Need("Chromium", _program("chromium"), "Debian's chromium package"),
+    Need("skopeo", _program("skopeo"), "skopeo"),
+    Need("umoci", _program("umoci"), "umoci"),
+    Need("jq", _program("jq"), "jq"),
+    Need("LXC", _program("lxc-create"), "LXC (lxc-create, lxc-start, lxc-attach)"),
+    Need("the second engine (Docker 26) for the shared-cache test", SECOND_ENGINE.exists,
+         "Debian trixie's docker.io unpacked under /opt/docker-26 (.ci/install-engine shows how)"),
+)
+NEEDS = {"build": BUILD, "tests": TESTS}
+
+
+def missing(needs: Sequence[Need]) -> list[Need]:
+    return [need for need in needs if not need.present()]
+
+
+def can_install(env: Mapping[str, str]) -> str | None:
+    """Why this machine cannot be set up here (None: it can): Debian, root, not turned off, a local engine."""
+    if env.get(NO_SETUP_ENV) == "1":
+        return f"{NO_SETUP_ENV}=1"
+    if not Path("/etc/debian_version").is_file():
+        return "not a Debian system"
+    if os.geteuid() != 0:
+        return "not root"
+    if env.get("DOCKER_HOST"):
+        return f"DOCKER_HOST names another engine ({env['DOCKER_HOST']})"
+    return None
+
+
+def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m buildscripts setup",
+                                 description="Check, and on Debian as root install, what a command needs.")
+    ap.add_argument("--for", dest="purpose", choices=sorted(NEEDS), default="build")
+    purpose = ap.parse_args(list(argv)).purpose
+    lacking = missing(NEEDS[purpose])
+    if not lacking:
+        return 0
+    names = ", ".join(need.what for need in lacking)
+    installer = ws.root / ".ci" / "install-engine"
+    refused = can_install(env)
+    if refused is None:
+        log.info(f"`nox -s {purpose}` needs {names}: installing and starting them with {ws.shown(installer)}")
+        done = proc.run(["bash", str(installer)], log=ws.runs / "setup.log", timeout=3600, on_line=log.info)
+        lacking = missing(NEEDS[purpose])
+        if done.ok and not lacking:
+            return 0
+        names = ", ".join(need.what for need in lacking) or names
+        msg = f"{ws.shown(installer)} exited {done.returncode} and this machine still lacks {names}"
+        raise ToolMissingError(msg, hint=f"its output is in {ws.shown(ws.runs / 'setup.log')}:\n{done.tail(15)}")
+    fix = ("run `sudo bash .ci/install-engine` (it installs and starts all of it)" if refused == "not root" else
+           "; ".join(f"{need.what}: {need.install}" for need in lacking))
+    msg = f"`nox -s {purpose}` needs {names}, and it installs nothing here ({refused})"
+    if purpose == "tests" and env.get("CI") != "true":
+        # The tests that need a missing tool skip with its name (tests/needs.py); only CI must have all.
+        log.warn(f"{msg}: the tests that need them are skipped; to run them: {fix}")
+        return 0
+    error = EngineError if all(need.engine for need in lacking) else ToolMissingError
+    raise error(msg, hint=fix)

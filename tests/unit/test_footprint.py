@@ -1,0 +1,78 @@
+"""The build's disk bound (buildscripts/build/footprint.py) against a fake engine: the size option,
+superseded candidates (same cell, other inputs) and the advice a disk check gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildscripts.build import footprint
+from buildscripts.errors import ConfigError
+
+CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
+
+
+class FakeImage:
+    def __init__(self, ident: str, cell: str, inputs: str, tags: list[str], size: int = 7 * 10**9) -> None:
+        self.id, self.tags = ident, tags
+        self.labels = {"io.sglang-images.cell": cell, "io.sglang-images.inputs": inputs}
+        self.attrs = {"Size": size}
+
+
+class FakeImages:
+    def __init__(self, images: list[FakeImage]) -> None:
+        self.images = images
+        self.removed: list[str] = []
+
+    def list(self, **kwargs: Any) -> list[FakeImage]:
+        return self.images
+
+    def remove(self, tag: str) -> None:
+        self.removed.append(tag)
+
+
+class FakeClient:
+    def __init__(self, images: list[FakeImage]) -> None:
+        self.images = FakeImages(images)
+
+    def df(self) -> dict[str, Any]:
+        return {"LayersSize": 30 * 10**9,
+                "BuildCache": [{"Size": 5 * 10**9, "Shared": False}, {"Size": 9 * 10**9, "Shared": True}]}
+
+
+def tag_of(cell: str, inputs: str) -> str:
+    return f"sglang-images:{cell}-{inputs}"
+
+
+def test_cache_keep_takes_sizes_and_none() -> None:
+    assert footprint.cache_keep("20GB") == 20 * 10**9
+    assert footprint.cache_keep("512 MiB") == 512 * 1024**2
+    assert footprint.cache_keep("none") is None
+    for bad in ("", "20", "-1GB", "lots", "1e3GB"):
+        with pytest.raises(ConfigError, match="is not a size"):
+            footprint.cache_keep(bad)
+
+
+def test_only_candidates_of_other_inputs_of_the_built_cells_are_superseded() -> None:
+    old = FakeImage("sha256:a", CELL, "aaaaaaaaaaaa", [tag_of(CELL, "aaaaaaaaaaaa")])
+    kept_by_good_tag = FakeImage("sha256:b", CELL, "bbbbbbbbbbbb",
+                                 [tag_of(CELL, "bbbbbbbbbbbb"), "sglang-images:0.5.16-torch2.11.0-cu130-pip"])
+    current = FakeImage("sha256:c", CELL, "cccccccccccc", [tag_of(CELL, "cccccccccccc")])
+    other_cell = FakeImage("sha256:d", "sglang0.5.23-x", "dddddddddddd", [tag_of("sglang0.5.23-x", "dddddddddddd")])
+    renamed = FakeImage("sha256:e", CELL, "eeeeeeeeeeee", ["mine:latest"])   # not under its candidate tag
+    client = FakeClient([old, kept_by_good_tag, current, other_cell, renamed])
+    found = footprint.superseded(client, {CELL: "cccccccccccc"}, tag_of)  # type: ignore[arg-type]
+    assert [tag for tag, _ in found] == [tag_of(CELL, "aaaaaaaaaaaa"), tag_of(CELL, "bbbbbbbbbbbb")]
+    freed = footprint.remove_superseded(client, found)  # type: ignore[arg-type]
+    assert client.images.removed == [tag_of(CELL, "aaaaaaaaaaaa"), tag_of(CELL, "bbbbbbbbbbbb")]
+    assert freed == 7 * 10**9          # the image with a good tag stays: only its candidate tag went
+
+
+def test_the_disk_advice_names_each_thing_to_prune_with_its_command(tmp_path: Path) -> None:
+    old = FakeImage("sha256:a", CELL, "aaaaaaaaaaaa", [tag_of(CELL, "aaaaaaaaaaaa")])
+    text = footprint.advice(FakeClient([old]), tmp_path, {CELL: "cccccccccccc"}, tag_of)  # type: ignore[arg-type]
+    assert "this engine holds images 30.0 GB, BuildKit cache 5.0 GB" in text
+    assert f"superseded candidates (~7.0 GB): docker rmi {tag_of(CELL, 'aaaaaaaaaaaa')}" in text
+    assert "BuildKit cache (5.0 GB no image holds): docker buildx prune --force (the next" in text
