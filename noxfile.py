@@ -103,12 +103,14 @@ BENCHMARKS = {
     "ci": "benchmarks/ci_scale.py",
     # Image size, bytecode and baked caches of the 0.5.16 pip cell against the image before them.
     "warm-lean": "benchmarks/warm_lean.py",
+    # The main job on the default matrix: first and second run, time per cell and layer, disk by kind.
+    "main-job": "benchmarks/main_job.py",
 }
 
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci` and `warm-lean`, both unless one is named first
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean` and `main-job`, all unless one is named first
     (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:

@@ -188,7 +188,7 @@ def bound_disk(run: RunResults, current: dict[str, str], tag_of: footprint.Candi
              if c.cell_id in current and c.build is not None and c.build.status is Status.PASSED}
     if not opts.keep_superseded:
         footprint.remove_superseded(ctx.client, footprint.superseded(ctx.client, built, tag_of))
-    footprint.prune_cache(ctx.client, opts.cache_keep, ctx.builder.name)
+    footprint.prune_cache(opts.cache_keep, ctx.builder.name)
     log.info(f"disk: {footprint.measure(ctx.client, opts.ws.runs).line()}")
 
 

@@ -96,15 +96,13 @@ def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Im
     return freed
 
 
-def prune_cache(client: docker.DockerClient, keep: int | None, builder: str | None) -> None:
-    """BuildKit's cache down to `keep` bytes beyond what images hold (least recently used goes first); None:
-    no bound. BuildKit's `--keep-storage` counts the records images share too (the `docker` driver keeps an
-    image's layers as cache records), so the bound passed is theirs plus `keep`: else it frees everything."""
+def prune_cache(keep: int | None, builder: str | None) -> None:
+    """BuildKit's cache no image holds down to `keep` bytes, least recently used first; None: no bound.
+    (BuildKit's `--keep-storage` counts only those records: an image's own layers are never pruned.)"""
     if keep is None:
         return
-    shared = sum(int(c.get("Size", 0)) for c in client.df().get("BuildCache") or [] if c.get("Shared"))
     docker_cli = proc.which("docker", hint="install the Docker CLI")
-    argv = [docker_cli, "buildx", "prune", "--force", "--keep-storage", f"{(shared + keep) // 10**6}mb",
+    argv = [docker_cli, "buildx", "prune", "--force", "--keep-storage", f"{keep // 10**6}mb",
             *(["--builder", builder] if builder else [])]
     done = proc.run(argv, timeout=1800)
     if not done.ok:

@@ -84,7 +84,7 @@ def judge(path: str, error: str, site: str, timeout: float) -> Optional[Dict[str
     imports = core.python_snippet(f"import {top}", timeout=timeout).returncode == 0 if top.isidentifier() else False
     package = f"{dist or top} {version or ''}".strip()
     if torch.get("cxx11_abi") and OLD_STRING_ABI.search(symbol.group(1)) and "__cxx11" not in symbol.group(1):
-        built_for = ("a torch built with the pre-C++11 ABI (the missing symbol spells std::string the old way; "
+        built_for = ("a torch with the pre-C++11 ABI (the missing symbol spells std::string the old way; "
                      "PyPI's torch used that ABI before 2.7)")
     else:
         built_for = "another torch version (this torch does not export the symbol)"
