@@ -194,7 +194,8 @@ def _kernel_check(name: str, code: str, timeout: float, env: Dict[str, str]) -> 
     found = _json_line(done.stdout)
     if found is None:
         trace = server.last_traceback(done.stdout.splitlines())
-        failed = {"ok": False, "exit_code": done.returncode, "error": _last_error(done.stdout),
+        # The exception's line, not the output's last: C code (deep_gemm) prints after the traceback.
+        failed = {"ok": False, "exit_code": done.returncode, "error": _last_error(trace or done.stdout),
                   "log": (trace or done.stdout)[-4000:]}
         if jitlog.jit_failed(done.stdout):
             _keep_compiler_words(failed, name, code, timeout, env, done.stdout)

@@ -16,7 +16,7 @@
 #   bash run.sh old-login NAME         the probe's GPU stages in the old login environment (no HOME), to
 #                                      show what a JIT failure keeps of the compiler's words
 #   bash run.sh verify NAME [ARGS]     `python -m buildscripts verify --lxc-name NAME` -> $OUT/NAME.json
-#   bash run.sh preflight NAME         `python -m buildscripts preflight --lxc-name NAME --cuda 13.0`
+#   bash run.sh preflight [NAME]       `python -m buildscripts preflight [--lxc-name NAME] --cuda 13.0`
 #   bash run.sh destroy NAME
 # Writes under $OUT (default /tmp/evidence-out).
 set -u
@@ -127,8 +127,10 @@ verify)
      --out "$out/$name.json" "$@") 2>&1 | cut -c1-400
   echo "== verify $name: exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 ))s" ;;
 preflight)
-  (cd "$root" && python3 -m buildscripts preflight --lxc-name "$2" --cuda 13.0) 2>&1 | tee "$out/preflight-$2.txt"
-  echo "== preflight $2: exit ${PIPESTATUS[0]}" ;;
+  name=${2:-}
+  (cd "$root" && python3 -m buildscripts preflight ${name:+--lxc-name "$name"} --cuda 13.0) 2>&1 \
+    | tee "$out/preflight-${name:-host}.txt"
+  echo "== preflight ${name:-host}: exit ${PIPESTATUS[0]}" ;;
 destroy) lxc-stop -k -n "$2" >/dev/null 2>&1; lxc-destroy -n "$2" >/dev/null 2>&1; rm -rf "/tmp/lxc-$2"; true ;;
 *) sed -n 2,24p "$0"; exit 2 ;;
 esac
