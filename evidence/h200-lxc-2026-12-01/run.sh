@@ -87,7 +87,7 @@ attach_login() {  # the probe's login before 2026-12-01: lxc-attach --clear-env,
 case "${1:-}" in
 create)
   name=$2 variant=$3 rootfs=/tmp/lxc-$2/rootfs
-  rm -rf "/tmp/lxc-$name"; mkdir -p "$rootfs"/{usr,opt,etc,tmp,root,dev,proc,sys,run,var/tmp,home}
+  rm -rf "/tmp/lxc-$name"; mkdir -p "$rootfs"/{usr,opt,etc,tmp,root,dev,proc,sys,run,var/tmp,home} "$site"
   chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"; chmod 0700 "$rootfs/root"
   for l in bin sbin lib lib64 lib32 libx32; do
     if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$rootfs/$l"; elif [ -d "/$l" ]; then mkdir -p "$rootfs/$l"; fi
