@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, pruned, server, warmcheck
+from . import core, jitlog, pruned, server, warmcheck
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSON_PREFIX = "@@json "
@@ -194,11 +194,32 @@ def _kernel_check(name: str, code: str, timeout: float, env: Dict[str, str]) -> 
     found = _json_line(done.stdout)
     if found is None:
         trace = server.last_traceback(done.stdout.splitlines())
-        return {"ok": False, "exit_code": done.returncode, "error": _last_error(done.stdout),
-                "log": (trace or done.stdout)[-4000:]}
+        # The exception's line, not the output's last: C code (deep_gemm) prints after the traceback.
+        failed = {"ok": False, "exit_code": done.returncode, "error": _last_error(trace or done.stdout),
+                  "log": (trace or done.stdout)[-4000:]}
+        if jitlog.jit_failed(done.stdout):
+            _keep_compiler_words(failed, name, code, timeout, env, done.stdout)
+        return failed
     if not found.get("ok"):
         found.setdefault("error", f"{name} computed a wrong result (compared with torch)")
     return found
+
+
+def _keep_compiler_words(failed: Dict[str, Any], name: str, code: str, timeout: float, env: Dict[str, str],
+                         output: str) -> None:
+    """A JIT compile failed: the same call once more with the library's debug switches (deep_gemm then
+    prints its nvcc command), and the compiler's first error becomes the check's error. Not a retry: the
+    check has failed already, whatever the second run does."""
+    words = jitlog.compiler_words(output)
+    debug = jitlog.DEBUG_ENV.get(name)
+    if debug:
+        again = core.python_snippet(code, timeout=timeout, env={**env, **debug})
+        failed["debug_rerun"] = {"env": debug, "exit_code": again.returncode}
+        words = jitlog.compiler_words(again.stdout) or words
+    if words:
+        failed["compiler"] = {k: v for k, v in words.items() if k != "excerpt"}
+        failed["library_error"], failed["error"] = failed["error"], words["error"]
+        failed["log"] = failed["log"][-2500:] + "\n" + jitlog.excerpt(words)
 
 
 def _last_error(output: str) -> str:

@@ -23,6 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Any, Deque, Dict, List, Optional, Tuple
 
+from . import jitlog
+
 TRACEBACK_START = "Traceback (most recent call last):"
 # Python prints "ExcType: message" (or a bare "ExcType") as the last line of a traceback.
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*|^[A-Z]\w*Error$")
@@ -223,8 +225,12 @@ def _strip_source(line: str) -> str:
 
 
 def failure_excerpt(server: Server, lines: int = 60) -> str:
-    """What a person needs to see first: the traceback, then the last lines of the log."""
+    """What a person needs to see first: the traceback, then the last lines of the log, then (when a JIT
+    compile failed) the compiler's own error and the lines around it, wherever they were in the log."""
     tail = list(server.tail)
     trace = last_traceback(tail)
     recent = "\n".join(tail[-lines:])
-    return (trace + "\n--- last log lines ---\n" + recent) if trace else recent
+    text = (trace + "\n--- last log lines ---\n" + recent) if trace else recent
+    whole = "\n".join(tail)
+    words = jitlog.compiler_words(whole) if jitlog.jit_failed(whole) else {}
+    return text[-3000:] + "\n" + jitlog.excerpt(words) if words else text

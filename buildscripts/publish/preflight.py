@@ -20,7 +20,7 @@ from rich.table import Table
 from .. import log
 from ..errors import ConfigError, PreflightFailed
 from ..matrix.schema import CUDA_FLAVOURS
-from ..verify.lxc import LXC_PATH, Target, running
+from ..verify.lxc import LXC_PATH, STANDARD_NODES, Target, config_line, missing_rule_lines, running
 from ..workspace import Workspace
 
 # The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
@@ -29,6 +29,14 @@ NVIDIA_HOOK = "/usr/share/lxc/hooks/nvidia"
 DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 SHM_WANTED_KB = 16 * 1024 * 1024    # what the verifier gives containers (SGLang's queues, NCCL)
 LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$")
+SHM_MOUNT = "tmpfs dev/shm tmpfs rw,nosuid,nodev,size=16g,create=dir 0 0"   # lxc.mount.entry, as it worked
+# Opening each standard node inside the running container; the device cgroup refuses with EPERM ("cannot open
+# /dev/urandom: Operation not permitted"). Not ptmx: devpts' own mode (ptmxmode) refuses it in many good
+# containers, with another error. No /dev/null redirection: it may be the node that is denied.
+OPEN_NODES = "for n in null zero full random urandom; do (exec 3</dev/$n) 2>&1 | head -n 1; done; echo opened"
+DENIED = re.compile(r"(?:cannot open|Can't open|Unable to open) /dev/([a-z]+)\S*:? (?:- )?Operation not permitted"
+                    r"|Operation not permitted - Can't open /dev/([a-z]+)")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 Attach = Callable[[Sequence[str]], tuple[int, str]]   # a command inside the container -> (exit, output)
 
 
@@ -51,6 +59,13 @@ class HostView:
             return (self.root / path.lstrip("/")).read_text(errors="replace")
         except OSError:
             return None
+
+    def char_majors(self) -> dict[str, int]:
+        """{driver name: major} of the character devices in /proc/devices (nvidia-uvm's major is dynamic)."""
+        text = self.read("/proc/devices") or ""
+        block = text.split("Block devices:")[0]
+        found = (re.match(r"^\s*(\d+)\s+(\S+)\s*$", line) for line in block.splitlines())
+        return {m.group(2): int(m.group(1)) for m in found if m}
 
     def device_nodes(self) -> dict[str, tuple[int, int]]:
         """{/dev/nvidia*: (major, minor)} for the character devices present."""
@@ -116,7 +131,14 @@ def device_nodes(host: HostView) -> tuple[Check, dict[str, tuple[int, int]]]:
     if missing:
         return Check("device nodes", "fail", "missing " + ", ".join(missing) + "; present: " + "; ".join(majors),
                      ("modprobe nvidia-uvm && nvidia-modprobe -u -c=0   # creates /dev/nvidia-uvm*",)), nodes
-    return Check("device nodes", "pass", "; ".join(majors)), nodes
+    # nvidia-uvm's major is given out when the module loads: a node made before a reload can be stale.
+    uvm = host.char_majors().get("nvidia-uvm")
+    if uvm is not None and nodes["/dev/nvidia-uvm"][0] != uvm:
+        return Check("device nodes", "fail", f"/dev/nvidia-uvm is {nodes['/dev/nvidia-uvm'][0]}:*, but /proc/devices "
+                     f"gives nvidia-uvm major {uvm} (a node left from before the module was reloaded)",
+                     ("rm /dev/nvidia-uvm /dev/nvidia-uvm-tools && nvidia-modprobe -u -c=0",)), nodes
+    where = f"; nvidia-uvm major {uvm} in /proc/devices" if uvm is not None else ""
+    return Check("device nodes", "pass", "; ".join(majors) + where), nodes
 
 
 def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) -> Check:
@@ -149,17 +171,21 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
         first = next(k for k in range(64) if not view.keys(f"dev{k}"))
         lines = [f"dev{first + i}: {node}" for i, node in enumerate(missing)]
     else:
-        sep = ":" if view.target.tool == "pct" else " ="
         allowed = " ".join(view.keys("lxc.cgroup2.devices.allow"))
-        lines = [f"lxc.mount.entry{sep} {n} {n[1:]} none bind,optional,create=file" for n in missing]
+        lines = [gpu_mount(view.target, n) for n in missing]
         majors = sorted({nodes[n][0] for n in needed})
-        lines += [f"lxc.cgroup2.devices.allow{sep} c {m}:* rwm" for m in majors
+        lines += [config_line(view.target, "lxc.cgroup2.devices.allow", f"c {m}:* rwm") for m in majors
                   if f"c {m}:" not in allowed and allowed.strip() != "a"]
     if lines:
         what = ", ".join(missing) if missing else "the device cgroup does not allow their majors"
         return Check("container config", "fail", f"{kind}; GPU devices not passed: {what}",
                      (f"add to {view.target.config_path()}:", *lines))
     return Check("container config", "pass", f"{kind}; passed through: {', '.join(n for n in needed)}")
+
+
+def gpu_mount(target: Target, node: str) -> str:
+    """The bind mount of one host node into the container (a node the host lacks is skipped, not an error)."""
+    return config_line(target, "lxc.mount.entry", f"{node} {node[1:]} none bind,optional,create=file")
 
 
 def _bind_mounts(view: ContainerView) -> set[str]:
@@ -171,8 +197,7 @@ def shared_memory(view: ContainerView) -> Check:
         return Check("/dev/shm", "skip", f"{view.target.shown} is not running: {view.state}")
     code, out = view.attach(["df", "-k", "/dev/shm"])
     sizes = [int(parts[1]) for line in out.splitlines()[1:] if len(parts := line.split()) > 1 and parts[1].isdigit()]
-    sep = ":" if view.target.tool == "pct" else " ="
-    mount = f"lxc.mount.entry{sep} tmpfs dev/shm tmpfs size=16G,nosuid,nodev,create=dir 0 0"
+    mount = config_line(view.target, "lxc.mount.entry", SHM_MOUNT)
     if "No such file" in out:
         return Check("/dev/shm", "fail", "the container has no /dev/shm (PyTorch, SGLang and NCCL need one)",
                      (f"add to {view.target.config_path()}: {mount}", "(this project's images mount one at start)"))
@@ -185,13 +210,76 @@ def shared_memory(view: ContainerView) -> Check:
     return Check("/dev/shm", "pass", f"{sizes[0] // 1024} MiB")
 
 
+def device_rules(view: ContainerView, host: HostView) -> tuple[bool, list[tuple[str, str]]]:
+    """(all denied by default, [(major, minor)] allowed) after the container's device lines in order,
+    lxc.include files read where they stand. Proxmox puts its common config (which allows the standard
+    nodes) before a container's own lxc.* lines; plain LXC starts from no rule at all (all allowed)."""
+    deny_all = view.target.tool == "pct"
+    allowed = [tuple(STANDARD_NODES[n].split(":")) for n in STANDARD_NODES] if deny_all else []
+    for key, value in _device_lines(view.config or "", host, depth=0):
+        rule = value.split()
+        if rule == ["a"]:
+            deny_all, allowed = key.endswith("deny"), []
+        elif len(rule) >= 2 and rule[0] in ("c", "a") and ":" in rule[1]:
+            number = tuple(rule[1].split(":", 1))
+            if key.endswith("allow"):
+                allowed.append(number)
+            else:
+                allowed = [a for a in allowed if a != number]
+    return deny_all, [(str(a), str(b)) for a, b in allowed]
+
+
+def _device_lines(config: str, host: HostView, depth: int) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for line in config.splitlines():
+        match = re.match(r"^\s*(lxc\.include|lxc\.cgroup2?\.devices\.(?:allow|deny))\s*[:=]\s*(.*?)\s*$", line)
+        if match is None:
+            continue
+        key, value = match.groups()
+        if key == "lxc.include":
+            if depth < 8:   # LXC's own includes nest two deep; a loop must not hang the preflight
+                found += _device_lines(host.read(value) or "", host, depth + 1)
+        else:
+            found.append((key.replace("lxc.cgroup.", "lxc.cgroup2."), value))
+    return found
+
+
+def standard_nodes(view: ContainerView, host: HostView) -> Check:
+    """The nodes every program needs (null, urandom, ...): allowed by the config, and opened in the container."""
+    name = "standard device nodes"
+    if view.config is None:
+        return Check(name, "skip", f"cannot read {view.target.config_path()}")
+    deny_all, allowed = device_rules(view, host)
+    covered = {f"{a}:{b}" for a, b in allowed} | {f"{a}:*" for a, b in allowed if b == "*"}
+    by_rules = [n for n, rule in STANDARD_NODES.items()
+                if deny_all and rule not in covered and f"{rule.split(':')[0]}:*" not in covered]
+    live: list[str] = []
+    if view.attach is not None:
+        _, out = view.attach(["sh", "-c", OPEN_NODES])
+        live = list(dict.fromkeys(n for pair in DENIED.findall(out) for n in pair if n in STANDARD_NODES))
+    missing = list(dict.fromkeys(by_rules + live))
+    if missing:
+        said = [f"denied in the container: {', '.join('/dev/' + n for n in live)}"] if live else []
+        if by_rules:
+            said.append("after `lxc.cgroup2.devices.deny = a` the allow list lacks "
+                        + ", ".join(f"{n} ({STANDARD_NODES[n]})" for n in by_rules))
+        return Check(name, "fail", "; ".join(said),
+                     (f"add to {view.target.config_path()}:", *missing_rule_lines(missing, view.target),
+                      "then restart the container"))
+    how = "all devices allowed (no deny rule)" if not deny_all else "the allow list names null, zero, full, " \
+          "random, urandom, tty, console, ptmx and pts"
+    opened = "; null, zero, full, random and urandom open in the container" if view.attach else ""
+    return Check(name, "pass", how + opened)
+
+
 def userspace_driver(view: ContainerView, host_version: str | None) -> Check:
     if any(NVIDIA_HOOK in v for v in view.keys("lxc.hook.mount")):
         return Check("driver in the container", "skip", "the nvidia hook mounts the host's own libraries")
     if view.attach is None:
         return Check("driver in the container", "skip", f"{view.target.shown} is not running: {view.state}")
-    _, out = view.attach(["sh", "-c", "ls /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 "
-                                         "2>/dev/null | grep '^libcuda\\.so\\.'"])
+    # 2>&1, not 2>/dev/null: in a container whose device rules deny /dev/null the redirection itself fails.
+    _, out = view.attach(["sh", "-c", "ls -1 /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 "
+                                         "2>&1 | grep '^libcuda\\.so\\.'"])
     versions = sorted({m.group(1) for line in out.split() if (m := LIBCUDA.search(line)) and m.group(1).count(".")})
     if not versions:
         return Check("driver in the container", "fail", "no libcuda.so.<version> in the container",
@@ -212,13 +300,13 @@ def run_checks(host: HostView, container: ContainerView | None, cuda: str | None
         checks.append(Check("nvidia-uvm", "fail", "the nvidia-uvm module is not loaded (CUDA needs it)",
                             ("modprobe nvidia-uvm   # and add nvidia-uvm to /etc/modules-load.d/",)))
     if container is not None:
-        checks += [container_config(container, nodes), shared_memory(container),
+        checks += [container_config(container, nodes), standard_nodes(container, host), shared_memory(container),
                    userspace_driver(container, version)]
     return checks
 
 
-def container_view(target: Target, lxc_path: Path) -> ContainerView:
-    path = target.config_path(lxc_path)
+def container_view(target: Target) -> ContainerView:
+    path = target.config_path()
     try:
         config: str | None = path.read_text(errors="replace")
     except OSError:
@@ -237,13 +325,18 @@ def show(checks: Sequence[Check]) -> None:
              "skip": "[dim]– skip[/]"}
     table = Table("check", "result", "detail", title="LXC host preflight (read-only)")
     for check in checks:
-        table.add_row(check.name, marks[check.status], escape(check.detail))
+        table.add_row(check.name, marks[check.status], escape(printable(check.detail)))
     log.console.print(table)
     for check in checks:
         if check.fix and check.status in ("fail", "warn"):
-            log.console.print(f"[bold]{check.name}[/]:", markup=True)
+            log.console.print(f"[bold]{escape(check.name)}[/]:", markup=True)
             for line in check.fix:
-                log.console.print(f"  {line}", markup=False, highlight=False)
+                log.console.print(f"  {printable(line)}", markup=False, highlight=False)
+
+
+def printable(text: str) -> str:
+    """What the container or host said, with control characters (terminal escapes) shown, not sent."""
+    return CONTROL.sub(lambda m: ascii(m.group(0))[1:-1], text)
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -253,16 +346,29 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     where.add_argument("--ctid", help="a Proxmox container id to check too (read with pct)")
     where.add_argument("--lxc-name", help="a plain LXC container name to check too (read with lxc-attach)")
     ap.add_argument("--cuda", help="the image's CUDA, e.g. 13.0 (checked against the host's driver)")
-    ap.add_argument("--lxc-path", type=Path, default=LXC_PATH, help="LXC's container folder (plain LXC)")
+    ap.add_argument("--lxc-path", type=Path, default=None,
+                    help=f"LXC's container folder (plain LXC; default {LXC_PATH})")
     a = ap.parse_args(list(argv))
-    if a.cuda and a.cuda not in CUDA_FLAVOURS.values():
-        msg = f"--cuda {a.cuda!r} is not a CUDA this project builds for"
-        raise ConfigError(msg, hint="one of " + ", ".join(sorted(CUDA_FLAVOURS.values())))
-    target = Target.pct(a.ctid) if a.ctid else Target.named(a.lxc_name) if a.lxc_name else None
-    checks = run_checks(HostView(), container_view(target, a.lxc_path) if target else None, a.cuda)
+    target = _target(a)
+    checks = run_checks(HostView(), container_view(target) if target else None, a.cuda)
     show(checks)
     failed = [c.name for c in checks if c.status == "fail"]
     if failed:
         msg = f"{len(failed)} preflight check(s) failed: {', '.join(failed)}"
         raise PreflightFailed(msg, hint="add the lines shown above, then run the preflight again")
     return 0
+
+
+def _target(a: argparse.Namespace) -> Target | None:
+    """The container to check, from preflight's own flags; an empty value is an error, never dropped."""
+    if a.cuda is not None and a.cuda not in CUDA_FLAVOURS.values():
+        msg = f"--cuda {a.cuda!r} is not a CUDA this project builds for"
+        raise ConfigError(msg, hint="one of " + ", ".join(sorted(CUDA_FLAVOURS.values())))
+    if a.lxc_path is not None and a.lxc_name is None:
+        msg = "--lxc-path is plain LXC's container folder: it goes with --lxc-name"
+        raise ConfigError(msg, hint="a Proxmox container (--ctid) is found by pct itself")
+    if a.ctid is not None:
+        return Target.pct(a.ctid, flag="--ctid")
+    if a.lxc_name is not None:
+        return Target.named(a.lxc_name, lxc_path=a.lxc_path, flag="--lxc-name")
+    return None

@@ -28,7 +28,7 @@ _FAILURE_WORDS = re.compile(
     r"|not supported|not permitted|segmentation fault|killed|aborted|timed out)\b")
 _WRAPPER = re.compile(
     r"CalledProcessError|returned non-zero exit status|Ninja build failed|subprocess-exited-with-error"
-    r"|build stopped: subcommand failed")
+    r"|build stopped: subcommand failed|NVCC compilation failed|NVRTC compilation failed|Error building extension")
 
 
 def decisive_line(text: str) -> str:

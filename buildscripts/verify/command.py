@@ -37,6 +37,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
     where.add_argument("--lxc-name", metavar="NAME", help="verify in place in a running LXC container (lxc-attach)")
+    ap.add_argument("--lxc-path", type=path_argument, default=None,
+                    help="with --lxc-name: LXC's container folder when it is not /var/lib/lxc (lxc-attach -P)")
     ap.add_argument("--python", type=path_text,
                     help="with --host: the interpreter to verify (default: this one); with --lxc: "
                          "the container's interpreter, e.g. a venv's (default: python3)")
@@ -51,7 +53,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
     a = ap.parse_args(list(argv))
-    in_place = a.host or a.lxc or a.lxc_name
+    in_place = a.host or a.lxc is not None or a.lxc_name is not None
     if not in_place and not a.image:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
     if in_place and a.image:
@@ -64,6 +66,13 @@ def check_arguments(a: argparse.Namespace) -> None:
     """Every argument problem is found here, before the matrix is read or the engine contacted."""
     if a.run_id is not None:
         checked_name(a.run_id, "--run-id")
+    if a.lxc is not None:
+        lxc.Target.pct(a.lxc, flag="--lxc")
+    if a.lxc_name is not None:
+        lxc.Target.named(a.lxc_name, flag="--lxc-name")
+    if a.lxc_path is not None and a.lxc_name is None:
+        msg = "--lxc-path is LXC's container folder: it goes with --lxc-name"
+        raise ConfigError(msg, hint="Proxmox containers (--lxc CTID) are found by pct itself")
     if a.cell_id is not None:
         checked_name(a.cell_id, "--cell-id")
     if a.stages is not None:
@@ -96,7 +105,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     profile = _profile(spec, a.profile)
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
-    elif a.lxc or a.lxc_name:
+    elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
         client = engine.connect()
@@ -157,7 +166,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
-    target = lxc.Target.pct(a.lxc) if a.lxc else lxc.Target.named(a.lxc_name)
+    target = lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,

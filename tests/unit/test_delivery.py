@@ -13,7 +13,7 @@ import pytest
 
 from buildscripts.errors import ConfigError
 from buildscripts.publish import export, pct
-from buildscripts.verify.lxc import Target, probe_script
+from buildscripts.verify.lxc import ATTACH_PATH, LOGIN_ENV, Target, probe_script
 from buildscripts.verify.plan import Plan
 
 
@@ -33,10 +33,13 @@ def test_pct_lines_create_then_set_the_gpu() -> None:
 
 
 def test_lxc_targets_and_their_command_lines() -> None:
-    assert Target.pct("200").exec_argv(["true"]) == ["pct", "exec", "200", "--", "true"]
+    # pct exec keeps the caller's environment (PVE 8's default): env -i leaves what lxc-attach --clear-env leaves.
+    assert Target.pct("200").exec_argv(["true"]) == ["pct", "exec", "200", "--", "env", "-i", f"PATH={ATTACH_PATH}",
+                                                     "container=lxc", "true"]
     named = Target.named("ct-1")
     assert named.exec_argv(["true"]) == ["lxc-attach", "-n", "ct-1", "--clear-env", "--", "true"]
-    assert named.login_argv("echo hi")[-3:] == ["/bin/sh", "-lc", "echo hi"]
+    assert named.login_argv("echo hi")[-5:] == ["/bin/sh", "-c", LOGIN_ENV, "sh", "echo hi"]
+    assert 'exec /bin/sh -l -c "$1"' in LOGIN_ENV   # the login's HOME etc. first, then the login shell
     assert named.state_argv() == ["lxc-info", "-n", "ct-1", "-s"]
     assert Target.pct("200").config_path() == Path("/etc/pve/lxc/200.conf")
     with pytest.raises(ConfigError, match="not a Proxmox container id"):
