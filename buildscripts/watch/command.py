@@ -101,8 +101,9 @@ def make_indexes(matrix: matrix_mod.Matrix, env: Mapping[str, str],
     """The host's index (its pip settings, uv's order) and each lane's own; and how to name them."""
     host = index_urls(env)
     bundle = ca_bundle(env)
-    indexes: dict[str, Index] = {news.HOST: SimpleIndex(host, timeout_s=timeout_s, ca_bundle=bundle)}
-    shown = [f"the host's package index ({' then '.join(host)})"]
+    merge = env.get("UV_INDEX_STRATEGY", "first-index").startswith("unsafe-")
+    indexes: dict[str, Index] = {news.HOST: SimpleIndex(host, timeout_s=timeout_s, ca_bundle=bundle, merge=merge)}
+    shown = [f"the host's package index ({(' + ' if merge else ' then ').join(host)})"]
     for lane in matrix.spec.torch_lanes:
         if lane.index and lane.index not in indexes:
             indexes[lane.index] = SimpleIndex([lane.index], timeout_s=timeout_s, ca_bundle=bundle)

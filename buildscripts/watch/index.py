@@ -75,19 +75,26 @@ def normalize(name: str) -> str:
 class SimpleIndex:
     """The indexes uv would ask, in its order: the first one that has a project answers for it."""
 
-    def __init__(self, urls: Sequence[str], *, timeout_s: float, ca_bundle: Path | None = None) -> None:
+    def __init__(self, urls: Sequence[str], *, timeout_s: float, ca_bundle: Path | None = None,
+                 merge: bool = False) -> None:
         self.urls = [u.rstrip("/") + "/" for u in urls]
+        self.merge = merge  # uv's UV_INDEX_STRATEGY=unsafe-*: every index's files count, not the first's only
         self.timeout_s = timeout_s
         context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
         self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
 
     def project(self, name: str) -> Project | None:
+        found: list[Project] = []
         for index in self.urls:
             page = urljoin(index, normalize(name) + "/")
             got = self._get(page, {"Accept": ACCEPT}, missing_ok=True)
             if got is not None:
-                return Project(name, index, tuple(parse_page(got.body, got.content_type, got.url)))
-        return None
+                found.append(Project(name, index, tuple(parse_page(got.body, got.content_type, got.url))))
+                if not self.merge:
+                    break
+        if not found:
+            return None
+        return Project(name, " + ".join(p.index for p in found), tuple(f for p in found for f in p.files))
 
     def metadata(self, file: DistFile) -> Message:
         if file.metadata_url:

@@ -257,18 +257,19 @@ def _flavour_problem(flavour: str) -> str | None:
             "needs CUDA_FLAVOURS in buildscripts/matrix/schema.py (and a toolkit recipe) first")
 
 
-def _newest_pin(metadata: Mapping[str, Message | None], reader: _Reader) -> tuple[str, str | None]:
-    """(the newest SGLang with metadata, the torch it pins)."""
-    known = [v for v, m in metadata.items() if m is not None]
-    if not known:
-        return "", None
-    newest = max(known, key=Version)
-    meta = metadata[newest]
-    assert meta is not None
-    return newest, torch_pin(meta, reader.target)[0]
+def _newest_pin(metadata: Mapping[str, Message | None], reader: _Reader) -> str:
+    """How the newest SGLang that pins a torch says it, for a torch no SGLang pins: " (the newest, ...)"."""
+    known = sorted((v for v, m in metadata.items() if m is not None), key=Version, reverse=True)
+    for rank, version in enumerate(known):
+        meta = metadata[version]
+        pin = torch_pin(meta, reader.target)[0] if meta is not None else None
+        if pin is not None:
+            which = "the newest" if rank == 0 else "the newest that pins one"
+            return f" ({which}, sglang {version}, pins torch {pin})"
+    return ""
 
 
-def _new_torch(reader: _Reader, held: str, sglang: list[NewSGLang], newest_pin: tuple[str, str | None],
+def _new_torch(reader: _Reader, held: str, sglang: list[NewSGLang], newest_pin: str,
                skipped: list[Skipped]) -> list[NewTorch]:
     found: list[NewTorch] = []
     project = reader.project("torch")
@@ -284,9 +285,7 @@ def _new_torch(reader: _Reader, held: str, sglang: list[NewSGLang], newest_pin: 
             follows = f"pinned by sglang {', '.join(pinned_by)}: " + (
                 "a new lane is proposed for it" if flavour in CUDA_FLAVOURS else "no lane can be proposed for it")
         else:
-            newest, pin = newest_pin
-            was = f" (the newest, sglang {newest}, pins torch {pin})" if newest and pin else ""
-            follows = f"no SGLang release pins it yet{was}: listed, not built"
+            follows = f"no SGLang release pins it yet{newest_pin}: listed, not built"
         found.append(NewTorch(version, project.index, flavour, evidence, pinned_by, _flavour_problem(flavour),
                               follows))
     return found
