@@ -92,7 +92,7 @@ def _build_state(asked: bool, buildable: Sequence[str], built: RunResults | None
 
 
 def markdown(data: Mapping[str, Any]) -> str:
-    out = [f"## {data['title']}", "", "Opened by `nox -s watch -- --propose`. Nothing is promoted before this pull "
+    out = [f"## {data['title']}", "", "Proposed by `nox -s watch -- --propose`. Nothing is promoted before this pull "
            "request merges: promotion runs on `main` only, from the images the merged change builds.", ""]
     out += ["### What the index holds that matrix.yaml does not", "", "```", *_watch_lines(data["watch"]), "```", ""]
     out += ["### The change to matrix.yaml", "", *[f"- `{line}`" for line in data["added"]], "",
@@ -101,9 +101,13 @@ def markdown(data: Mapping[str, Any]) -> str:
     out += ["### New cells", "", f"Build: {build['state']}" + (f" (`{build['command']}`)" if build["command"] else "")
             + (f", run `{build['run_id']}`" if build["run_id"] else "") + ".", ""]
     out += ["| cell | lock | verdict | stages | size | ready | today |", "|---|---|---|---|---|---|---|"]
-    for cell in data["cells"]:
+    for cell in (c for c in data["cells"] if not c["excluded"]):
         out.append("| " + " | ".join([f"`{cell['cell']}`", _lock(cell), *_outcome(cell["result"], cell),
                                       _today(cell["today"])]) + " |")
+    excluded = [c for c in data["cells"] if c["excluded"]]
+    if excluded:
+        out += ["", f"<details><summary>{len(excluded)} new cell(s) excluded</summary>", "",
+                *[f"- `{c['cell']}`: {_cut(c['excluded'])}" for c in excluded], "", "</details>"]
     out += ["", "### What changed in the locks", ""]
     for cell in data["cells"]:
         moved = _moved(cell)

@@ -141,16 +141,19 @@ def test_a_proposal_refuses_uncommitted_matrix_edits(tmp_path: Path, index: str)
     assert not (copy / "runs").exists() or [p.name for p in (copy / "runs").iterdir()] == ["watch.lock"]
 
 
-def test_the_proposal_of_a_made_up_release(tmp_path: Path, index: str) -> None:
+def test_the_proposal_of_a_made_up_release(tmp_path: Path) -> None:
     probe = compile_requirements(["six==1.17.0"], Target("3.11", "x86_64-manylinux_2_36"), env=dict(os.environ))
     if not probe.ok:
         needs.unavailable("the package index", f"the proposal's lock resolves SGLang's dependencies: {probe.error}")
     copy = project(tmp_path)
     matrix_before = (copy / "matrix.yaml").read_bytes()
-    # The local index first, the host's for everything else; both count for every package, as uv does with
-    # UV_INDEX_STRATEGY=unsafe-best-match (so that sglang 0.5.23 still comes from the real index, as locked).
-    env = {"UV_INDEX": index, "UV_INDEX_STRATEGY": "unsafe-best-match"}
-    done = watch(copy, "--propose", "--branch", "watch/sglang-0.5.24", "--run-id", "watch-test", env=env)
+    # Only the made-up release is local; the host's index has everything else. Both count for every package,
+    # as uv does with UV_INDEX_STRATEGY=unsafe-best-match: sglang 0.5.23 and torch still come from the real
+    # index, with the hashes the project's locks hold.
+    write(tmp_path / "index", [Release("sglang", "0.5.24", made_up(SGLANG, "0.5.24"))])
+    with served(tmp_path / "index") as index:
+        env = {"UV_INDEX": index, "UV_INDEX_STRATEGY": "unsafe-best-match"}
+        done = watch(copy, "--propose", "--branch", "watch/sglang-0.5.24", "--run-id", "watch-test", env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (copy / "matrix.yaml").read_bytes() == matrix_before and git(copy, "status", "--porcelain") == ""
     out = copy / "runs" / "watch-test"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from email.message import Message
 from pathlib import Path
 
@@ -12,9 +13,10 @@ import pytest
 from buildscripts import hostenv
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import PackageIndexError, ProposalError
-from buildscripts.watch import command, edit, news, propose, proposal
+from buildscripts.watch import command, edit, news, proposal, propose
 from buildscripts.watch.index import DistFile, Project, normalize, parse_metadata, parse_page
 from buildscripts.watch.wheels import Platform, cuda_flavour, installable, torch_pin
+from buildscripts.workspace import Workspace
 from tests.local_index import TORCH_TAG, Release, filename, made_up, real
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +97,10 @@ def test_yanked_pre_releases_and_releases_without_a_wheel_for_the_base() -> None
     found = run_watch([*held(),
                        Release("sglang", "0.5.24", made_up(SGLANG, "0.5.24"), yanked="broken wheel"),
                        Release("sglang", "0.5.25rc1", made_up(SGLANG, "0.5.25rc1")),
-                       Release("sglang", "0.5.26", made_up(SGLANG, "0.5.26"), tags="cp313-cp313-manylinux_2_34_x86_64"),
-                       Release("sglang", "0.5.27", made_up(SGLANG, "0.5.27"), tags="cp311-cp311-manylinux_2_39_x86_64")])
+                       Release("sglang", "0.5.26", made_up(SGLANG, "0.5.26"),
+                               tags="cp313-cp313-manylinux_2_34_x86_64"),
+                       Release("sglang", "0.5.27", made_up(SGLANG, "0.5.27"),
+                               tags="cp311-cp311-manylinux_2_39_x86_64")])
     assert [(s.version, s.reason) for s in found.skipped] == [
         ("0.5.24", "yanked (broken wheel)"), ("0.5.25rc1", "a pre-release")]
     assert [(s.version, s.problem) for s in found.sglang] == [
@@ -157,7 +161,8 @@ def test_simple_pages_html_and_json() -> None:
                                                  "https://i.test/files/a-1.0-py3-none-any.whl.metadata")
     assert (b.yanked, b.requires_python, b.metadata_url) == (None, ">=3.12", None)
     data = {"files": [{"filename": "a-1.0-py3-none-any.whl", "url": "https://f.test/a.whl", "yanked": "bad",
-                       "core-metadata": {"sha256": "x"}}, {"filename": "a-0.9.tar.gz", "url": "a.tgz", "yanked": False}]}
+                       "core-metadata": {"sha256": "x"}},
+                      {"filename": "a-0.9.tar.gz", "url": "a.tgz", "yanked": False}]}
     one, two = parse_page(json.dumps(data).encode(), "application/vnd.pypi.simple.v1+json", "https://i.test/s/a/")
     assert (one.yanked, one.metadata_url) == ("bad", "https://f.test/a.whl.metadata")
     assert (two.yanked, two.url) == (None, "https://i.test/s/a/a.tgz")
@@ -203,7 +208,8 @@ def test_a_new_lane_is_added_after_the_last_lane() -> None:
 
 def test_a_flow_list_is_refused_with_the_fix() -> None:
     text = (ROOT / "matrix.yaml").read_text().replace(
-        "  - {version: 0.5.10, torch: 2.9.1}\n  - {version: 0.5.16, torch: 2.11.0}\n  - {version: 0.5.23, torch: 2.14.1}",
+        "  - {version: 0.5.10, torch: 2.9.1}\n  - {version: 0.5.16, torch: 2.11.0}\n"
+        "  - {version: 0.5.23, torch: 2.14.1}",
         "  [{version: 0.5.23, torch: 2.14.1}]")
     path = ROOT / "matrix.yaml"
     with pytest.raises(ProposalError, match="not a block list"):
@@ -211,7 +217,7 @@ def test_a_flow_list_is_refused_with_the_fix() -> None:
 
 
 def test_matrix_edited_meanwhile_is_refused(tmp_path: Path) -> None:
-    ws = command.Workspace.at(tmp_path)
+    ws = Workspace.at(tmp_path)
     ws.matrix.write_text("schema: 1\n")
     start = propose.Snapshot(tmp_path, "matrix.yaml", "schema: 1\n", propose._sha("schema: 1\n"))
     propose._unchanged_since(start, ws)
@@ -222,10 +228,10 @@ def test_matrix_edited_meanwhile_is_refused(tmp_path: Path) -> None:
 
 def test_two_watches_at_once_are_refused(tmp_path: Path) -> None:
     with command.one_watch(tmp_path):
-        with pytest.raises(ProposalError, match="another watch of this checkout is running") as caught:
-            with command.one_watch(tmp_path):
-                pass
-        assert f"pid {__import__('os').getpid()}" in caught.value.message
+        with pytest.raises(ProposalError, match="another watch of this checkout is running") as caught, \
+                command.one_watch(tmp_path):
+            pass
+        assert f"pid {os.getpid()}" in caught.value.message
     with (tmp_path / "watch.lock").open("a") as handle:  # released afterwards
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
@@ -234,7 +240,7 @@ def test_the_build_step_is_the_build_command_of_the_new_cells(tmp_path: Path, mo
     from buildscripts import proc
     from buildscripts.results import RunResults, save
     ran: list[tuple[str, ...]] = []
-    ws = command.Workspace.at(tmp_path, runs=tmp_path / "runs")
+    ws = Workspace.at(tmp_path, runs=tmp_path / "runs")
 
     def fake_run(argv: list[str], **kwargs: object) -> proc.Completed:
         ran.append(tuple(argv))
@@ -248,7 +254,7 @@ def test_the_build_step_is_the_build_command_of_the_new_cells(tmp_path: Path, mo
     assert ran[0][1:] == ("-m", "buildscripts", "build", "--run-id", "watch-1", "--runs", str(ws.runs.resolve()),
                           "--only", "sglang0.5.24-a", "--only", "sglang0.5.24-b")
     monkeypatch.setattr(proc, "run", lambda argv, **kw: proc.Completed(tuple(argv), 4, "no engine", 0.1))
-    with pytest.raises(ProposalError, match="failed to run .exit 4.") as caught:
+    with pytest.raises(ProposalError, match=r"failed to run \(exit 4\)") as caught:
         propose._build(tmp_path, ["sglang0.5.24-a"], propose.Request(ws=ws, run_id="watch-2", out=None, branch=None,
                                                                       build=True))
     assert "without --build" in str(caught.value)
@@ -261,7 +267,7 @@ def test_the_report_renders_the_record() -> None:
     locks = {c.id: {"state": "ok", "reason": None, "versions": {**cells[c.id.replace("0.5.24", "0.5.23")],
                                                                "sglang": "0.5.24"}}
              for c in change.new_cells if c.excluded is None}
-    ws = command.Workspace.at(ROOT, runs=ROOT / "tests" / "no-runs-here")
+    ws = Workspace.at(ROOT, runs=ROOT / "tests" / "no-runs-here")
     record = proposal.record(found, change, locks, None, the_matrix(), ws, changed=["A\tlockfiles/sglang/x.txt"],
                              today={cid: {"versions": v} for cid, v in cells.items()}, build_asked=False,
                              buildable=list(locks), branch=None)
@@ -269,6 +275,7 @@ def test_the_report_renders_the_record() -> None:
     assert record["title"] == "watch: propose sglang 0.5.24 (torch 2.14.1)"
     assert "Nothing is promoted before this pull request merges" in text
     assert "| `sglang0.5.24-torch2.14.1-cu130-pip-bookworm` | ok | not built |" in text
+    assert "4 new cell(s) excluded" in text
     assert "sglang 0.5.23 → 0.5.24, torch 2.14.1" in text
     assert "`nox -s build -- --only sglang0.5.24-torch2.14.1-cu130-none-bookworm --only " in text
 
@@ -277,3 +284,16 @@ def _diff(a: str, b: str) -> list[str]:
     import difflib
     return [line.rstrip("\n") for line in difflib.unified_diff(a.splitlines(True), b.splitlines(True), n=0)
             if not line.startswith(("---", "+++", "@@"))]
+
+
+def test_the_scheduled_job_opens_a_pull_request_and_promotes_nothing() -> None:
+    import yaml
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release-watch.yml").read_text())
+    assert "schedule" in workflow[True]  # YAML 1.1 reads the key `on` as True
+    scripts = "\n".join(step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"])
+    assert "promote" not in scripts and "docker push" not in scripts
+    propose_job = workflow["jobs"]["propose"]
+    assert propose_job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    opened = next(step for step in propose_job["steps"] if step.get("name") == "Open the pull request")
+    assert opened["env"] == {"GH_TOKEN": "${{ github.token }}"}
+    assert '--body-file "runs/$RUN_ID/proposal.md"' in opened["run"]
