@@ -132,8 +132,8 @@ def _lock(proposed: Matrix, tree: Workspace, env: Mapping[str, str]) -> None:
                    if s.state == "unresolvable" and "cannot be reached" in (s.reason or "")]
     if unreachable:
         msg = "the package index cannot be reached while locking the proposal:\n  " + "\n  ".join(unreachable)
-        raise PackageIndexError(msg, hint="nothing was written; check the host's pip index settings and the "
-                                          "network, then run the watch again")
+        raise PackageIndexError(msg, hint="no proposal was written (uv's logs are in the run's lock/ folder); check "
+                                          "the host's pip index settings and the network, then run the watch again")
 
 
 def _build(project: Path, cells: list[str], request: Request) -> RunResults | None:
@@ -151,8 +151,8 @@ def _build(project: Path, cells: list[str], request: Request) -> RunResults | No
     results = request.ws.runs / request.run_id / "results.json"
     if done.returncode not in BUILD_OK or not results.is_file():
         msg = f"the build of the new cells failed to run (exit {done.returncode}):\n{done.tail(15)}"
-        raise ProposalError(msg, hint=f"nothing was proposed; the build's log is {build_log}; run the watch with "
-                                      "--propose but without --build to get the proposal alone")
+        raise ProposalError(msg, hint=f"no proposal was written; the build's log is {build_log}; run the watch "
+                                      "with --propose but without --build to get the proposal alone")
     return load_results(results)
 
 
@@ -160,7 +160,7 @@ def _unchanged_since(start: Snapshot, ws: Workspace) -> None:
     now = ws.matrix.read_text(encoding="utf-8") if ws.matrix.is_file() else ""
     if _sha(now) != start.sha256:
         msg = (f"{ws.matrix} was changed while the proposal was made (sha256 {start.sha256[:12]} at the start, "
-               f"{_sha(now)[:12]} now): the proposal is made from the old file and is not written")
+               f"{_sha(now)[:12]} now): the proposal was made from the old file, so none is written")
         raise ProposalError(msg, hint="commit the change, then run the watch again: it proposes on top of it")
 
 
