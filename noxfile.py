@@ -46,6 +46,14 @@ def lock(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def watch(session: nox.Session) -> None:
+    """Releases on the index newer than matrix.yaml holds (`-- --json`; `-- --propose [--branch B] [--build]`)."""
+    session.install("-e", ".")
+    # stderr apart, as for `matrix`: `-- --json` is read from stdout, errors and progress go to the log.
+    session.run("python", "-m", "buildscripts", "watch", *session.posargs, stderr=None)
+
+
+@nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
     """Run the verification ladder on an image (`-- IMAGE`), here (`-- --host`) or in LXC (`-- --lxc CTID`)."""
     _cli(session, "verify")

@@ -28,6 +28,7 @@ COMMANDS = {
     "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
     "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
     "preflight": ("buildscripts.publish.preflight", "read-only checks of an LXC host (and container) for GPUs"),
+    "watch": ("buildscripts.watch.command", "releases newer than matrix.yaml holds (--json; --propose a change)"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
     "setup": ("buildscripts.machine", "check, and on Debian as root install, what `build` or `tests` needs"),
 }

@@ -108,3 +108,15 @@ class ExportError(FatalError):
     """An image could not be written as an OCI archive (nothing partial is left)."""
 
     exit_code = 15
+
+
+class PackageIndexError(FatalError):
+    """A package index cannot be reached, does not answer in time, or answers nonsense (nothing is written)."""
+
+    exit_code = 16
+
+
+class ProposalError(FatalError):
+    """The release watch cannot make or write its proposal (another watch runs, matrix.yaml changed, ...)."""
+
+    exit_code = 17

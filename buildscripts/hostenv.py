@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+PYPI = "https://pypi.org/simple"  # uv's (and pip's) default index
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
 
@@ -57,3 +58,19 @@ def index_settings(env: Mapping[str, str]) -> IndexSettings:
     if index and not index.startswith(("http://", "https://")):
         index = None
     return IndexSettings(index, tuple(usable))
+
+
+def uv_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment uv resolves with: the host's pip index settings, then any UV_* the caller set (which win)."""
+    return {**index_settings(env).uv_env(), **{k: v for k, v in env.items() if k.startswith("UV_")}}
+
+
+def index_urls(env: Mapping[str, str]) -> list[str]:
+    """The indexes uv asks with these settings, in its order: UV_INDEX's first, the default index last.
+
+    A UV_INDEX entry may be `name=URL`; local paths and file:// URLs are left out (as for builds)."""
+    settings = uv_settings(env)
+    extra = [entry.split("=", 1)[1] if "=" in entry.split("://", 1)[0] else entry
+             for entry in settings.get("UV_INDEX", "").split()]
+    urls = [*extra, settings.get("UV_DEFAULT_INDEX") or PYPI]
+    return [u for u in urls if u.startswith(("http://", "https://"))]

@@ -23,7 +23,7 @@ from rich.table import Table
 from .. import log
 from .. import matrix as matrix_mod
 from ..errors import LockError
-from ..hostenv import index_settings
+from ..hostenv import uv_settings
 from ..matrix import Cell, Matrix
 from ..workspace import Workspace, path_argument
 from . import drift
@@ -77,8 +77,7 @@ def lock_cells(matrix: Matrix, cells: list[Cell], ws: Workspace, *, env: Mapping
     """Lock every layer of `cells`, update lockfiles/index.json, print one line per layer lock.
 
     `env` is the environment the host's index settings are read from (PIP_*, UV_*)."""
-    uv_env = {**index_settings(env).uv_env(), **{k: v for k, v in env.items() if k.startswith("UV_")}}
-    locker = LayerLocker(ws.locks, logs=ws.runs / "lock", upgrade=upgrade, env=uv_env, uv=uv_version())
+    locker = LayerLocker(ws.locks, logs=ws.runs / "lock", upgrade=upgrade, env=uv_settings(env), uv=uv_version())
     index = read_index(ws.locks)
     entries: dict[str, Any] = {} if prune else dict(index["cells"])
     results: dict[str, LockStatus] = {}

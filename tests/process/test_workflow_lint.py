@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "sglang-images.yml"
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 
 def actionlint() -> str:
@@ -32,8 +33,9 @@ def lint(path: Path) -> subprocess.CompletedProcess[str]:
                           timeout=120, cwd=ROOT)
 
 
-def test_the_workflow_has_no_actionlint_findings() -> None:
-    done = lint(WORKFLOW)
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
+def test_the_workflows_have_no_actionlint_findings(workflow: Path) -> None:
+    done = lint(workflow)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 

@@ -1,0 +1,131 @@
+"""The matrix.yaml change a proposal makes, as text: comments, order and layout of the file stay as they are.
+
+For each new SGLang: an `sglang:` entry with the torch its metadata pins; a `torch_lanes:` entry where no
+lane has that torch; and, for a new cell that no `expect:` entry covers while the same cell of the newest
+SGLang before it is expected to fail, that expectation carried over with its reason (exclusions are globs
+and apply to the new cells as they are). Each entry is appended after the last item of its list, in the
+style of that item, and the result is loaded and validated like any matrix.yaml before it is used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from packaging.version import Version
+
+from ..errors import ProposalError
+from ..matrix import Cell, Matrix, parse
+from ..matrix.schema import Expectation
+from ..matrix.yamlfile import parse as parse_yaml
+from .news import NewSGLang
+
+
+@dataclass(frozen=True)
+class Change:
+    text: str                 # the proposed matrix.yaml
+    matrix: Matrix            # it, loaded and validated
+    added: list[str]          # one line per entry added, for the report
+    new_cells: list[Cell]     # the cells of the new SGLang releases (excluded ones too, with their reasons)
+
+
+def propose(text: str, matrix: Matrix, releases: Sequence[NewSGLang]) -> Change:
+    versions = [r.version for r in releases]
+    lines, added = text.splitlines(keepends=True), []
+    lanes = [f"{{torch: {_scalar(r.new_lane['torch'])}, cuda: {r.new_lane['cuda']}}}" for r in releases
+             if r.new_lane is not None]
+    entries = [f"{{version: {_scalar(r.version)}, torch: {_scalar(r.torch or '')}}}" for r in releases]
+    lines = _append(lines, "torch_lanes", list(dict.fromkeys(lanes)))
+    lines = _append(lines, "sglang", entries)
+    added += [f"torch_lanes: {lane}" for lane in dict.fromkeys(lanes)] + [f"sglang: {e}" for e in entries]
+    with_releases = _load("".join(lines), matrix)
+    carried = _carried(with_releases, matrix, versions)
+    if carried:
+        lines = _append(lines, "expect", [_expectation(e) for e in carried])
+        added += [f"expect: {e.match} at {', '.join(e.stages)} ({e.reason})" for e in carried]
+    proposed = _load("".join(lines), matrix)
+    new_cells = [c for c in proposed.cells if c.sglang.version in versions]
+    return Change("".join(lines), proposed, added, new_cells)
+
+
+def _load(text: str, matrix: Matrix) -> Matrix:
+    try:
+        return parse(text, matrix.path)
+    except Exception as exc:  # a ConfigError: the edit, not the user's file, is wrong here
+        msg = f"the proposed change does not make a valid {matrix.path.name}: {exc}"
+        raise ProposalError(msg, hint="report it with the watch's JSON (`nox -s watch -- --json`); "
+                                      "add the release to matrix.yaml by hand meanwhile") from None
+
+
+def _carried(proposed: Matrix, before: Matrix, versions: Sequence[str]) -> list[Expectation]:
+    """Expectations of the newest earlier SGLang's cells, for the new cells that no entry covers."""
+    found: dict[str, Expectation] = {}
+    for cell in proposed.cells:
+        if cell.sglang.version not in versions or cell.excluded is not None or cell.expected is not None:
+            continue
+        earlier = twin(cell, before)
+        if earlier is None or earlier.expected is None:
+            continue
+        was = earlier.expected
+        match = f"sglang{cell.sglang.version}-*-{cell.toolkit_name}-{cell.base_name}"
+        found.setdefault(match, Expectation(match=match, stage=was.stage, failure_class=was.failure_class,
+                                            reason=f"as sglang {earlier.sglang.version} ({earlier.id}): "
+                                                   f"{was.reason}"))
+    return list(found.values())
+
+
+def twin(cell: Cell, before: Matrix) -> Cell | None:
+    """The same cell of the newest SGLang that `before` holds: same toolkit and base, same lane where it has
+    one (a new lane's cell is compared with the newest SGLang's cell on its own lane)."""
+    newest = max((s.version for s in before.spec.sglang), key=Version)
+    same = [c for c in before.buildable() if c.sglang.version == newest
+            and (c.toolkit_name, c.base_name) == (cell.toolkit_name, cell.base_name)]
+    return next((c for c in same if c.lane.id == cell.lane.id), same[0] if same else None)
+
+
+def _expectation(e: Expectation) -> str:
+    stage = e.stage if isinstance(e.stage, str) else json.dumps(list(e.stage))
+    lines = [f"match: {json.dumps(e.match)}", f"stage: {stage}"]
+    if e.failure_class:
+        lines.append(f"class: {e.failure_class}")
+    lines.append(f"reason: {json.dumps(e.reason)}")
+    return "\n".join(lines)
+
+
+def _scalar(value: str) -> str:
+    """A version as YAML reads it back as the same text (`2.15` alone would be a float)."""
+    return value if yaml.safe_load(value) == value else json.dumps(value)
+
+
+def _append(lines: list[str], key: str, items: list[str]) -> list[str]:
+    """`items` added after the last item of the top-level list `key` (created at the end when absent)."""
+    if not items:
+        return lines
+    _, root = parse_yaml("".join(lines), Path("matrix.yaml"))
+    node = next((v for k, v in root.value if k.value == key), None) if isinstance(root, yaml.MappingNode) else None
+    if node is None:
+        body = "".join(_item("  ", item) for item in items)
+        tail = "" if not lines or lines[-1].endswith("\n") else "\n"
+        return [*lines, f"{tail}{key}:\n", body]
+    if not isinstance(node, yaml.SequenceNode) or node.flow_style or not node.value:
+        msg = f"matrix.yaml's `{key}:` is not a block list with items (`- ...` lines), which the watch extends"
+        raise ProposalError(msg, hint=f"write `{key}:` as a block list, or add the entry by hand")
+    last = node.value[-1]
+    end = last.end_mark.line if last.end_mark.column == 0 else last.end_mark.line + 1
+    content = [i for i in range(last.start_mark.line, end) if lines[i].strip() and not
+               lines[i].lstrip().startswith("#")]
+    after = content[-1] + 1
+    first_line = lines[node.value[0].start_mark.line]  # `  - {...}`: the item starts on its dash's line
+    indent = first_line[: len(first_line) - len(first_line.lstrip())]
+    new = [_item(indent, item) for item in items]
+    if not lines[after - 1].endswith("\n"):
+        lines = [*lines[: after - 1], lines[after - 1] + "\n", *lines[after:]]
+    return [*lines[:after], *new, *lines[after:]]
+
+
+def _item(indent: str, item: str) -> str:
+    first, *rest = item.split("\n")
+    return "".join([f"{indent}- {first}\n", *(f"{indent}  {line}\n" for line in rest)])
