@@ -87,6 +87,7 @@ def render(data: dict[str, Any]) -> str:
             layers = ", ".join(f"{k} {v:.0f}" for k, v in info["layers_s"].items() if v)
             lines.append(f"| `{cell}` | {info['build_s']:.0f} | {layers or 'all cached'} | {info['verify_s']:.0f} | "
                          f"{info['verdict']} |")
+    lines += [f"- {note}" for note in data.get("notes", [])]
     if data.get("disk"):
         lines += ["", "Disk by kind (GB):", "", "| when | images | BuildKit cache (no image holds it) | run folders | "
                   "free |", "| --- | ---: | ---: | ---: | ---: |"]
@@ -100,6 +101,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what")
     b = sub.add_parser("build")
     b.add_argument("--cold", metavar="RUN_ID", help="an earlier cold run under runs/ to read instead of running one")
+    b.add_argument("--note", action="append", default=[], help="a line for the results page (how the runs were made)")
     f = sub.add_parser("footprint")
     f.add_argument("label")
     a = ap.parse_args(sys.argv[1:] or ["build"])   # `nox -s benchmark` runs it with no arguments
@@ -111,6 +113,7 @@ def main() -> None:
         second_id = f"bench-{stamp}-2"
         data["runs"] = {"first": first, "second": summary(second_id, run_build(second_id))}
         data["disk"] = [disk("after the main job")]
+        data["notes"] = a.note
     else:
         data.setdefault("disk", []).append(disk(a.label))
     OUT.write_text(json.dumps(data, indent=1) + "\n")
