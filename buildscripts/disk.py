@@ -15,10 +15,12 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import glob
 import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -154,6 +156,18 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
+STALE_S = 3600  # a set folder this old is no writer's any more: one killed before its swap left it
+
+
+def _sweep(out: Path) -> None:
+    """Remove the half-written sets that killed writers left beside `out` (an hour old: no live writer's)."""
+    for kind in ("new", "old"):  # the prefixes of `new_folder` and of the moved-aside set
+        for left in out.parent.glob(f".{glob.escape(out.name)}.{kind}-*"):
+            with contextlib.suppress(OSError):
+                if time.time() - left.lstat().st_mtime > STALE_S:
+                    shutil.rmtree(left)
+
+
 def new_folder(beside: Path) -> Path:
     """A fresh, uniquely named hidden folder next to `beside`, to fill and then `replace_folder` with."""
     beside.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +188,7 @@ def replace_folder(new: Path, out: Path) -> Path:
     """
     out = target_of(out)
     with _locked(out.parent):
+        _sweep(out)
         if not out.exists():
             os.rename(new, out)
             return out

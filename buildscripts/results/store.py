@@ -111,8 +111,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def load(path: Path) -> RunResults:
     data = read_json(path, ResultsError, "re-run `nox -s build` or delete the file")
     version = data.get("schema_version") if isinstance(data, dict) else None
-    # `true == 1` in Python: a boolean is no schema number, however it compares
-    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+    # `true == 1.0 == 1` in Python: only an integer is a schema number, however the others compare
+    if type(version) is not int or version not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
         msg = f"{path}: results schema {version!r} is not supported (this version reads {readable})"
         raise ResultsError(msg, hint="re-run the verification with this version to regenerate it")
