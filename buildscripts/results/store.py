@@ -108,6 +108,19 @@ def _shape_problem(data: Any) -> str | None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def without_surrogates(data: Any) -> Any:
+    """`data` with every lone surrogate replaced by U+FFFD: for what an image under test prints (a file name
+    of undecodable bytes reaches JSON as `\\udcff`), which a results file could not be saved with. A results
+    file that holds one is refused instead (`read_json`): something else wrote it."""
+    if isinstance(data, str):
+        return _SURROGATE.sub("\ufffd", data)
+    if isinstance(data, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_surrogates(item) for item in data]
+    return data
+
+
 def load(path: Path) -> RunResults:
     data = read_json(path, ResultsError, "re-run `nox -s build` or delete the file")
     version = data.get("schema_version") if isinstance(data, dict) else None
