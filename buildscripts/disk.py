@@ -117,18 +117,23 @@ def glob_files(patterns: Sequence[str]) -> list[Path]:
     """
     found: set[Path] = set()
     for pattern in patterns:
-        parts = Path(pattern).parts
-        fixed = next((i for i, part in enumerate(parts) if _MAGIC.search(part)), len(parts))
-        root, rest = Path(*parts[:fixed]) if fixed else Path(), parts[fixed:]
-        if not rest:
-            found.update([root] if root.is_file() else [])
-            continue
-        dotted = any(part.startswith(".") for part in rest)
-        for match in root.glob(str(Path(*rest))):
-            below = match.relative_to(root).parts if root != Path() else match.parts
-            if match.is_file() and (dotted or not any(p.startswith(".") for p in below)):
-                found.add(match)
+        with contextlib.suppress(OSError):  # a name the file system cannot hold (too long) matches nothing
+            found.update(_glob_one(pattern))
     return sorted(found)
+
+
+def _glob_one(pattern: str) -> Iterator[Path]:
+    parts = Path(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if _MAGIC.search(part)), len(parts))
+    root, rest = Path(*parts[:fixed]) if fixed else Path(), parts[fixed:]
+    if not rest:
+        yield from [root] if root.is_file() else []
+        return
+    dotted = any(part.startswith(".") for part in rest)
+    for match in root.glob(str(Path(*rest))):
+        below = match.relative_to(root).parts if root != Path() else match.parts
+        if match.is_file() and (dotted or not any(p.startswith(".") for p in below)):
+            yield match
 
 
 @contextlib.contextmanager
@@ -156,22 +161,37 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
-STALE_S = 3600  # a set folder this old is no writer's any more: one killed before its swap left it
+STALE_S = 3600  # a set folder this old is no writer's any more, whatever its process id says
 
 
 def _sweep(out: Path) -> None:
-    """Remove the half-written sets that killed writers left beside `out` (an hour old: no live writer's)."""
+    """Remove the half-written sets that killed writers left beside `out`: those of a process that is gone (the
+    id is in the name), and any an hour old (an id reused, or a writer on another machine sharing the folder)."""
     for kind in ("new", "old"):  # the prefixes of `new_folder` and of the moved-aside set
         for left in out.parent.glob(f".{glob.escape(out.name)}.{kind}-*"):
             with contextlib.suppress(OSError):
-                if time.time() - left.lstat().st_mtime > STALE_S:
+                if not _alive(left.name.split(f".{kind}-", 1)[1]) or time.time() - left.lstat().st_mtime > STALE_S:
                     shutil.rmtree(left)
+
+
+def _alive(tail: str) -> bool:
+    """Whether the writer whose id begins `tail` (`PID-random`) still runs here."""
+    pid = tail.split("-", 1)[0]
+    if not pid.isdigit():
+        return True  # not ours to judge: age decides
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def new_folder(beside: Path) -> Path:
     """A fresh, uniquely named hidden folder next to `beside`, to fill and then `replace_folder` with."""
     beside.parent.mkdir(parents=True, exist_ok=True)
-    fresh = Path(tempfile.mkdtemp(dir=beside.parent, prefix=f".{beside.name}.new-"))
+    fresh = Path(tempfile.mkdtemp(dir=beside.parent, prefix=f".{beside.name}.new-{os.getpid()}-"))
     umask = os.umask(0)
     os.umask(umask)
     fresh.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the swapped-in folder's: readable as mkdir makes it
@@ -193,7 +213,7 @@ def replace_folder(new: Path, out: Path) -> Path:
             os.rename(new, out)
             return out
         if not _exchange(new, out):
-            aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-{os.getpid()}-"))
             os.rename(out, aside / "set")
             os.rename(new, out)
             new = aside

@@ -11,8 +11,6 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
-from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -26,7 +24,7 @@ from buildscripts.report import console, html, junit, markdown
 from buildscripts.results import CellResult, RunResults, StageResult, Status
 from buildscripts.verify import output
 from tests.results_factory import ALL_KINDS, finish, make_cell, make_run
-from tests.unit.fuzzing import FUZZ, HOSTILE
+from tests.unit.fuzzing import FUZZ, HOSTILE, disk_fills_at
 
 EXAMPLES = 60
 # Text as hostile as it gets: markup of every format, control characters, the README markers, and anything.
@@ -169,16 +167,8 @@ def test_an_interrupted_report_leaves_the_old_set_whole(run: RunResults, fails_a
     root = tmp_path_factory.mktemp("sets")
     out = root / "reports"
     report.render_all(make_run("old"), out, env={})
-    real, opened = Path.open, []
-
-    def failing(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if "w" in mode:
-            opened.append(self)
-            if len(opened) == fails_at:
-                raise OSError(28, "No space left on device", str(self))
-        return real(self, mode, *args, **kwargs)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Path, "open", failing)
+        disk_fills_at(patch, fails_at)
         try:
             report.render_all(run, out, env={})
             finished = True

@@ -11,7 +11,6 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -22,6 +21,7 @@ from buildscripts.report import console, html, junit, markdown
 from buildscripts.results import RunResults, StageResult, Status
 from buildscripts.workspace import Workspace
 from tests.results_factory import finish, make_cell, make_run
+from tests.unit.fuzzing import disk_fills_at
 
 SET = ("results.json", "results.schema.json", "compat.md", "compat.html", "junit.xml", "sizes.md")
 
@@ -204,15 +204,7 @@ def test_a_report_that_fails_half_way_keeps_the_old_set(fails_at: int, tmp_path:
     """The disk fills at the n-th file of the set: the old set stays whole (it was half replaced)."""
     out = tmp_path / "reports"
     report.render_all(make_run("old"), out, env={})
-    real, opened = Path.open, []
-
-    def filling(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if "w" in mode:
-            opened.append(self)
-            if len(opened) == fails_at:
-                raise OSError(28, "No space left on device", str(self))
-        return real(self, mode, *args, **kwargs)
-    monkeypatch.setattr(Path, "open", filling)
+    disk_fills_at(monkeypatch, fails_at)
     with pytest.raises(OSError, match="No space left"):
         report.render_all(make_run("new"), out, env={})
     monkeypatch.undo()
@@ -271,3 +263,13 @@ def test_hidden_folders_are_not_searched_unless_named(tmp_path: Path) -> None:
     assert disk.glob_files([f"{tmp_path}/runs/*/results.json"]) == [tmp_path / "runs/a/results.json"]
     assert disk.glob_files([f"{tmp_path}/runs/.*/results.json"]) == [tmp_path / "runs/.reports.new-x/results.json"]
     assert os.path.exists(tmp_path / "runs/a/results.json")
+
+
+def test_half_sets_of_killed_writers_are_swept_by_the_next(tmp_path: Path) -> None:
+    out = tmp_path / "reports"
+    dead = tmp_path / ".reports.new-999999999-abc"  # no such process: a writer killed before its swap
+    dead.mkdir()
+    live = tmp_path / f".reports.new-{os.getpid()}-abc"  # a writer at work (this process)
+    live.mkdir()
+    report.render_all(make_run("new"), out, env={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["reports", live.name])
