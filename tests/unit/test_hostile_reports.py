@@ -46,6 +46,12 @@ def test_markup_in_the_results_is_shown_as_text_on_the_console(text: str) -> Non
     assert f"sglang{text}" in out.getvalue() and f"run{text}" in out.getvalue()
 
 
+def test_a_terminal_escape_in_the_results_is_shown_not_obeyed_on_the_console() -> None:
+    out = io.StringIO()
+    console.summary(hostile_run("\x1b]0;owned\x07\x1b[2J"), Console(file=out, width=400, emoji=False))
+    assert "\x1b" not in out.getvalue() and "sglang" in out.getvalue()
+
+
 # ---------------------------------------------------------------- Markdown and the README
 
 
