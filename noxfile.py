@@ -61,7 +61,7 @@ def verify(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
-    """Rebuild console, Markdown (README table), HTML, JUnit and JSON reports from saved results."""
+    """Rebuild console, Markdown, HTML, JUnit and JSON reports from saved results (`-- --update-readme`: README)."""
     _cli(session, "report")
 
 

@@ -115,7 +115,7 @@ def update_readme(readme: Path, run: RunResults) -> bool:
         text = readme.read_text()
     except OSError as exc:
         msg = f"cannot read {readme}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --readme PATH, or --no-readme") from None
+        raise ConfigError(msg, hint="pass --readme PATH, or leave out --update-readme") from None
     start, end = text.find(START), text.find(END)
     if start < 0 or end < 0 or end < start:
         msg = f"{readme} has no compatibility-table markers ({START} ... {END}, in that order)"
