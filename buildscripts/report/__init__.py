@@ -1,8 +1,10 @@
 """Reports rendered from saved results (never recomputed by hand): console, Markdown, HTML, JUnit, JSON.
 
 `python -m buildscripts report` (what `nox -s report` runs) merges the stored results of every
-run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/`,
-rewrites the README's compatibility table and prints the console table.
+run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/` and
+prints the console table. The README's compatibility table is tracked, so it is rewritten only when asked
+(`--update-readme`), and then from the committed evidence (evidence/*/results.json) unless --results
+names the files: a quick local run never dirties the checkout.
 
 Results of another matrix.yaml (their recorded digest differs from the current file's) are refused
 when named with --results; when found by the default search (runs/, evidence/: history that outlives
@@ -69,6 +71,11 @@ def default_results(ws: Workspace) -> tuple[str, ...]:
     return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
 
 
+def readme_results(ws: Workspace) -> tuple[str, ...]:
+    """What the README's table is rendered from: the evidence committed with the project, not runs/."""
+    return (str(ws.root / "evidence" / "*" / "results.json"),)
+
+
 def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explicit_matrix: bool,
                    explicit_results: bool, allow_other: bool) -> list[RunResults]:
     """The runs made from `matrix_path`'s matrix (see the module docstring for what happens to others)."""
@@ -105,30 +112,40 @@ def _check_destinations(out: Path, readme: Path | None) -> None:
         odd = readme.exists() and not disk.target_of(readme).is_file()
     except OSError as exc:  # e.g. a name longer than the file system allows
         msg = f"cannot use --readme {readme}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme") from None
+        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or leave out --update-readme") from None
     if odd:
         msg = f"--readme {readme} is not a regular file"
-        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
-    disk.check_writable(readme, "--readme", "pass --readme PATH of a file you can write, or --no-readme")
+        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or leave out --update-readme")
+    disk.check_writable(readme, "--readme", "pass --readme PATH of a file you can write, or leave out --update-readme")
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
-    defaults = default_results(ws)
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
     parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
-                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json)")
+                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json; "
+                             "with --update-readme: evidence/*/results.json)")
     parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
                         help="output folder (default: reports/)")
-    parser.add_argument("--readme", type=path_argument, default=ws.root / "README.md",
-                        help="README whose compatibility table is rewritten (default: README.md)")
-    parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="also rewrite the README's compatibility table (from the committed evidence "
+                             "unless --results is given)")
+    parser.add_argument("--readme", type=path_argument, default=None, metavar="PATH",
+                        help="the README --update-readme rewrites (default: README.md); naming one implies "
+                             "--update-readme")
+    parser.add_argument("--no-readme", action="store_true",
+                        help="leave the README alone (the default; refused with --update-readme or --readme)")
     parser.add_argument("--matrix", type=path_argument, default=None,
                         help="the matrix.yaml the results must come from (default: matrix.yaml)")
     parser.add_argument("--allow-other-matrix", action="store_true",
                         help="merge results made from another matrix.yaml too (with a warning)")
     args = parser.parse_args(list(argv))
-    _check_destinations(args.out, None if args.no_readme else args.readme)
+    update_readme = args.update_readme or args.readme is not None
+    if update_readme and args.no_readme:
+        parser.error("--no-readme contradicts --update-readme / --readme: pass one or the other")
+    readme: Path | None = (args.readme or ws.root / "README.md") if update_readme else None
+    defaults = readme_results(ws) if update_readme else default_results(ws)
+    _check_destinations(args.out, readme)
     github.check(env or {})
     paths = find_results(args.results or defaults)
     if not paths:
@@ -144,17 +161,19 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
         raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
     try:
-        readme = None if args.no_readme else markdown.update_readme(args.readme, run)
+        written_to = markdown.update_readme(readme, run) if readme is not None else None
     except UnicodeDecodeError:
-        msg = f"{args.readme} is not UTF-8 text"
-        raise ConfigError(msg, hint="pass --readme PATH of the project's README.md, or --no-readme") from None
+        msg = f"{readme} is not UTF-8 text"
+        hint = "pass --readme PATH of the project's README.md, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
     except OSError as exc:
-        msg = f"cannot write the table into {args.readme}: {exc.strerror} ({exc.filename})"
-        raise ConfigError(msg, hint="pass --readme PATH of a file you can write, or --no-readme") from None
-    if readme is not None:
-        written["readme"] = readme
-        if readme != args.readme:
-            log.info(f"{args.readme} is a symbolic link: the table was written into its target, the link kept")
+        msg = f"cannot write the table into {readme}: {exc.strerror} ({exc.filename})"
+        hint = "pass --readme PATH of a file you can write, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
+    if written_to is not None:
+        written["readme"] = written_to
+        if written_to != readme:
+            log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
     console.summary(run)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")

@@ -138,7 +138,7 @@ def update_readme(readme: Path, run: RunResults) -> Path | None:
         text = readme.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"cannot read {readme}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --readme PATH, or --no-readme") from None
+        raise ConfigError(msg, hint="pass --readme PATH, or leave out --update-readme") from None
     counts = (text.count(START), text.count(END))
     start, end = text.find(START), text.find(END)
     if start < 0 or end < 0 or end < start:

@@ -136,8 +136,9 @@ def test_out_below_a_file_is_a_config_error(tmp_path: Path) -> None:
 def test_a_readme_that_is_no_utf8_or_a_folder_is_a_config_error(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     (tmp_path / "README.md").write_bytes(f"{markdown.START}\n\xe9\n{markdown.END}\n".encode("latin-1"))
+    runs = str(tmp_path / "runs" / "*" / "results.json")
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
-        report.main([], Workspace.at(tmp_path), {})
+        report.main(["--update-readme", "--results", runs], Workspace.at(tmp_path), {})
     with pytest.raises(ConfigError, match="is not a regular file"):
         report.main(["--readme", str(tmp_path)], Workspace.at(tmp_path), {})
 
