@@ -61,7 +61,7 @@ def verify(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
-    """Rebuild console, Markdown (README table), HTML, JUnit and JSON reports from saved results."""
+    """Rebuild console, Markdown, HTML, JUnit and JSON reports from saved results (`-- --update-readme`: README)."""
     _cli(session, "report")
 
 
@@ -95,6 +95,19 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     _machine(session, "tests")
     session.run("pytest", *session.posargs)
+
+
+# The tiers that need no Docker and no GPU (docs/contributing.md): what to run while you work. Coverage is
+# of the host side as these tiers import it; the probe also runs as a child process there, which it does
+# not count.
+FAST_TIERS = ["tests/unit", "tests/process"]
+
+
+@nox.session(python=PYTHON)
+def fast(session: nox.Session) -> None:
+    """The tests to run while you work: unit and process tiers (no Docker, no GPU), with coverage."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *(session.posargs or FAST_TIERS), "--cov=buildscripts", "--cov-report=term:skip-covered")
 
 
 @nox.session(python=PYTHON)

@@ -48,7 +48,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     module = importlib.import_module(COMMANDS[args[0]][0])
     try:
         code: int = module.main(args[1:], Workspace.at(), env)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone before the end is caught below
         return code
+    except BrokenPipeError:
+        return _reader_gone()
     except KeyboardInterrupt:
         error: FatalError = Interrupted(
             "interrupted: results so far are saved; no unverified image was given a good tag")
@@ -63,6 +66,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         raise error
     log.error(str(error))
     return error.exit_code
+
+
+def _reader_gone() -> int:
+    """stdout was closed by its reader (`matrix | head -1`): a normal end for a listing, not an error.
+    Whatever is still buffered goes to /dev/null, so that the interpreter's own flush at exit cannot fail
+    again (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 if __name__ == "__main__":

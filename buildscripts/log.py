@@ -11,9 +11,17 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.markup import escape  # user text (paths, names, log lines) is shown, never read as markup
 
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich's own answer to a closed stdout is `SystemExit(1)`; the reader going away (`matrix | head -1`)
+        is a normal end, which the one place that exits (`cli.main`) turns into 0."""
+        raise BrokenPipeError
+
+
 # emoji=False: `:x:` in an image reference such as `repo:x: failed` stays text (icons are literal characters)
-console = Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+console = _Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
+err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 ON_GITHUB = False  # set by configure(): steps fold into ::group:: on GitHub Actions
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]",

@@ -230,8 +230,9 @@ def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
     try:
         base = spec.spec.cache.model_dump() if spec.spec.cache else {}
         return Cache.model_validate({**base, "ref": opts.cache_ref})
-    except ValidationError:
-        msg = f"--cache-ref {opts.cache_ref!r} is not a registry repository reference"
+    except ValidationError as exc:
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        msg = f"--cache-ref {opts.cache_ref!r} is not a registry repository reference ({why})"
         raise ConfigError(msg, hint="e.g. --cache-ref registry.example.com/sglang-images/cache") from None
 
 

@@ -75,7 +75,8 @@ class Recipe:
             recorded = json.loads(path.read_text()).get("profiles", {})
         except (OSError, ValueError) as exc:
             msg = f"{path} is not a readable start-up manifest: {exc}"
-            raise ConfigError(msg, hint="restore it from git, or record the start again (images/warm/bake.py)") from exc
+            hint = "restore it from git, or record the start again (docs/warm-manifest.md)"
+            raise ConfigError(msg, hint=hint) from exc
         return path if any(p in recorded for p in cell.toolkit.warm_profiles) else None
 
 

@@ -11,6 +11,7 @@ reached is left out, with a warning: the build goes on without it.
 
 from __future__ import annotations
 
+import http.client
 import re
 import urllib.error
 import urllib.request
@@ -94,7 +95,8 @@ def unreachable(ref: str, timeout: float = 5.0) -> str | None:
         except urllib.error.HTTPError as answer:
             answer.close()
             return None   # it answered (401 asks for credentials the builders have)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        # http.client's own errors too: a server that answers something other than HTTP (BadStatusLine)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             problem = str(getattr(exc, "reason", exc))
     return f"registry {host} did not answer ({problem})"
 

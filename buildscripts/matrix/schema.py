@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ..refs import reference_problem, repository_problem
 from .tagtemplates import template_problems
 
 # A day: the longest wait a server or stage may ask for (waits refuse far larger numbers, and none is meant).
@@ -32,6 +33,20 @@ Version = Annotated[str, Field(pattern=VERSION_RE, max_length=32)]
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=32)]
 
 
+def _reference(value: str) -> str:
+    problem = reference_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _repository(value: str) -> str:
+    problem = repository_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,7 +61,8 @@ class Base(Strict):
     """Where the OS layer comes from: debootstrap (no registry needed) or a registry image."""
 
     debootstrap: Debootstrap | None = None
-    image: str | None = Field(default=None, min_length=1, description="registry reference, e.g. debian:bookworm-slim")
+    image: Annotated[str, AfterValidator(_reference)] | None = Field(
+        default=None, description="registry reference, e.g. debian:bookworm-slim")
     python: Version = Field(description="the Python that the image's Debian packages provide")
     platform: str = Field(
         pattern=r"^x86_64-manylinux_2_[0-9]+$",
@@ -188,19 +204,20 @@ class Cache(Strict):
     the debootstrapped bases pushed beside it (every runner must build on the very same base image for
     the cache's keys to match)."""
 
-    # a repository, no tag: each cell's tag is added (`REF:CELL`); a port is fine (`host:5000/cache`)
-    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*/[a-z0-9._/-]*[a-z0-9]$|^[a-z0-9][a-z0-9._/-]*[a-z0-9]$",
-                     description="registry repository for the cache, e.g. registry.example.com/sglang-images/cache")
+    # a repository, no tag: each cell's tag is added (`REF:CELL`); a port is fine (`host:5000/cache`); what
+    # Docker refuses is refused here (the build would fail later, or `host:abc` crash a URL)
+    ref: Annotated[str, AfterValidator(_repository)] = Field(
+        description="registry repository for the cache, e.g. registry.example.com/sglang-images/cache")
     mode: Literal["max", "min"] = Field(default="max", description="max: every layer of every stage; min: the image's")
     compression: Literal["zstd", "gzip", "uncompressed"] = "zstd"
     export: bool = Field(default=True, description="push what this runner built (false: only read the cache)")
 
 
-RUNNER_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a CI runner label: no spaces, no commas
+RUNNER_LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a CI runner label: no spaces, no commas
 
 
 def _runner_label(value: str) -> str:
-    if not RUNNER_LABEL_RE.match(value):
+    if not RUNNER_LABEL_RE.fullmatch(value):  # not `match` with `$`: that lets a trailing newline through
         msg = "a runner label is letters, digits, '.', '_' or '-' (no spaces), e.g. gpu or rtx-pro-6000"
         raise ValueError(msg)
     return value

@@ -10,20 +10,21 @@ import re
 import string
 from collections.abc import Iterable
 
+from ..refs import COMPONENT
+
 # The keys of cells.Cell.axes() (a unit test keeps the two in step).
 AXIS_FIELDS = ("cell", "base", "python", "torch", "cuda", "lane", "sglang", "toolkit", "archs")
 CANDIDATE_FIELDS = (*AXIS_FIELDS, "inputs")
 GOOD_FIELDS = (*AXIS_FIELDS, "arch")
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+REPOSITORY_RE = re.compile(rf"{COMPONENT}(?:/{COMPONENT})*")
 
 
 def template_problems(candidate: str, good: Iterable[str], repository: str) -> list[str]:
     """Every problem with the tag templates, as sentences naming the template and the known fields."""
     problems = [_problem(candidate, "tags.candidate", CANDIDATE_FIELDS)]
     problems += [_problem(t, f"tags.good[{i}]", GOOD_FIELDS) for i, t in enumerate(good)]
-    if not REPOSITORY_RE.match(repository):
+    if not REPOSITORY_RE.fullmatch(repository):  # `match` with `$` let "name\n" through
         problems.append(f"tags.repository {repository!r} is not a valid repository name "
                         "(lowercase letters, digits, '.', '_', '-', '/')")
     return [p for p in problems if p]

@@ -7,7 +7,7 @@ import json
 import sys
 
 # Importing the stage modules registers their stages.
-from . import core, cpu_stages, gpu_stages  # noqa: F401
+from . import core, cpu_stages, gpu_stages, serving  # noqa: F401
 
 
 def main(argv: "list[str] | None" = None) -> int:

@@ -11,13 +11,15 @@ at the end: an interrupted or failed export leaves no partial archive.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import hashlib
 import json
 import shutil
 import tarfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,13 +27,16 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import engine, log, proc
+from .. import disk, engine, log, proc
 from ..errors import ConfigError, DiskSpaceError, ExportError
 from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
-from ..workspace import Workspace
+from ..refs import FORMS, reference_problem
+from ..workspace import SAFE_NAME, Workspace
 from . import pct
 from .tags import TESTED_IMAGE_LABEL
 
+# The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
+MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
 REF_NAME = "latest"       # the tag inside the archive: `oci-archive:NAME.oci.tar:latest`
 GZIP_MAGIC = b"\x1f\x8b"
 FORCED = f"{LABEL_PREFIX}.export.forced"
@@ -51,6 +56,10 @@ class Exported:
 
 def resolve(client: docker.DockerClient, what: str) -> Image:
     """An image reference or id, else a cell id: its newest local image, a good tag's first."""
+    problem = reference_problem(what)
+    if problem and not SAFE_NAME.fullmatch(what):  # neither: said as such, not as an engine failure
+        msg = f"CELL_OR_IMAGE {problem}, nor a cell id"
+        raise ConfigError(msg, hint=f"give a cell id (`nox -s matrix` lists them) or an image as {FORMS}")
     try:
         return client.images.get(what)
     except docker.errors.ImageNotFound:
@@ -153,7 +162,8 @@ def check_target(out: Path, need_bytes: int) -> None:
         raise ConfigError(msg, hint="pass --out DIR with a folder you can write to") from None
     free = shutil.disk_usage(out).free
     if free < need_bytes:
-        msg = f"only {free / 1e9:.1f} GB free in {out}; exporting this image needs about {need_bytes / 1e9:.1f} GB"
+        msg = (f"only {disk.size_text(free)} free in {out}; exporting this image needs about "
+               f"{disk.size_text(need_bytes)}")
         raise DiskSpaceError(msg, hint="free space there, or pass --out DIR on a larger disk")
 
 
@@ -168,31 +178,53 @@ def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, f
     work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     try:
-        work.mkdir()
-        done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip",
-                         f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
-                        env={"TMPDIR": str(work)})
-        if not done.ok:
-            msg = f"skopeo could not export {image.id}: {done.tail(5)}"
-            raise ExportError(msg, hint="check that skopeo can reach the Docker engine (DOCKER_HOST)")
-        bad = layer_problems(work / "layout")
-        if bad:
-            msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
-            raise ExportError(msg, hint="Proxmox unpacks gzip layers; upgrade skopeo")
-        annotate(work / "layout", manifest_annotations(labels, forced=forced))
-        archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
-        pack(work / "layout", work / archive.name)
-        digest = sha256_of(work / archive.name)
-        (work / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
-        plan = pct.Plan(archive=archive.name, cuda=cuda)
-        (work / note.name).write_text(pct.install_note(
-            plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
-        # The visible steps: the archive last, so that a checksum beside an archive is always its own.
-        for made in (f"{archive.name}.sha256", note.name, archive.name):
-            (work / made).replace(out / made)
+        with _writing(out):
+            digest = _made(skopeo, image, work, out, name=name, labels=labels, forced=forced, cuda=cuda)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
     return Exported(archive, digest, archive.stat().st_size, size, round(time.monotonic() - started, 1), note)
+
+
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """A write that fails half-way (the disk filled after the space check, the folder vanished) is an
+    ExportError: the work folder goes, nothing partial is left, the old archive of that name stays."""
+    try:
+        yield
+    except OSError as exc:
+        msg = f"writing the archive into {out} failed: {exc.strerror} ({exc.filename or out})"
+        hint = ("free space there, or pass --out DIR on a larger disk" if exc.errno == errno.ENOSPC
+                else "pass --out DIR of a folder you can write")
+        raise ExportError(msg, hint=hint) from None
+
+
+def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels: Mapping[str, str],
+          forced: str | None, cuda: str | None) -> str:
+    """Archive, checksum and install note made in `work`, then moved into `out`; the archive's sha256."""
+    work.mkdir()
+    done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip",
+                     f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
+                    env={"TMPDIR": str(work)})
+    if not done.ok:
+        msg = f"skopeo could not export {image.id}: {done.tail(5)}"
+        raise ExportError(msg, hint="check that skopeo can reach the Docker engine (DOCKER_HOST)")
+    bad = layer_problems(work / "layout")
+    if bad:
+        msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
+        raise ExportError(msg, hint="Proxmox unpacks gzip layers; upgrade skopeo")
+    annotate(work / "layout", manifest_annotations(labels, forced=forced))
+    archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
+    pack(work / "layout", work / archive.name)
+    digest = sha256_of(work / archive.name)
+    (work / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
+    plan = pct.Plan(archive=archive.name, cuda=cuda)
+    (work / note.name).write_text(pct.install_note(
+        plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
+    # The visible steps: the archive last, so that a checksum beside an archive is always its own.
+    for made in (f"{archive.name}.sha256", note.name, archive.name):
+        (work / made).replace(out / made)
+    return digest
 
 
 def archive_name(image: Image, what: str) -> str:
@@ -205,6 +237,9 @@ def safe_name(raw: str) -> str:
     if not name:
         msg = f"{raw!r} gives no usable archive name"
         raise ConfigError(msg, hint="pass --name NAME (letters, digits, '.', '_', '-')")
+    if len(name) > MAX_NAME:
+        msg = f"the archive name {name[:40]}… is {len(name)} characters; at most {MAX_NAME} fit a file name"
+        raise ConfigError(msg, hint=f"pass --name NAME of up to {MAX_NAME} characters")
     return name
 
 
@@ -217,6 +252,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
     ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
     a = ap.parse_args(list(argv))
+    if a.name is not None:
+        safe_name(a.name)  # a bad name is said before the engine is asked anything
     client = engine.connect()
     image = resolve(client, a.image)
     labels = dict(image.labels or {})

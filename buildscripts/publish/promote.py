@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import fnmatch
 import glob
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from .. import engine, log, matrix, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix.schema import Tags
 from ..workspace import Workspace
-from . import registry, tags
+from . import recorded, registry, tags
 
 if TYPE_CHECKING:
     import docker
@@ -116,9 +115,8 @@ def promote_file(
     """Promote every eligible cell of one results file; save the file after each promoted cell."""
     run = results.load(path)
     count = 0
-    for position, cell in enumerate(run.cells):
-        if only and not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only):
-            continue
+    for position in recorded.positions(run, only):
+        cell = run.cells[position]
         why_not = tags.not_good_because(cell)
         if why_not or not cell.tags:
             log.step(cell.cell_id, "promote", "skipped", detail=why_not or "no good tag applied")
@@ -126,7 +124,7 @@ def promote_file(
         published = promote_cell(client, cell, url, cfg)
         image = cell.image.model_copy(update={"digest": next(iter(published.values()))})
         run.cells[position] = cell.model_copy(update={"image": image, "promoted": published})
-        results.save(run, path)
+        recorded.save(run, path, f"{cell.cell_id} was pushed to " + ", ".join(f"{r}@{d}" for r, d in published.items()))
         log.step(cell.cell_id, "promote", "passed", detail=", ".join(published))
         count += 1
     return count
@@ -166,11 +164,13 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
     digest = results.matrix_digest(spec)
-    for path in paths:  # every file is checked before the first push
-        warning = results.check_matrix(results.load(path), path, ws.matrix, digest,
-                                       allow_other=args.allow_other_matrix)
+    runs = {path: results.load(path) for path in paths}
+    for path, run in runs.items():  # every file is checked before the first push
+        warning = results.check_matrix(run, path, ws.matrix, digest, allow_other=args.allow_other_matrix)
         if warning:
             log.warn(warning)
+        recorded.check_writable(path, "promote")
+    recorded.check_selection(runs, args.only)
     client = engine.connect()
     cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
     total = sum(promote_file(client, path, url, cfg, args.only) for path in paths)

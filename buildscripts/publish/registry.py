@@ -18,14 +18,16 @@ if TYPE_CHECKING:
     import docker
 
 PUSH, PULL, READ = "push of", "pull of", "reading"  # what failed, in messages
-HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?(/[a-z0-9._/-]+)?$")
+HOST_RE = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")  # ASCII digits only (`\d` takes any)
 
 
 def check_url(url: str) -> str:
     """`host[:port][/namespace]` without a scheme; the engine picks https, or http on loopback."""
     url = url.strip().rstrip("/")
-    if "://" in url or not HOST_RE.match(url):
-        msg = f"registry {url!r} is not HOST[:PORT][/NAMESPACE] (no scheme, no credentials)"
+    if "://" in url or not HOST_RE.fullmatch(url):
+        # `user:password@host` is a likely mistake: the message must not show what came before the @
+        shown = "***@" + url.rpartition("@")[2] if "@" in url else url
+        msg = f"registry {shown!r} is not HOST[:PORT][/NAMESPACE] (no scheme, no credentials)"
         hint = "e.g. --registry 127.0.0.1:5000, or registry.url: ghcr.io/ORG in matrix.yaml"
         raise RegistryError(msg, hint=hint)
     return url

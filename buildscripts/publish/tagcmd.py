@@ -8,7 +8,6 @@ tagged by the id the results name, and the results file is saved with the tags i
 from __future__ import annotations
 
 import argparse
-import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import docker.errors
 from .. import engine, log, matrix, results
 from ..errors import ResultsError, TagError
 from ..workspace import Workspace
-from . import tags
+from . import recorded, tags
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -37,11 +36,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                                    allow_other=args.allow_other_matrix)
     if warning:
         log.warn(warning)
+    recorded.check_selection({args.results: run}, args.only)
+    recorded.check_writable(args.results, "tag")
     client = engine.connect()
     tagged = 0
-    for position, cell in enumerate(run.cells):
-        if args.only and not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in args.only):
-            continue
+    for position in recorded.positions(run, args.only):
+        cell = run.cells[position]
         why_not = tags.not_good_because(cell)
         if why_not:
             log.step(cell.cell_id, "tag", "skipped", detail=why_not)
@@ -55,7 +55,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
             msg = f"{cell.cell_id}: the engine refused its good tags: {exc}"
             raise TagError(msg, hint="nothing was tagged for this cell; try again") from None
         run.cells[position] = cell.model_copy(update={"tags": refs})
-        results.save(run, args.results)
+        recorded.save(run, args.results, f"{cell.cell_id} was tagged {', '.join(refs)}")
         log.step(cell.cell_id, "tag", "passed", detail=", ".join(refs))
         tagged += 1
     log.info(f"{tagged} cell(s) tagged from {args.results}")

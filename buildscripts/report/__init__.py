@@ -1,8 +1,10 @@
 """Reports rendered from saved results (never recomputed by hand): console, Markdown, HTML, JUnit, JSON.
 
 `python -m buildscripts report` (what `nox -s report` runs) merges the stored results of every
-run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/`,
-rewrites the README's compatibility table and prints the console table.
+run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/` and
+prints the console table. The README's compatibility table is tracked, so it is rewritten only when asked
+(`--update-readme`), and then from the committed evidence (evidence/*/results.json) unless --results
+names the files: a quick local run never dirties the checkout.
 
 Results of another matrix.yaml (their recorded digest differs from the current file's) are refused
 when named with --results; when found by the default search (runs/, evidence/: history that outlives
@@ -12,12 +14,13 @@ edits of matrix.yaml) they are left out with a warning. `--allow-other-matrix` t
 from __future__ import annotations
 
 import argparse
-import glob
 import json
+import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import log, matrix, results
+from .. import disk, log, matrix, results
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
 from ..workspace import Workspace, path_argument, path_text
@@ -27,23 +30,32 @@ __all__ = ["console", "main", "render_all"]
 
 
 def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """Write every format into `out_dir`; return {format: path}. Adds the GitHub step summary when set."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write every format into `out_dir`; return {format: path}. Adds the GitHub step summary when set.
+
+    The set is written into a fresh folder beside `out_dir` and swapped in whole (`disk.replace_folder`): a
+    report killed half-way, or two reports into one folder at once, leave one whole set there, never a mix of
+    two runs' files. The step summary is appended after the swap (it is a log of the job, not part of the set).
+    """
     files = {
-        "json": (out_dir / "results.json", run.model_dump_json(indent=2) + "\n"),
-        "schema": (out_dir / "results.schema.json",
-                   json.dumps(RunResults.model_json_schema(), indent=2, sort_keys=True) + "\n"),
-        "markdown": (out_dir / "compat.md", markdown.document(run)),
-        "html": (out_dir / "compat.html", html.render(run)),
-        "junit": (out_dir / "junit.xml", junit.render(run)),
-        "sizes": (out_dir / "sizes.md", sizes.document(run)),
+        "json": ("results.json", run.model_dump_json(indent=2) + "\n"),
+        "schema": ("results.schema.json", json.dumps(RunResults.model_json_schema(), indent=2, sort_keys=True) + "\n"),
+        "markdown": ("compat.md", markdown.document(run)),
+        "html": ("compat.html", html.render(run)),
+        "junit": ("junit.xml", junit.render(run)),
+        "sizes": ("sizes.md", sizes.document(run)),
     }
-    written: dict[str, Path] = {}
-    for kind, (path, text) in files.items():
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        written[kind] = path
+    fresh = disk.new_folder(out_dir)
+    try:
+        for name, text in files.values():
+            with (fresh / name).open("w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        out_dir = disk.replace_folder(fresh, out_dir)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    written = {kind: out_dir / name for kind, (name, _) in files.items()}
     summary = github.write_summary(run, env or {})
     if summary is not None:
         written["github"] = summary
@@ -51,12 +63,17 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
 
 
 def find_results(patterns: Sequence[str]) -> list[Path]:
-    return sorted({Path(p) for pattern in patterns for p in glob.glob(pattern, recursive=True)})
+    return disk.glob_files(patterns)
 
 
 def default_results(ws: Workspace) -> tuple[str, ...]:
     """Every run of this workspace, and the evidence committed from other machines."""
     return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
+
+
+def readme_results(ws: Workspace) -> tuple[str, ...]:
+    """What the README's table is rendered from: the evidence committed with the project, not runs/."""
+    return (str(ws.root / "evidence" / "*" / "results.json"),)
 
 
 def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explicit_matrix: bool,
@@ -86,36 +103,50 @@ def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explic
 
 
 def _check_destinations(out: Path, readme: Path | None) -> None:
-    """Where reports go must be a folder and the README a file: said before anything is read or written."""
+    """Where reports go must be a folder and the README a file, both writable: said before anything is read."""
+    disk.check_writable(out, "--out", "pass --out DIR of a folder you can write: every report format goes there",
+                        folder=True)
+    if readme is None:
+        return
     try:
-        if out.exists() and not out.is_dir():
-            msg = f"--out {out} is a file, not a folder"
-            raise ConfigError(msg, hint="pass --out DIR: every report format is written into that folder")
-        if readme is not None and readme.exists() and not readme.is_file():
-            msg = f"--readme {readme} is not a regular file"
-            raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or --no-readme")
+        odd = readme.exists() and not disk.target_of(readme).is_file()
     except OSError as exc:  # e.g. a name longer than the file system allows
-        msg = f"cannot use {exc.filename}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --out DIR and --readme PATH that exist or can be made") from None
+        msg = f"cannot use --readme {readme}: {exc.strerror}"
+        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or leave out --update-readme") from None
+    if odd:
+        msg = f"--readme {readme} is not a regular file"
+        raise ConfigError(msg, hint="pass --readme PATH of a Markdown file, or leave out --update-readme")
+    disk.check_writable(readme, "--readme", "pass --readme PATH of a file you can write, or leave out --update-readme")
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
-    defaults = default_results(ws)
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
     parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
-                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json)")
+                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json; "
+                             "with --update-readme: evidence/*/results.json)")
     parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
                         help="output folder (default: reports/)")
-    parser.add_argument("--readme", type=path_argument, default=ws.root / "README.md",
-                        help="README whose compatibility table is rewritten (default: README.md)")
-    parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="also rewrite the README's compatibility table (from the committed evidence "
+                             "unless --results is given)")
+    parser.add_argument("--readme", type=path_argument, default=None, metavar="PATH",
+                        help="the README --update-readme rewrites (default: README.md); naming one implies "
+                             "--update-readme")
+    parser.add_argument("--no-readme", action="store_true",
+                        help="leave the README alone (the default; refused with --update-readme or --readme)")
     parser.add_argument("--matrix", type=path_argument, default=None,
                         help="the matrix.yaml the results must come from (default: matrix.yaml)")
     parser.add_argument("--allow-other-matrix", action="store_true",
                         help="merge results made from another matrix.yaml too (with a warning)")
     args = parser.parse_args(list(argv))
-    _check_destinations(args.out, None if args.no_readme else args.readme)
+    update_readme = args.update_readme or args.readme is not None
+    if update_readme and args.no_readme:
+        parser.error("--no-readme contradicts --update-readme / --readme: pass one or the other")
+    readme: Path | None = (args.readme or ws.root / "README.md") if update_readme else None
+    defaults = readme_results(ws) if update_readme else default_results(ws)
+    _check_destinations(args.out, readme)
+    github.check(env or {})
     paths = find_results(args.results or defaults)
     if not paths:
         msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
@@ -130,11 +161,19 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
         raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
     try:
-        if not args.no_readme and markdown.update_readme(args.readme, run):
-            written["readme"] = args.readme
+        written_to = markdown.update_readme(readme, run) if readme is not None else None
     except UnicodeDecodeError:
-        msg = f"{args.readme} is not UTF-8 text"
-        raise ConfigError(msg, hint="pass --readme PATH of the project's README.md, or --no-readme") from None
+        msg = f"{readme} is not UTF-8 text"
+        hint = "pass --readme PATH of the project's README.md, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
+    except OSError as exc:
+        msg = f"cannot write the table into {readme}: {exc.strerror} ({exc.filename})"
+        hint = "pass --readme PATH of a file you can write, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
+    if written_to is not None:
+        written["readme"] = written_to
+        if written_to != readme:
+            log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
     console.summary(run)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")

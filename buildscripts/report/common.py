@@ -6,6 +6,7 @@ so a hand-edited verdict can never show as "verified"), stage outcomes from the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from ..probe.core import ORDER
@@ -22,6 +23,18 @@ VERDICT_ICONS = {
     Verdict.EXPECTED_FAILURE: "⚠️", Verdict.UNEXPECTED_PASS: "❗", Verdict.INCOMPATIBLE: "🚫",
     Verdict.SKIPPED: "⏭️",
 }
+
+
+# Terminal colour and cursor sequences (real build and ninja logs are full of them): CSI, OSC, and two-byte ones.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+# What XML 1.0 cannot hold (a JUnit file with one is dropped by CI test reporters) and no page should show:
+# control characters but tab and line breaks, surrogates, U+FFFE/U+FFFF.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def plain(text: str) -> str:
+    """Text for a report: terminal escape sequences removed, any other control character shown as `\\xNN`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else "\ufffd", _ANSI.sub("", text))
 
 
 def stage_columns(run: RunResults) -> list[str]:

@@ -27,11 +27,15 @@ def table(run: RunResults, width: int = 200) -> Table:
     """One column per stage when `width` allows, else one ladder column (a mark per stage, in order)."""
     columns = common.stage_columns(run)
     wide = width >= 70 + 7 * len(columns)
-    grid = Table(title=f"Compatibility: {len(run.cells)} cell(s), run {run.run_id}", title_justify="left")
+    # Every text from the results goes in as Text, never as a markup string: a cell id, run id, stage or GPU
+    # name with `[...]` in it (a GPU name comes from the image under test) is shown as it is, and a terminal
+    # escape in it is shown, not obeyed (`common.plain`).
+    grid = Table(title=Text(common.plain(f"Compatibility: {len(run.cells)} cell(s), run {run.run_id}")),
+                 title_justify="left")
     grid.add_column("cell", overflow="fold")
     if wide:
         for name in columns:
-            grid.add_column(SHORT.get(name, name), justify="center")
+            grid.add_column(Text(common.plain(SHORT.get(name, name))), justify="center")
     else:
         grid.add_column("stages", no_wrap=True)
     grid.add_column("verdict", no_wrap=True)
@@ -41,9 +45,9 @@ def table(run: RunResults, width: int = 200) -> Table:
         marks = [Text(common.mark(s) or " ", style=STYLE.get(s, "")) for s, _ in
                  (common.outcome(cell, c) for c in columns)]
         stages = marks if wide else [Text("").join(marks)]
-        grid.add_row(cell.cell_id, *stages, Text(verdict.value, style=VERDICT_STYLE.get(verdict, "")),
-                     common.gpu_summary(cell))
-    grid.caption = common.LEGEND + ("" if wide else "\nstages, in order: " + ", ".join(columns))
+        word = Text(verdict.value, style=VERDICT_STYLE.get(verdict, ""))
+        grid.add_row(Text(common.plain(cell.cell_id)), *stages, word, Text(common.plain(common.gpu_summary(cell))))
+    grid.caption = Text(common.plain(common.LEGEND + ("" if wide else "\nstages, in order: " + ", ".join(columns))))
     return grid
 
 
@@ -64,4 +68,4 @@ def summary(run: RunResults, console: Console | None = None) -> None:
     out = console or log.console
     out.print(table(run, out.width))
     for line in reasons(run):
-        out.print(Text("  " + line, style="dim"))
+        out.print(Text("  " + common.plain(line), style="dim"))

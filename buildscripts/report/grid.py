@@ -64,7 +64,8 @@ def layout(run: RunResults) -> Grid:
     others: list[CellResult] = []
     for cell in cells:
         slot = (cell.axes.get("sglang", ""), cell.axes.get("lane", ""), cell.axes.get("toolkit", ""))
-        if cell in candidates and cell.axes.get("base", "") == base and slot not in slots:
+        # `_in_matrix` again rather than `cell in candidates`: a list search per cell was quadratic in cells
+        if _in_matrix(cell) and cell.axes.get("base", "") == base and slot not in slots:
             slots[slot] = cell
         else:
             others.append(cell)

@@ -8,10 +8,9 @@ value from the results is escaped; the script only filters rows and opens drill-
 from __future__ import annotations
 
 from collections.abc import Iterable
-from html import escape
 
 from ..results import CellResult, RunResults, Verdict
-from . import common, grid, html_matrix
+from . import common, grid, html_marks, html_matrix
 
 FILTERS = ("verdict", "sglang", "lane", "toolkit")
 
@@ -24,10 +23,6 @@ table{border-collapse:collapse}th,td{border:1px solid #d8dde3;padding:.25rem .45
 #matrix th{background:#f2f4f7;font-size:.8rem}#matrix td.mark{text-align:center;font-weight:bold}
 tr.cell-row{cursor:pointer}tr.cell-row:hover{background:#f7f9fc}tr.cell-row:focus{outline:2px solid #4a7fd4}
 .s-passed{color:#1a7f37}.s-failed{color:#cf222e}.s-skipped{color:#9a6700}.s-aborted{color:#8c959f}
-.v{display:inline-block;border-radius:3px;padding:0 .4rem;font-size:.8rem;white-space:nowrap}
-.v-verified{background:#1a7f37;color:#fff}.v-cpu-checked{background:#dafbe1}.v-failed{background:#cf222e;color:#fff}
-.v-unexpected-pass{background:#cf222e;color:#fff}.v-expected-failure{background:#fff8c5}
-.v-incompatible,.v-skipped{background:#eaeef2;color:#57606a}.v-built{background:#ddf4ff}
 tr.detail>td{background:#fafbfc;padding:.8rem 1rem}.detail h3{margin:.2rem 0 .5rem;font-size:1rem}
 .detail dl{display:grid;grid-template-columns:max-content 1fr;gap:.15rem .8rem;margin:0 0 .8rem}
 .detail dt{color:#57606a}.detail dd{margin:0;font-family:ui-monospace,monospace;word-break:break-all}
@@ -76,8 +71,7 @@ SCRIPT = """
 """
 
 
-def _e(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+_e = html_marks.text
 
 
 def _filter(axis: str, values: Iterable[str]) -> str:
@@ -168,7 +162,7 @@ def render(run: RunResults) -> str:
         body.append(
             f'<tr class="cell-row" tabindex="0" aria-expanded="false" data-index="{index}" {data}>'
             f"<td>{_e(cell.cell_id)}</td>{marks}"
-            f'<td><span class="v v-{verdict.value}" title="{_e(why)}">{_e(verdict.value)}</span></td>'
+            f"<td>{html_marks.badge(verdict, why)}</td>"
             f'<td class="{"gpu-none" if gpu == "not run on a GPU" else ""}">{_e(gpu)}</td></tr>'
             f'<tr class="detail" id="detail-{index}" hidden><td colspan="{len(columns) + 3}">'
             f"{_detail(cell, verdict, why)}</td></tr>"
@@ -179,7 +173,8 @@ def render(run: RunResults) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>SGLang image compatibility: {_e(run.run_id)}</title><style>{CSS}{html_matrix.CSS}</style></head><body>"
+        f"<title>SGLang image compatibility: {_e(run.run_id)}</title>"
+        f"<style>{CSS}{html_marks.CSS}{html_matrix.CSS}</style></head><body>"
         f"<header><h1>SGLang image compatibility</h1><p>results of {_e(run.run_id)} · {_e(when)} · "
         f"runner(s) {_e(run.runner)} · {len(cells)} cell(s)</p></header>"
         f'<section id="view">{html_matrix.render(run, index_of)}</section>'

@@ -8,10 +8,9 @@ opens that row's drill-down (the page's script does it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from html import escape
 
 from ..results import CellResult, RunResults, Verdict
-from . import common, grid
+from . import common, grid, html_marks
 
 CSS = """
 #compat{margin-bottom:.6rem}#compat th{background:#f2f4f7;font-size:.8rem}#compat th.lane{text-align:center}
@@ -25,22 +24,21 @@ td.slot-expected-failure{background:#fff8c5}td.slot-cpu-checked{background:#f0ff
 """
 
 
-def _e(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+_e = html_marks.text
 
 
 def _slot(cell: CellResult | None, index: Mapping[str, int]) -> str:
     if cell is None:
         return '<td class="slot empty" title="no results for this combination">—</td>'
-    verdict, word = grid.slot_word(cell)
-    why = common.verdict_of(cell)[1]
+    verdict, why = common.verdict_of(cell)
     if verdict is Verdict.INCOMPATIBLE:
         return (f'<td class="slot excluded" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
-                f'title="{_e(f"{cell.cell_id}: excluded: {why}")}">{_e(word)}</td>')
+                f'title="{_e(f"{cell.cell_id}: excluded: {why}")}">{html_marks.badge(verdict)}</td>')
     title = "\n".join([f"{cell.cell_id}: {verdict.value}: {why}", *grid.arch_provenance(cell)])
     archs = grid.arch_line(cell)
     return (f'<td class="slot slot-{verdict.value}" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
-            f'title="{_e(title)}">{_e(word)}' + (f'<div class="archs">{_e(archs)}</div>' if archs else "") + "</td>")
+            f'title="{_e(title)}">{html_marks.badge(verdict)}'
+            + (f'<div class="archs">{_e(archs)}</div>' if archs else "") + "</td>")
 
 
 def render(run: RunResults, index: Mapping[str, int]) -> str:
@@ -68,13 +66,13 @@ def render(run: RunResults, index: Mapping[str, int]) -> str:
     if view.others:
         items = []
         for cell in view.others:
-            verdict, word = grid.slot_word(cell)
+            verdict, why = common.verdict_of(cell)
             archs = grid.arch_line(cell)
             items.append(
                 f'<li data-cell="{_e(cell.cell_id)}"><b>{_e(cell.cell_id)}</b> ({_e(grid.place(cell))}): '
-                f'<span class="v v-{verdict.value}">{_e(word)}</span>'
+                f"{html_marks.badge(verdict)}"
                 + (f' <span class="archs">{_e(archs)}</span>' if archs else "")
-                + f" — {_e(common.verdict_of(cell)[1])}</li>"
+                + f" — {_e(why)}</li>"
             )
         parts.append(f'<h2>Other runs</h2><p class="legend">host mode, in place in LXC, other bases</p>'
                      f'<ul id="other-runs">{"".join(items)}</ul>')

@@ -7,6 +7,7 @@ documented failure does not turn CI red; an unexpected pass is a failure of the 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import Counter
 
 from ..results import CellResult, RunResults, Status, Verdict
 from . import common
@@ -27,8 +28,9 @@ def _add_cell(suite: ET.Element, cell: CellResult) -> None:
             failure.text = f"build log: {cell.build.log}" if cell.build and cell.build.log else ""
         else:
             ET.SubElement(build, "skipped", message=f"{verdict.value}: {reason}")
+    runs_of = Counter(s.name for s in cell.stages)  # counted once: per stage it made rendering quadratic
     for stage in cell.stages:
-        several = len(common.entries(cell, stage.name)) > 1  # a merged record: once per GPU arch
+        several = runs_of[stage.name] > 1  # a merged record: once per GPU arch
         case = _case(suite, cell, f"{stage.name} [{stage.arch}]" if several else stage.name, stage.duration_s)
         where = ET.SubElement(case, "properties")
         ET.SubElement(where, "property", name="where", value=stage.where)
@@ -66,5 +68,9 @@ def render(run: RunResults) -> str:
     for element in (root, suite):
         for key, value in counts.items():
             element.set(key, str(value))
+    for element in root.iter():  # what XML cannot hold, from any field of the results (reasons, logs, names)
+        element.text = common.plain(element.text) if element.text else element.text
+        for name, text in element.attrib.items():
+            element.set(name, common.plain(text))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from .. import disk
 from ..errors import ConfigError
 from ..results import CellResult, RunResults, Verdict
 from . import common, grid
@@ -15,11 +17,25 @@ from . import common, grid
 START = "<!-- compat-table:start -->"
 END = "<!-- compat-table:end -->"
 
+# What text from the results may not carry into Markdown as it is: line breaks and other control characters
+# (a row would end, a marker line could begin), table pipes, HTML (`<` opens a tag or a marker comment, `&`
+# an entity), the backtick (it closes a code span) and the brackets of a link.
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "&#96;", "|": "\\|", "[": "\\[", "]": "\\]",
+             "\\": "\\\\"}
+_UNSAFE = re.compile(r"[&<>`|\[\]\\]|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_PLAIN_CODE = re.compile(r"[A-Za-z0-9._+@:/=-]+")  # what a code span shows as it is
+
 
 def _cell_text(text: str) -> str:
-    """Table-safe: no pipes or newlines, no HTML."""
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-            .replace("<", "&lt;").replace(">", "&gt;"))
+    """Text from the results, safe in a table cell, a list item and the README: no line break or other
+    control character (each becomes a space), no pipe, HTML, backtick or link bracket."""
+    return _UNSAFE.sub(lambda m: _ENTITIES.get(m[0], " "), text)
+
+
+def _code(text: str) -> str:
+    """Text from the results as inline code: a backtick span when it is plain (a real cell id always is),
+    else an HTML <code> element around the escaped text (a backtick span cannot escape anything)."""
+    return f"`{text}`" if _PLAIN_CODE.fullmatch(text) else f"<code>{_cell_text(text)}</code>"
 
 
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -71,7 +87,8 @@ def other_runs(run: RunResults) -> list[str]:
     for cell in others:
         _, word = grid.slot_word(cell)
         archs = grid.arch_line(cell)
-        lines.append(f"- `{cell.cell_id}` ({grid.place(cell)}): {word}" + (f" {_cell_text(archs)}" if archs else "")
+        lines.append(f"- {_code(cell.cell_id)} ({_cell_text(grid.place(cell))}): {word}"
+                     + (f" {_cell_text(archs)}" if archs else "")
                      + f" — {_cell_text(common.verdict_of(cell)[1])}")
     return lines
 
@@ -79,28 +96,29 @@ def other_runs(run: RunResults) -> list[str]:
 def stage_table(run: RunResults) -> list[str]:
     """Every cell, stage by stage (build, then the ladder), its verdict and where its GPU stages ran."""
     columns = common.stage_columns(run)
-    head = ["cell", *columns, "verdict", "GPU stages ran on"]
+    head = ["cell", *map(_cell_text, columns), "verdict", "GPU stages ran on"]
     align = [":--", *([":-:"] * len(columns)), ":--", ":--"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for cell in common.sort_cells(run.cells):
         verdict, _ = common.verdict_of(cell)
         marks = [common.mark(common.outcome(cell, c)[0]) for c in columns]
         icon = common.VERDICT_ICONS.get(verdict, "")
-        row = [f"`{cell.cell_id}`", *marks, f"{icon} {verdict.value}", _cell_text(common.gpu_summary(cell))]
+        row = [_code(cell.cell_id), *marks, f"{icon} {verdict.value}", _cell_text(common.gpu_summary(cell))]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
 def table(run: RunResults) -> str:
     """The matrix view, the other runs, then the stage-by-stage table with each verdict's reason."""
-    notes = [f"- `{cell.cell_id}`: {_cell_text(common.verdict_of(cell)[1])}" for cell in common.sort_cells(run.cells)]
+    notes = [f"- {_code(cell.cell_id)}: {_cell_text(common.verdict_of(cell)[1])}"
+             for cell in common.sort_cells(run.cells)]
     when = run.finished or run.started
     parts = [matrix_view(run), other_runs(run)]
     return "\n".join([
         *[line for part in parts if part for line in [*part, ""]],
         "Every cell, stage by stage:", "", *stage_table(run), "", common.LEGEND, "",
         "<details><summary>Why each cell got its verdict</summary>", "", *notes, "", "</details>", "",
-        f"_Rendered from results of {_cell_text(run.run_id)} ({when}) by `nox -s report`; do not edit._",
+        f"_Rendered from results of {_cell_text(run.run_id)} ({_cell_text(when)}) by `nox -s report`; do not edit._",
     ])
 
 
@@ -109,21 +127,28 @@ def document(run: RunResults) -> str:
     return f"# Compatibility matrix\n\n{table(run)}\n"
 
 
-def update_readme(readme: Path, run: RunResults) -> bool:
-    """Replace the table between the markers; True when the file changed. Missing markers: ConfigError."""
+def update_readme(readme: Path, run: RunResults) -> Path | None:
+    """Replace the table between the markers; the file written when it changed, else None.
+
+    Each marker must be there exactly once, start before end (ConfigError otherwise: with two of either, which
+    pair holds the table is a guess). A README that is a symbolic link is written through (`disk.write_text`):
+    the link stays, its target gets the table.
+    """
     try:
-        text = readme.read_text()
+        text = readme.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"cannot read {readme}: {exc.strerror}"
-        raise ConfigError(msg, hint="pass --readme PATH, or --no-readme") from None
+        raise ConfigError(msg, hint="pass --readme PATH, or leave out --update-readme") from None
+    counts = (text.count(START), text.count(END))
     start, end = text.find(START), text.find(END)
     if start < 0 or end < 0 or end < start:
         msg = f"{readme} has no compatibility-table markers ({START} ... {END}, in that order)"
         raise ConfigError(msg, hint="add both marker lines where the table belongs, then run `nox -s report`")
+    if counts != (1, 1):
+        msg = f"{readme} has {counts[0]} start and {counts[1]} end compatibility-table markers; it needs one of each"
+        raise ConfigError(msg, hint="keep one marker line of each where the table belongs (delete what lies between "
+                                    "extra ones), then run `nox -s report`")
     new = text[: start + len(START)] + "\n" + table(run) + "\n" + text[end:]
     if new == text:
-        return False
-    tmp = readme.with_suffix(readme.suffix + ".tmp")
-    tmp.write_text(new)
-    tmp.replace(readme)
-    return True
+        return None
+    return disk.write_text(readme, new)

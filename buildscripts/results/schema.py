@@ -22,6 +22,10 @@ READABLE_VERSIONS = (1, 2)  # schema 1 is read and upgraded: `expected.stage` be
 LADDER = tuple(ORDER)  # every verification stage, in order (the probe defines them)
 GPU_STAGES = ("gpu-visible", "kernel-smoke", "server", "first-generation")
 CPU_STAGES = tuple(s for s in LADDER if s not in GPU_STAGES)
+# A cell holds one result per stage, one per GPU arch for a merged record: the ladder's ten stages on the
+# fourteen known archs come to 140. A file with far more is not a record of runs (and would cost every
+# renderer time that grows with it).
+MAX_STAGES_PER_CELL = 1000
 
 
 class Status(StrEnum):
@@ -42,8 +46,10 @@ class Verdict(StrEnum):
     SKIPPED = "skipped"
 
 
+# No NaN or infinity anywhere: JSON cannot hold them (pydantic would write them back as null, and the file
+# could not be read again as what it was).
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StageResult(Record):
@@ -108,7 +114,7 @@ class CellResult(Record):
     expected: ExpectedFailure | None = None
     build: BuildResult | None = None
     image: ImageInfo = Field(default_factory=ImageInfo)
-    stages: list[StageResult] = Field(default_factory=list)
+    stages: list[StageResult] = Field(default_factory=list, max_length=MAX_STAGES_PER_CELL)
     versions: dict[str, str] = Field(default_factory=dict)  # key resolved versions (torch, sglang, ...)
     verdict: Verdict = Verdict.SKIPPED
     verdict_reason: str | None = None
@@ -142,7 +148,7 @@ class CellResult(Record):
 class RunResults(BaseModel):
     """One run: it grows a cell at a time (and is saved after each), so it alone is not frozen."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

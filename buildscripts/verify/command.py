@@ -15,10 +15,11 @@ from docker.errors import ImageNotFound
 from rich.markup import escape
 from rich.table import Table
 
-from .. import engine, log, results
+from .. import disk, engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
+from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
@@ -75,7 +76,20 @@ def check_arguments(a: argparse.Namespace) -> None:
         raise ConfigError(msg, hint="Proxmox containers (--lxc CTID) are found by pct itself")
     if a.cell_id is not None:
         checked_name(a.cell_id, "--cell-id")
+    if a.image is not None:
+        problem = reference_problem(a.image)
+        if problem:
+            msg = f"IMAGE {problem}"
+            raise ConfigError(msg, hint=f"give an image as {FORMS}, or an image id (`docker images` lists them)")
+    if a.python is not None and not a.python.strip():
+        msg = "--python '' names no interpreter"
+        raise ConfigError(msg, hint="give the interpreter's path, e.g. --python /opt/venv/bin/python, or leave "
+                                    "--python out (with --host: this one; with --lxc: python3)")
     if a.stages is not None:
+        if not all(s.strip() for s in a.stages.split(",")):
+            msg = f"--stages {a.stages!r} names an empty stage"
+            raise ConfigError(msg, hint="give comma-separated stage names, e.g. --stages facts,import; or leave "
+                                        "--stages out for the whole ladder")
         planned_stages(a.stages.split(","))  # raises ConfigError naming the unknown ones
     if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_STAGE_TIMEOUT):  # NaN compares False
         msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
@@ -98,6 +112,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     a = parse(argv)
     run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S-verify")
     run_dir = ws.run_dir(run_id)
+    out = a.out or run_dir / "results.json"
+    # Before the ladder (minutes to an hour): its results must have somewhere to go.
+    disk.check_writable(out, "--out", "pass --out PATH of a results file in a folder you can write")
     archs = a.archs.split(",") if a.archs else None
     stages = a.stages.split(",") if a.stages else None
     started = results.now()
@@ -125,7 +142,6 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                            profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1")
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
-    out = a.out or run_dir / "results.json"
     results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell],
                             matrix=str(ws.matrix), matrix_digest=results.matrix_digest(spec.spec)), out)
     show(cell)

@@ -15,6 +15,7 @@ from ..errors import ResultsError
 from ..probe.core import RESULT_PREFIX
 from ..proc import Completed
 from ..results import StageResult, Status
+from ..results.store import without_surrogates
 from . import classify
 from .plan import grace
 
@@ -46,8 +47,8 @@ def result_of(line: str) -> dict[str, Any] | None:
     if not line.startswith(RESULT_PREFIX):
         return None
     try:
-        raw = json.loads(line[len(RESULT_PREFIX):])
-    except ValueError:
+        raw = without_surrogates(json.loads(line[len(RESULT_PREFIX):]))
+    except (ValueError, RecursionError):
         return None
     return raw if isinstance(raw, dict) and "name" in raw else None
 
@@ -121,8 +122,8 @@ def failed(name: str, reason: str, failure_class: str | None, *, log: str = "") 
 def read_file(path: Path) -> list[dict[str, Any]]:
     """The JSON list of results that `python -m probe --out FILE` wrote."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
+        data = without_surrogates(json.loads(path.read_text()))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, or bytes that are no UTF-8
         msg = f"cannot read probe output {path}: {exc}"
         raise ResultsError(msg, hint="pass the file the probe wrote with --out") from None
     if not isinstance(data, list) or not all(isinstance(d, dict) and "name" in d for d in data):

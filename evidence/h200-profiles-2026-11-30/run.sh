@@ -8,6 +8,8 @@
 # cold: each profile's server start with empty caches, through the verifier's own server and
 #   first-generation stages, with the recorder (recorder/sitecustomize.py) logging every SGLang JIT
 #   kernel and every FlashInfer module generator called; writes record-PROFILE.jsonl.
+#   (The recorder has since moved to images/warm/recorder/; to run this again, put that folder where
+#   $here/recorder stands below. docs/warm-manifest.md says how a start is recorded.)
 # bake-warm: images/warm/bake.py builds the manifest's modules of PROFILE for sm_90a with the GPU hidden
 #   (CUDA_VISIBLE_DEVICES empty), into the cache layout an image has; then nvcc is hidden (the CUDA
 #   13.0 bin/ and nvvm/ renamed, CUDA_HOME unset, as in a CUDA runtime image) and the same start runs on

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from buildscripts import report
+from buildscripts.results import RunResults
 from tests import needs
 from tests.results_factory import make_run
 
@@ -66,8 +67,9 @@ class DevTools:
             self.events.append(json.loads(self.ws.recv()))
         raise AssertionError(f"no {method} within {timeout}s")
 
-    def evaluate(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+    def evaluate(self, expression: str, *, wait: bool = False) -> Any:
+        """The value of `expression`; with `wait`, of the promise it gives."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=wait)
         if "exceptionDetails" in result:
             raise AssertionError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -159,12 +161,12 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
     slot = chromium.evaluate("""(() => { const td = document.querySelector(
         '#compat td.slot[data-cell="sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]');
         return [td.textContent, td.className, getComputedStyle(td).color]; })()""")
-    assert slot[0] == "✅ verifiedsm_90" and "slot-verified" in slot[1]
+    assert slot[0] == "verifiedsm_90" and "slot-verified" in slot[1]
     assert slot[2] != "rgb(255, 255, 255)"  # readable on its light background
     excluded = chromium.evaluate("""(() => { const td = document.querySelector('#compat td.excluded');
         const box = td.getBoundingClientRect();
         return [td.textContent, td.title, getComputedStyle(td).color, box.width > 0 && box.height > 0]; })()""")
-    assert excluded[0] == "🚫 incompatible" and excluded[3]
+    assert excluded[0] == "incompatible" and excluded[3]
     assert "sglang 0.5.16 pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1" in excluded[1]
     assert excluded[2] == "rgb(140, 149, 159)"  # greyed
     assert chromium.evaluate("document.querySelectorAll('#compat th[scope=colgroup]').length") == 2
@@ -182,6 +184,54 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
     if os.environ.get("REPORT_SCREENSHOT"):  # to look at it by hand
         Path(os.environ["REPORT_SCREENSHOT"]).write_bytes(png)
     assert chromium.errors() == []
+
+
+def test_verdict_marks_render_without_an_emoji_font(chromium: DevTools, tmp_path: Path) -> None:
+    """Every verdict mark is drawn from ASCII text and an SVG icon (no emoji: this machine's Chromium has no
+    emoji font and drew them as empty boxes), and the icon really paints pixels on the screen."""
+    page = report.render_all(with_every_verdict(), tmp_path / "out", env={})["html"]
+    chromium.call("Page.enable")
+    chromium.call("Page.navigate", url=page.as_uri())
+    chromium.wait_for("Page.loadEventFired")
+    # The verdict marks wherever they appear (matrix slots without their arch line, the badges of the stage
+    # table and of the other runs): their text is the verdict word alone.
+    texts = chromium.evaluate("""Array.from(document.querySelectorAll('#compat td.slot:not(.empty), .v')).map(e => {
+        const c = e.cloneNode(true); c.querySelectorAll('.archs').forEach(a => a.remove());
+        return c.textContent.trim(); })""")
+    assert set(texts) == {"verified", "cpu-checked", "expected-failure", "failed", "incompatible"}, texts
+    # Each badge holds an icon of a real size, not a zero-size box.
+    sizes = chromium.evaluate("Array.from(document.querySelectorAll('.v')).map(b => { const r = "
+                              "b.querySelector('svg.icon').getBoundingClientRect(); return [r.width, r.height]; })")
+    assert sizes and all(w >= 10 and h >= 10 for w, h in sizes), sizes
+
+    # What the screen shows where the verified slot's icon is: pixels of the icon's colour on the badge.
+    box = chromium.evaluate("""(() => { const icon = document.querySelector('#compat td.slot-verified svg.icon');
+        icon.scrollIntoView(); const r = icon.getBoundingClientRect();
+        return {x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height}; })()""")
+    shot = chromium.call("Page.captureScreenshot", format="png", clip={**box, "scale": 4})
+    painted = chromium.evaluate(f"""new Promise(done => {{ const img = new Image(); img.onload = () => {{
+        const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+        const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+        const px = g.getImageData(0, 0, c.width, c.height).data; let light = 0, dark = 0;
+        for (let i = 0; i < px.length; i += 4) {{ const v = px[i] + px[i + 1] + px[i + 2];
+            if (v > 600) light++; else if (v < 450) dark++; }}
+        done([light, dark, c.width * c.height]); }};
+        img.src = 'data:image/png;base64,{shot["data"]}'; }})""", wait=True)
+    light, dark, total = painted
+    # The verified badge is white on dark green: a check mark is white pixels, the rest the badge's green.
+    assert light > total * 0.05 and dark > total * 0.3, painted
+    (tmp_path / "out" / "marks.png").write_bytes(base64.b64decode(shot["data"]))
+    if os.environ.get("REPORT_SCREENSHOT"):
+        full = chromium.call("Page.captureScreenshot", format="png")
+        Path(os.environ["REPORT_SCREENSHOT"]).with_suffix(".marks.png").write_bytes(base64.b64decode(shot["data"]))
+        Path(os.environ["REPORT_SCREENSHOT"]).with_suffix(".matrix.png").write_bytes(base64.b64decode(full["data"]))
+
+
+def with_every_verdict() -> RunResults:
+    """The five kinds of cell of `make_run`, and a host-mode run listed under "other runs"."""
+    run = make_run()
+    host = run.cells[0].model_copy(update={"cell_id": "host-h200", "axes": {}})
+    return run.model_copy(update={"cells": [*run.cells, host]})
 
 
 def test_html_report_has_no_external_resources(tmp_path: Path) -> None:

@@ -10,12 +10,14 @@ exits through argparse with a message; anything else -- a traceback -- fails the
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -84,6 +86,20 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
             info = os.lstat(os.path.join(folder, name))
             found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
     return found
+
+
+def disk_fills_at(patch: pytest.MonkeyPatch, nth: int) -> None:
+    """From now on the `nth` file opened for writing raises ENOSPC: a disk that fills half-way through a set
+    of files (the reports: one `Path.open` per file, whichever way they are written)."""
+    real, opened = Path.open, []
+
+    def filling(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            opened.append(self)
+            if len(opened) == nth:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, mode, *args, **kwargs)
+    patch.setattr(Path, "open", filling)
 
 
 def run(main: Callable[..., int], argv: Sequence[str], ws: Workspace) -> str:

@@ -43,7 +43,7 @@ ARCHS = st.one_of(st.sampled_from(["sm_90a", "sm_90a,sm_100a", "sm_999", "sm_Ù©Ù
 OPTIONS: dict[str, dict[str, st.SearchStrategy[str] | None]] = {
     "matrix": {"--matrix": PATHS, "--only": GLOBS, "--skip": GLOBS, "--all": None, "--json": None, "-h": None},
     "lock": {"--matrix": PATHS, "--only": GLOBS, "--skip": GLOBS, "--upgrade": None},
-    "report": {"--results": PATHS, "--out": OUTS, "--readme": OUTS, "--no-readme": None},
+    "report": {"--results": PATHS, "--out": OUTS, "--readme": OUTS, "--update-readme": None, "--no-readme": None},
     "verify": {"--host": None, "--lxc": TEXT, "--lxc-name": TEXT, "--python": TEXT, "--archs": ARCHS,
                "--lane-cuda": st.one_of(st.sampled_from(["13.0", "12.8", "13", "x.y"]), TEXT), "--stages": STAGES,
                "--stage-timeout": NUMBERS, "--cell-id": st.one_of(st.sampled_from(HOSTILE), TEXT),

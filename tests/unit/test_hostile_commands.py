@@ -123,21 +123,22 @@ def test_out_naming_a_file_is_a_config_error_before_reading(tmp_path: Path) -> N
     error = report_error(tmp_path, "--out", str(tmp_path / "out"))
     assert isinstance(error, ConfigError) and "is a file, not a folder" in error.message
     error = report_error(tmp_path, "--out", str(tmp_path / "out" / "below"))
-    assert isinstance(error, ResultsError)  # no results here; the folder is only made after reading them
+    assert isinstance(error, ConfigError) and "out is a file, not a folder" in error.message  # before reading
 
 
 def test_out_below_a_file_is_a_config_error(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     (tmp_path / "out").write_text("not a folder")
     error = report_error(tmp_path, "--out", str(tmp_path / "out" / "below"))
-    assert isinstance(error, ConfigError) and "cannot write the reports into" in error.message
+    assert isinstance(error, ConfigError) and "out is a file, not a folder" in error.message
 
 
 def test_a_readme_that_is_no_utf8_or_a_folder_is_a_config_error(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     (tmp_path / "README.md").write_bytes(f"{markdown.START}\n\xe9\n{markdown.END}\n".encode("latin-1"))
+    runs = str(tmp_path / "runs" / "*" / "results.json")
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
-        report.main([], Workspace.at(tmp_path), {})
+        report.main(["--update-readme", "--results", runs], Workspace.at(tmp_path), {})
     with pytest.raises(ConfigError, match="is not a regular file"):
         report.main(["--readme", str(tmp_path)], Workspace.at(tmp_path), {})
 
@@ -154,7 +155,8 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--stages", "import,nope"], "unknown stage(s): nope"),
-    (["--stages", ""], "unknown stage(s)"),
+    (["--stages", ""], "--stages '' names an empty stage"),         # was "unknown stage(s): " and nothing
+    (["--stages", "import,"], "names an empty stage"),
     (["--stage-timeout", "0"], "--stage-timeout 0.0 is not a number of seconds"),
     (["--stage-timeout", "1e300"], "is not a number of seconds up to a day"),
     (["--stage-timeout", "-5"], "is not a number of seconds"),

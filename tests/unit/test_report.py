@@ -212,16 +212,51 @@ def test_corrupted_and_old_schema_files_are_named(tmp_path: Path) -> None:
         merge.load_all([wrong])
 
 
-def test_main_merges_runs_and_rewrites_the_readme(tmp_path: Path) -> None:
+def test_main_merges_runs_and_evidence_and_leaves_the_readme_alone(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     evidence = make_run("h200", "2025-01-05T00:00:00+00:00", kinds=("cpu-checked",))
     results.save(evidence, tmp_path / "evidence" / "h200" / "2025" / "results.json")
-    (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
+    readme = f"{markdown.START}\n{markdown.END}\n"
+    (tmp_path / "README.md").write_text(readme)
     assert report.main([], Workspace.at(tmp_path), env={}) == 0
     merged = results.load(tmp_path / "reports" / "results.json")
     assert isinstance(merged, RunResults) and merged.run_id == "merged:run-a+h200"
-    assert CPU_ID in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "README.md").read_text() == readme  # a tracked file: rewritten only when asked
     assert (tmp_path / "reports" / "compat.html").is_file() and (tmp_path / "reports" / "junit.xml").is_file()
+
+
+def test_update_readme_renders_the_committed_evidence_not_runs(tmp_path: Path) -> None:
+    results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
+    evidence = make_run("h200", "2025-01-05T00:00:00+00:00", kinds=("cpu-checked",))
+    results.save(evidence, tmp_path / "evidence" / "h200" / "results.json")
+    (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
+    assert report.main(["--update-readme"], Workspace.at(tmp_path), env={}) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert CPU_ID in text and "results of h200 " in text and "run-a" not in text
+    assert results.load(tmp_path / "reports" / "results.json").run_id == "h200"
+
+
+def test_update_readme_takes_results_when_named(tmp_path: Path) -> None:
+    results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
+    readme = tmp_path / "docs" / "OTHER.md"
+    readme.parent.mkdir()
+    readme.write_text(f"{markdown.START}\n{markdown.END}\n")
+    argv = ["--readme", str(readme), "--results", str(tmp_path / "runs" / "*" / "results.json")]
+    assert report.main(argv, Workspace.at(tmp_path), env={}) == 0  # naming a README asks for it
+    assert "results of run-a " in readme.read_text()
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_update_readme_without_evidence_is_a_clear_error(tmp_path: Path) -> None:
+    results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
+    with pytest.raises(ResultsError, match="evidence"):
+        report.main(["--update-readme"], Workspace.at(tmp_path), env={})
+
+
+def test_no_readme_contradicts_update_readme(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        report.main(["--update-readme", "--no-readme"], Workspace.at(tmp_path), env={})
+    assert exc.value.code == 2
 
 
 def test_main_without_results_is_a_clear_error(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from buildscripts import results
-from buildscripts.probe.gpu_stages import unrecognized_flags
+from buildscripts.probe.serving import unrecognized_flags
 from buildscripts.results import BuildResult, ExpectedFailure, StageResult, Status, Verdict, cell_record
 from buildscripts.verify import output
 from buildscripts.verify.container import network_options

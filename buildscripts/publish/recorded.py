@@ -1,0 +1,48 @@
+"""What `tag` and `promote` share around the results file they work from and write back to.
+
+Both change the world first (tags in the engine, manifests in a registry) and record it in the file after.
+So the file is checked writable before the engine is touched, a `--only` that selects nothing is an error
+before anything happens, and a save that still fails names what was done and is not recorded.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .. import disk, results
+from ..errors import ResultsError, SelectionError
+from ..results import RunResults
+
+
+def positions(run: RunResults, only: Sequence[str]) -> list[int]:
+    """Positions of the cells whose id matches an `only` glob (all when none is given)."""
+    return [i for i, cell in enumerate(run.cells)
+            if not only or any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only)]
+
+
+def check_selection(runs: Mapping[Path, RunResults], only: Sequence[str]) -> None:
+    """SelectionError when `only` globs are given and match no cell of any of the files."""
+    if not only or any(positions(run, only) for run in runs.values()):
+        return
+    wanted = " ".join(f"--only {p!r}" for p in only)
+    sample = ", ".join(c.cell_id for run in runs.values() for c in run.cells[:4]) or "(none: no cell at all)"
+    msg = f"{wanted} matches no cell of " + ", ".join(map(str, runs))
+    raise SelectionError(msg, hint=f"cell ids there: {sample}")
+
+
+def check_writable(path: Path, command: str) -> None:
+    """The results file can be written back: said before the first tag or push."""
+    disk.check_writable(path, f"--results {path}", hint=f"`{command}` records what it did in the results file: "
+                                                         "make its folder writable, or copy the file where it is")
+
+
+def save(run: RunResults, path: Path, done: str) -> None:
+    """Save after the work; a failure says what was `done` and is not recorded (re-running does it again)."""
+    try:
+        results.save(run, path)
+    except OSError as exc:
+        msg = f"{done}, but it could not be recorded in {path}: {exc.strerror}"
+        raise ResultsError(msg, hint="make the file writable and run the same command again: it does the same "
+                                     "again and records it") from None
