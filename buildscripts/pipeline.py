@@ -103,16 +103,36 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--cache-keep", default=env.get(CACHE_KEEP_ENV) or footprint.DEFAULT_CACHE_KEEP, metavar="SIZE",
                     help="BuildKit cache kept after the run, least recently used pruned first (default: "
                          f"${CACHE_KEEP_ENV}, else {footprint.DEFAULT_CACHE_KEEP}; `none`: unbounded)")
-    ap.add_argument("--keep-superseded", action="store_true", default=env.get(KEEP_SUPERSEDED_ENV) == "1",
+    ap.add_argument("--keep-superseded", action="store_true", default=_switch(env, KEEP_SUPERSEDED_ENV),
                     help="keep the candidate images of earlier inputs of the cells built (default: removed; "
                          f"{KEEP_SUPERSEDED_ENV}=1 keeps them)")
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip,
                    fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,
                    profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
-                   builder=a.builder, cache_ref=a.cache_ref, cache_keep=footprint.cache_keep(a.cache_keep),
+                   builder=a.builder, cache_ref=a.cache_ref, cache_keep=_cache_keep(a.cache_keep, env),
                    keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1", env=env,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """A 0/1 variable of the environment; anything else is a ConfigError naming it."""
+    value = env.get(name, "")
+    if value not in ("", "0", "1"):
+        msg = f"{name}={value!r} is neither 0 nor 1"
+        raise ConfigError(msg, hint=f"set {name}=1 to turn it on, or unset it")
+    return value == "1"
+
+
+def _cache_keep(value: str, env: Mapping[str, str]) -> int | None:
+    """--cache-keep's bytes; a bad value that came from the environment is named as such."""
+    try:
+        return footprint.cache_keep(value)
+    except ConfigError as exc:
+        if env.get(CACHE_KEEP_ENV) == value:
+            msg = f"{CACHE_KEEP_ENV}={value!r} is not a size"
+            raise ConfigError(msg, hint=exc.hint) from None
+        raise
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -76,3 +76,21 @@ def test_the_disk_advice_names_each_thing_to_prune_with_its_command(tmp_path: Pa
     assert "this engine holds images 30.0 GB, BuildKit cache 5.0 GB" in text
     assert f"superseded candidates (~7.0 GB): docker rmi {tag_of(CELL, 'aaaaaaaaaaaa')}" in text
     assert "BuildKit cache (5.0 GB no image holds): docker buildx prune --force (the next" in text
+
+
+def test_the_build_options_of_the_bound_refuse_bad_values_naming_where_they_came_from(tmp_path: Path) -> None:
+    from buildscripts import pipeline
+    from buildscripts.workspace import Workspace
+
+    ws = Workspace.at(tmp_path)
+    opts = pipeline.parse([], ws, {})
+    assert opts.cache_keep == 20 * 10**9 and opts.keep_superseded is False
+    opts = pipeline.parse([], ws, {pipeline.CACHE_KEEP_ENV: "none", pipeline.KEEP_SUPERSEDED_ENV: "1"})
+    assert opts.cache_keep is None and opts.keep_superseded is True
+    assert pipeline.parse(["--cache-keep", "5GB", "--keep-superseded"], ws, {}).cache_keep == 5 * 10**9
+    with pytest.raises(ConfigError, match=r"^--cache-keep 'lots' is not a size"):
+        pipeline.parse(["--cache-keep", "lots"], ws, {})
+    with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_CACHE_KEEP='lots' is not a size"):
+        pipeline.parse([], ws, {pipeline.CACHE_KEEP_ENV: "lots"})
+    with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_KEEP_SUPERSEDED='yes' is neither 0 nor 1"):
+        pipeline.parse([], ws, {pipeline.KEEP_SUPERSEDED_ENV: "yes"})
