@@ -35,6 +35,7 @@ RUNS = ROOT / "runs"
 
 
 def run_build(run_id: str) -> float:
+    RUNS.mkdir(exist_ok=True)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "buildscripts", "build", "--run-id", run_id], cwd=ROOT,
                           capture_output=True, text=True)

@@ -28,7 +28,7 @@ from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed, TagError
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
-from .matrix.schema import Cache
+from .matrix.schema import LABEL_PREFIX, Cache
 from .publish import tags
 from .results import CellResult, RunResults, StageResult, Status, Verdict, cell_record
 from .verify import gpus, reuse
@@ -191,7 +191,7 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
             if opts.fail_fast and results.is_unexpected(record.verdict):
                 log.warn("--fail-fast: stopping after the first unexpected outcome")
                 break
-        bound_disk(run, {k: v[0] for k, v in current.items()}, tag_of, ctx, opts)
+        bound_disk(run, tag_of, ctx, opts)
     finally:
         run.finished = results.now()
         results.save(run, run_dir / "results.json")
@@ -200,16 +200,24 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     return run
 
 
-def bound_disk(run: RunResults, current: dict[str, str], tag_of: footprint.CandidateTag, ctx: Context,
-               opts: Options) -> None:
+def bound_disk(run: RunResults, tag_of: footprint.CandidateTag, ctx: Context, opts: Options) -> None:
     """After a run that went through: the candidates its built cells superseded go, the BuildKit cache is
-    pruned to its bound, and what the engine holds is said (build/footprint.py)."""
-    built = {c.cell_id: current[c.cell_id] for c in run.cells
-             if c.cell_id in current and c.build is not None and c.build.status is Status.PASSED}
-    if not opts.keep_superseded:
-        footprint.remove_superseded(ctx.client, footprint.superseded(ctx.client, built, tag_of))
-    footprint.prune_cache(opts.cache_keep, ctx.builder.name)
-    log.info(f"disk: {footprint.measure(ctx.client, opts.ws.runs).line()}")
+    pruned to its bound, and what the engine holds is said (build/footprint.py). The inputs each cell was
+    built from are read from its image (a tree edited during the run changes what a fresh hash would say);
+    no image this run built or used is removed; an engine that refuses any of it leaves a warning, never
+    a failed run: every cell has ended by now."""
+    built = {c.cell_id: c.image.labels.get(f"{LABEL_PREFIX}.inputs", "") for c in run.cells
+             if c.build is not None and c.build.status is Status.PASSED and c.image.id}
+    used = {c.image.id for c in run.cells if c.image.id}
+    try:
+        if not opts.keep_superseded:
+            found = footprint.superseded(ctx.client, {k: v for k, v in built.items() if v}, tag_of,
+                                         owner=base_images.owner_labels(opts.env).get(base_images.OWNER_LABEL))
+            footprint.remove_superseded(ctx.client, [(t, i) for t, i in found if i.id not in used])
+        footprint.prune_cache(opts.cache_keep, ctx.builder.name)
+        log.info(f"disk: {footprint.measure(ctx.client, opts.ws.runs).line()}")
+    except docker.errors.DockerException as exc:
+        log.warn(f"the disk was not bounded after the run (the engine said: {exc}); the cells' results stand")
 
 
 def _candidate_of(cells: Mapping[str, Cell], spec: Matrix, cell_id: str, inputs: str) -> str:

@@ -26,6 +26,7 @@ from docker.models.images import Image
 from .. import log, proc
 from ..errors import ConfigError
 from ..matrix.schema import LABEL_PREFIX
+from .base import OWNER_LABEL
 
 DEFAULT_CACHE_KEEP = "20GB"
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(GB|MB|GiB|MiB)$", re.I)
@@ -69,13 +70,17 @@ def _tree_size(root: Path) -> int:
 CandidateTag = Callable[[str, str], str]   # (cell id, inputs hash) -> its candidate reference
 
 
-def superseded(client: docker.DockerClient, current: dict[str, str], tag_of: CandidateTag) -> list[tuple[str, Image]]:
+def superseded(client: docker.DockerClient, current: dict[str, str], tag_of: CandidateTag,
+               owner: str | None = None) -> list[tuple[str, Image]]:
     """(candidate tag, image) of every candidate whose cell is a key of `current` (cell id -> the inputs hash
-    it has now) and whose inputs differ: builds no run will use again."""
+    it has now) and whose inputs differ: builds no run will use again. Only images of the same `owner`
+    (the owner label, see build/base.py; None: images without one): never another test session's or job's."""
     found = []
     for image in client.images.list(filters={"label": f"{LABEL_PREFIX}.inputs"}):
         labels = image.labels or {}
         cell, inputs = labels.get(f"{LABEL_PREFIX}.cell", ""), labels.get(f"{LABEL_PREFIX}.inputs", "")
+        if labels.get(OWNER_LABEL) != owner:
+            continue
         if cell in current and inputs != current[cell] and (tag := tag_of(cell, inputs)) in image.tags:
             found.append((tag, image))
     return found
@@ -93,6 +98,8 @@ def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Im
             continue
         freed += int(image.attrs.get("Size", 0)) if last else 0
         log.info(f"removed superseded candidate {tag}" + ("" if last else " (the tag only: the image has others)"))
+    if freed:
+        log.info(f"superseded candidates removed: about {freed / 1e9:.1f} GB")
     return freed
 
 
@@ -102,7 +109,7 @@ def prune_cache(keep: int | None, builder: str | None) -> None:
     if keep is None:
         return
     docker_cli = proc.which("docker", hint="install the Docker CLI")
-    argv = [docker_cli, "buildx", "prune", "--force", "--keep-storage", f"{keep // 10**6}mb",
+    argv = [docker_cli, "buildx", "prune", "--force", "--keep-storage", f"{-(-keep // 10**6)}mb",  # MB, rounded up
             *(["--builder", builder] if builder else [])]
     done = proc.run(argv, timeout=1800)
     if not done.ok:
@@ -110,7 +117,15 @@ def prune_cache(keep: int | None, builder: str | None) -> None:
 
 
 def advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:
-    """What to prune for room, each with its command and what it frees (the disk check's hint)."""
+    """What to prune for room, each with its command and what it frees (the disk check's hint); when the
+    engine cannot say (a disk-usage query already running, say), the plain commands."""
+    try:
+        return _advice(client, runs, current, tag_of)
+    except docker.errors.DockerException:
+        return "free space: `docker image prune`, `docker buildx prune --force` (the engine could not list sizes now)"
+
+
+def _advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:
     now = measure(client, runs)
     lines = [f"this engine holds {now.line()}"]
     stale = superseded(client, current, tag_of)

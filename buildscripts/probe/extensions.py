@@ -4,22 +4,25 @@ its package works without it.
 Public reports read "undefined symbol: _ZN5torch…" as a missing-arch bug again and again (sglang#30562:
 "filed as a missing SM121 wheel, but the wheel contains sm_121a; the cause is a PyTorch C++ ABI
 mismatch"). An extension whose missing symbol is torch's (namespaces c10, torch, at) was built against
-another torch than the image's. Whether that fails the image depends on its package:
-  - the package imports without it (torchao 0.9 catches the failure and goes on without its C++ ops):
-    a warning, naming the package, the torch it needs and which of its callers reach the lost ops;
-  - the package does not import without it: a failure (`torch-extension-abi-mismatch`).
+another torch than the image's. It fails the image (`torch-extension-abi-mismatch`) unless all of these
+hold, and is then a warning naming the package, the torch it needs and the review:
+  - the package imports without it (torchao 0.9 catches the failure and goes on without its C++ ops);
+  - SGLang, installed beside it, calls none of its ops directly (torch.ops.NS for the package's namespaces);
+  - the (distribution, version) was reviewed for what SGLang reaches through the package's own code and
+    recorded in probe/reviewed.py (an op reached that way is beyond what a search of SGLang can see).
 Standard library only (the probe runs with the image's Python).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from importlib import metadata
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core
+from . import core, reviewed
 
 # The missing symbol is one of torch's C++ API (c10::, torch::, at::), possibly const-qualified (_ZNK).
 TORCH_SYMBOL = re.compile(r"undefined symbol: (_ZNK?(?:3c10|5torch|2at)\d\w*)")
@@ -48,7 +51,9 @@ def owner(path: str, site: str) -> Tuple[str, Optional[str], Optional[str]]:
     return top, None, None
 
 
+@functools.lru_cache(maxsize=None)
 def torch_info(timeout: float) -> Dict[str, Any]:
+    """The image's torch version and C++ ABI, asked once per probe run."""
     done = core.python_snippet(TORCH_INFO, timeout=timeout)
     for line in (done.stdout or "").splitlines():
         if line.startswith("@@torch "):
@@ -57,10 +62,28 @@ def torch_info(timeout: float) -> Dict[str, Any]:
     return {}
 
 
-def callers_of(top: str, site: str) -> List[str]:
-    """Files of the caller (SGLang) that call `top`'s compiled ops directly (torch.ops.TOP / TOP.ops)."""
+def namespaces(top: str, site: str) -> List[str]:
+    """The torch op namespaces a package's own Python uses or defines (`torch.ops.NS`, `Library("NS"`),
+    its folder name included: the ops its extension registers go by these."""
+    found = {top}
+    uses = re.compile(r"torch\.ops\.(\w+)\.|torch\.library\.Library\(\s*[\"'](\w+)[\"']")
+    for folder, _dirs, files in os.walk(os.path.join(site, top)):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), errors="replace") as fh:
+                    found |= {a or b for a, b in uses.findall(fh.read())}
+    return sorted(found)
+
+
+def callers_of(top: str, site: str) -> Optional[List[str]]:
+    """Files of the caller (SGLang) that call `top`'s compiled ops directly (torch.ops.NS for each of its
+    namespaces, TOP.ops, `from TOP import ... ops`); None when the caller is not installed there."""
     root = os.path.join(site, CALLER)
-    uses = re.compile(r"torch\.ops\.%s\b|\b%s\.ops\b|from %s import [^\n]*\bops\b" % ((re.escape(top),) * 3))
+    if not os.path.isdir(root):
+        return None
+    spaces = "|".join(re.escape(ns) for ns in namespaces(top, site))
+    uses = re.compile(r"torch\.ops\.(?:%s)\b|\b%s\.ops\b|from %s import \(?[^)]*?\bops\b"
+                      % (spaces, re.escape(top), re.escape(top)))
     found = []
     for folder, _dirs, files in os.walk(root):
         for name in files:
@@ -95,14 +118,25 @@ def judge(path: str, error: str, site: str, timeout: float) -> Optional[Dict[str
     fix = (f"install a {dist or top} build made for torch {torch.get('version') or 'of this image'} "
            "(or pin the torch it was built for)")
     direct = callers_of(top, site) if imports else []
+    review = reviewed.REVIEWED.get((dist or top, version or ""))
     finding["caller_uses_its_ops"] = direct
-    finding["fatal"] = not imports or bool(direct)
-    if imports:
-        reach = (f"but {CALLER} calls them directly in {', '.join(direct[:3])}" if direct else
-                 f"{CALLER} calls none of them directly")
-        consequence = f"{top} imports without it, so only its compiled ops are missing, {reach}"
-    else:
+    finding["reviewed"] = review
+    finding["fatal"] = not imports or direct is None or bool(direct) or review is None
+    if not imports:
         consequence = f"{top} does not import without it"
+    elif direct is None:
+        consequence = f"{top} imports without it, but {CALLER} is not installed beside it to tell what it needs"
+    elif direct:
+        consequence = (f"{top} imports without it, but {CALLER} calls its compiled ops directly in "
+                       f"{', '.join(direct[:3])}")
+    elif review is None:
+        consequence = (f"{top} imports without it and {CALLER} calls none of its ops directly, but whether "
+                       f"{CALLER} reaches them through {top}'s own code was never reviewed for {package} "
+                       "(probe/reviewed.py records the reviewed ones)")
+    else:
+        consequence = (f"{top} imports without it, so only its compiled ops are missing, {CALLER} calls none "
+                       f"of them directly, and the review says: {review}")
     finding["summary"] = (f"torch extension ABI mismatch: {finding['library']} ({package}) does not load with "
-                          f"torch {torch.get('version')}, built against {built_for}; {consequence}. Fix: {fix}")
+                          f"torch {torch.get('version') or 'of this image'}, built against {built_for}; "
+                          f"{consequence}. Fix: {fix}")
     return finding

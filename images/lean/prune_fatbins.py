@@ -32,7 +32,8 @@ replaces the original.
 
 The pruner never makes a loadable library unloadable: the dynamic loader loads every library it is about
 to replace before and after (the verifier's own load check, probe/pruned.py, with this Python), and a
-library that loaded before and fails after fails the layer. One that did not load before either (an
+library that loaded before and fails after fails the layer; so does one that fails otherwise after than
+before, and one whose check could not run at all. One that did not load before either (an
 extension built against another torch, say) is no fault of the rewrite: the report records its error,
 and the verifier judges it (probe/extensions.py). Standard library only: it runs inside the image build.
 """
@@ -361,17 +362,26 @@ def load_failures(paths: list[str]) -> dict[str, str]:
     if isinstance(done, dict):
         return done
     if len(paths) == 1:
-        return {paths[0]: f"the load check died: {done}"}
+        return {paths[0]: DIED + done}
     return {path: why for one in paths for path, why in load_failures([one]).items()}
 
 
+DIED = "the load check died: "   # the prefix of a library's entry when its own check process died
+
+
 def _load(paths: list[str]) -> dict[str, str] | str:
-    """The failures of one load check, or why the check process died."""
-    done = subprocess.run([sys.executable, "-c", pruned.dlopen_snippet(paths)], capture_output=True, text=True,
-                          check=False, timeout=1800)
+    """The failures of one load check, or why the check process died (a crash, a hang, garbled output)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", pruned.dlopen_snippet(paths)], capture_output=True,
+                              text=True, check=False, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return "no answer within 1800 s"
     for line in done.stdout.splitlines():
         if line.startswith("@@pruned-load "):
-            failed: dict[str, str] = json.loads(line[len("@@pruned-load "):])["failed"]
+            try:
+                failed: dict[str, str] = json.loads(line[len("@@pruned-load "):])["failed"]
+            except (ValueError, KeyError, TypeError):
+                break
             return failed
     return f"exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}".rstrip(": \n")
 
@@ -416,11 +426,17 @@ def main(argv: list[str] | None = None) -> int:
         for tmp in rewrites.values():
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    broken = {path: why for path, why in after.items() if path not in before}
+    # Broken by the rewrite: a library that loaded before and does not now, one that failed before and fails
+    # otherwise now (the rewrite damaged it further), and one whose check could not run before (nothing can
+    # vouch for the rewrite of a library nobody could load).
+    broken = {path: why for path, why in after.items() if before.get(path) != why}
+    broken |= {path: why for path, why in before.items() if why.startswith(DIED)}
     for path, why in sorted(broken.items()):
-        print(f"fatbins: the rewrite made {os.path.relpath(path, args.site)} unloadable (it loaded before): {why}",
+        was = before.get(path)
+        then = "it loaded before" if was is None else f"before: {was[-200:]}"
+        print(f"fatbins: the rewrite of {os.path.relpath(path, args.site)} cannot be vouched for ({then}): {why}",
               file=sys.stderr)
-    for path, why in sorted(before.items()):
+    for path, why in sorted(set(before.items()) - set(broken.items())):
         rel = os.path.relpath(path, args.site)
         rewritten[rel]["did_not_load_before"] = why[-300:]
         print(f"fatbins: {rel} did not load before the rewrite either: {why[-200:]}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts.probe import extensions
+from buildscripts.probe import extensions, reviewed
 from tests import needs
 
 SYMBOL = "_ZN5torch7LibraryC1ENS0_4KindESsSt8optionalIN3c1011DispatchKeyEEPKcj"
@@ -58,14 +58,41 @@ def on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
 
 
-def test_an_optional_extension_built_against_another_torch_is_a_warning(tmp_path: Path, on_path: None) -> None:
+def test_a_reviewed_optional_extension_built_against_another_torch_is_a_warning(
+        tmp_path: Path, on_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(reviewed.REVIEWED, ("fakeext", "1.2"), "read: SGLang reaches none of its ops")
     site, lib = site_with(tmp_path, OPTIONAL, caller="def f(x):\n    return x\n")
     finding = extensions.judge(str(lib), load_error(lib), str(site), timeout=60)
     assert finding is not None and finding["fatal"] is False
     assert finding["package"] == "fakeext 1.2" and finding["symbol"] == SYMBOL
     assert finding["package_imports_without_it"] is True and finding["caller_uses_its_ops"] == []
     assert finding["summary"].startswith("torch extension ABI mismatch: fakeext/_C.so (fakeext 1.2) does not load")
-    assert "fakeext imports without it" in finding["summary"] and "sglang calls none of them" in finding["summary"]
+    assert "fakeext imports without it" in finding["summary"] and "sglang calls none" in finding["summary"]
+    assert "the review says: read: SGLang reaches none of its ops" in finding["summary"]
+
+
+def test_an_optional_extension_nobody_reviewed_fails(tmp_path: Path, on_path: None) -> None:
+    site, lib = site_with(tmp_path, OPTIONAL, caller="def f(x):\n    return x\n")
+    finding = extensions.judge(str(lib), load_error(lib), str(site), timeout=60)
+    assert finding is not None and finding["fatal"] is True and finding["reviewed"] is None
+    assert "was never reviewed for fakeext 1.2" in finding["summary"]
+
+
+def test_without_sglang_beside_it_nothing_can_be_waved_through(
+        tmp_path: Path, on_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(reviewed.REVIEWED, ("fakeext", "1.2"), "reviewed")
+    site, lib = site_with(tmp_path, OPTIONAL)
+    finding = extensions.judge(str(lib), load_error(lib), str(site), timeout=60)
+    assert finding is not None and finding["fatal"] is True and finding["caller_uses_its_ops"] is None
+    assert "sglang is not installed beside it" in finding["summary"]
+
+
+def test_ops_in_another_namespace_or_a_parenthesised_import_are_found(tmp_path: Path, on_path: None) -> None:
+    site, _lib = site_with(tmp_path, OPTIONAL + 'import torch\nlib = torch.library.Library("_fake_C", "DEF")\n',
+                           caller="from fakeext import (\n    layouts,\n    ops,\n)\n")
+    (site / "sglang" / "other.py").write_text("import torch\nx = torch.ops._fake_C.gemm\n")
+    assert extensions.namespaces("fakeext", str(site)) == ["_fake_C", "fakeext"]
+    assert extensions.callers_of("fakeext", str(site)) == ["sglang/other.py", "sglang/quant.py"]
 
 
 def test_an_optional_extension_whose_ops_sglang_calls_fails(tmp_path: Path, on_path: None) -> None:
@@ -73,7 +100,7 @@ def test_an_optional_extension_whose_ops_sglang_calls_fails(tmp_path: Path, on_p
     finding = extensions.judge(str(lib), load_error(lib), str(site), timeout=60)
     assert finding is not None and finding["fatal"] is True
     assert finding["caller_uses_its_ops"] == ["sglang/quant.py"]
-    assert "but sglang calls them directly in sglang/quant.py" in finding["summary"]
+    assert "but sglang calls its compiled ops directly in sglang/quant.py" in finding["summary"]
 
 
 def test_an_extension_its_package_cannot_import_without_fails(tmp_path: Path, on_path: None) -> None:

@@ -283,5 +283,34 @@ def test_a_rewrite_that_breaks_a_loadable_library_fails_the_layer(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", BREAKING_PRUNER, str(PRUNER.parent), str(lib.parent),
                            "--archs", TARGETS, "--report", str(report)], capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "the rewrite made libkernels.so unloadable (it loaded before)" in done.stderr
+    assert "the rewrite of libkernels.so cannot be vouched for (it loaded before)" in done.stderr
     assert not list(lib.parent.glob("*.pruning"))
+
+
+DEAD_CHECK = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import prune_fatbins as p
+p._load = lambda paths: "exit -11: the interpreter crashed"   # every check process dies
+sys.exit(p.main(sys.argv[2:]))
+"""
+
+
+def test_a_rewrite_nobody_could_load_before_is_not_vouched_for(tmp_path: Path) -> None:
+    lib = build(tmp_path / "site")
+    done = subprocess.run([sys.executable, "-c", DEAD_CHECK, str(PRUNER.parent), str(lib.parent), "--archs", TARGETS],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot be vouched for (before: the load check died: exit -11" in done.stderr
+
+
+def test_an_unloadable_library_the_rewrite_damages_further_fails_the_layer(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    build(site)
+    (site / "lib.c").write_text(LIBRARY_C + TORCH_REFERENCE)
+    gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", "libkernels.so", "lib.c"], cwd=site, check=True)
+    done = subprocess.run([sys.executable, "-c", BREAKING_PRUNER, str(PRUNER.parent), str(site), "--archs", TARGETS],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot be vouched for (before: " in done.stderr and "undefined symbol: _ZN5torch" in done.stderr

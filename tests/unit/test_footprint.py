@@ -94,3 +94,56 @@ def test_the_build_options_of_the_bound_refuse_bad_values_naming_where_they_came
         pipeline.parse([], ws, {pipeline.CACHE_KEEP_ENV: "lots"})
     with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_KEEP_SUPERSEDED='yes' is neither 0 nor 1"):
         pipeline.parse([], ws, {pipeline.KEEP_SUPERSEDED_ENV: "yes"})
+
+
+def test_only_images_of_the_same_owner_are_superseded() -> None:
+    mine = FakeImage("sha256:a", CELL, "aaaaaaaaaaaa", [tag_of(CELL, "aaaaaaaaaaaa")])
+    theirs = FakeImage("sha256:b", CELL, "bbbbbbbbbbbb", [tag_of(CELL, "bbbbbbbbbbbb")])
+    theirs.labels["io.sglang-images.owner"] = "pytest-123"
+    client = FakeClient([mine, theirs])
+    assert [t for t, _ in footprint.superseded(client, {CELL: "c"}, tag_of)] == [tag_of(CELL, "aaaaaaaaaaaa")]  # type: ignore[arg-type]
+    assert [t for t, _ in footprint.superseded(client, {CELL: "c"}, tag_of, owner="pytest-123")] == [  # type: ignore[arg-type]
+        tag_of(CELL, "bbbbbbbbbbbb")]
+
+
+def test_the_run_never_removes_what_it_built_even_when_the_tree_changed_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inputs come from the built image's label, not a fresh hash of a tree edited during the run."""
+    from types import SimpleNamespace
+
+    from buildscripts import pipeline
+    from buildscripts.results import BuildResult, ImageInfo, RunResults, Status, cell_record
+    from buildscripts.workspace import Workspace
+
+    built = FakeImage("sha256:new", CELL, "newnewnewnew", [tag_of(CELL, "newnewnewnew")])
+    older = FakeImage("sha256:old", CELL, "oldoldoldold", [tag_of(CELL, "oldoldoldold")])
+    client = FakeClient([built, older])
+    record = cell_record(CELL, build=BuildResult(status=Status.PASSED), image=ImageInfo(
+        ref=tag_of(CELL, "newnewnewnew"), id="sha256:new", labels=dict(built.labels)))
+    run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[record])
+    monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
+    ctx = SimpleNamespace(client=client, builder=SimpleNamespace(name=None))
+    opts = pipeline.parse([], Workspace.at(tmp_path), {})
+    pipeline.bound_disk(run, tag_of, ctx, opts)  # type: ignore[arg-type]
+    assert client.images.removed == [tag_of(CELL, "oldoldoldold")]
+
+
+def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import docker.errors
+
+    from buildscripts import pipeline
+    from buildscripts.results import RunResults
+    from buildscripts.workspace import Workspace
+
+    class Busy(FakeClient):
+        def df(self) -> dict[str, Any]:
+            raise docker.errors.APIError("a disk usage operation is already running")
+
+    monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
+    run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[])
+    ctx = SimpleNamespace(client=Busy([]), builder=SimpleNamespace(name=None))
+    pipeline.bound_disk(run, tag_of, ctx, pipeline.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
+    assert "the engine could not list sizes" in footprint.advice(Busy([]), tmp_path, {}, tag_of)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts import machine, proc
-from buildscripts.errors import EngineError, ToolMissingError
+from buildscripts.errors import ConfigError, EngineError, ToolMissingError
 from buildscripts.workspace import Workspace
 
 
@@ -95,11 +95,32 @@ def test_tests_warn_and_go_on_except_under_ci(needs: dict[str, Flag], debian_roo
 
 def test_who_may_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    monkeypatch.setattr(machine, "is_debian", lambda: True)
     assert machine.can_install({}) == "not root"
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert machine.can_install({}) is None
     assert machine.can_install({"DOCKER_HOST": "tcp://ci:2376"}) == "DOCKER_HOST names another engine (tcp://ci:2376)"
     assert machine.can_install({machine.NO_SETUP_ENV: "1"}) == f"{machine.NO_SETUP_ENV}=1"
-    monkeypatch.setattr(Path, "is_file", lambda self: False)
+    with pytest.raises(ConfigError, match="SGLANG_IMAGES_NO_SETUP='yes' is neither 0 nor 1"):
+        machine.can_install({machine.NO_SETUP_ENV: "yes"})
+    monkeypatch.setattr(machine, "is_debian", lambda: False)
     assert machine.can_install({}) == "not a Debian system"
+
+
+def test_debian_is_told_from_its_derivatives(tmp_path: Path) -> None:
+    release = tmp_path / "os-release"
+    release.write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n')
+    assert machine.is_debian(release)
+    release.write_text('NAME="Ubuntu"\nID=ubuntu\nID_LIKE=debian\n')
+    assert not machine.is_debian(release)
+    assert not machine.is_debian(tmp_path / "absent")
+
+
+def test_an_installer_that_fails_on_what_this_command_does_not_need_is_a_warning(
+        needs: dict[str, Flag], debian_root: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def install(argv: list[str], **kwargs: object) -> proc.Completed:
+        needs["engine"].value = True      # the engine came up; something else it installs failed
+        return proc.Completed(tuple(argv), 1, "could not download chromium", 1.0, False)
+
+    monkeypatch.setattr(proc, "run", install)
+    assert machine.main(["--for", "build"], Workspace.at(tmp_path), {}) == 0
