@@ -47,7 +47,7 @@ def test_selection_matching_nothing() -> None:
 def test_user_text_in_messages_is_shown_literally() -> None:
     """Names and references the user typed are never read as console markup (which ate or crashed on them)."""
     assert_clean_failure(cli("verify", "--lxc-name", "[/]"), 2, "--lxc-name '[/]' is not an LXC container name")
-    assert_clean_failure(cli("export", "[bold]x"), 2, "'[bold]x' is neither a local image")
+    assert_clean_failure(cli("export", "[bold]x"), 2, "'[bold]x' is not an image reference")
 
 
 def test_unreachable_engine_is_one_clear_error() -> None:
