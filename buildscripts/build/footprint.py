@@ -87,7 +87,8 @@ def superseded(client: docker.DockerClient, current: dict[str, str], tag_of: Can
 
 
 def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Image]]) -> int:
-    """Untag each superseded candidate (its image goes with its last tag); bytes freed, roughly."""
+    """Untag each superseded candidate (its image goes with its last tag); the images' sizes, added up (an
+    upper bound: layers they share with kept images stay)."""
     freed = 0
     for tag, image in found:
         last = len(image.tags) == 1
@@ -98,8 +99,6 @@ def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Im
             continue
         freed += int(image.attrs.get("Size", 0)) if last else 0
         log.info(f"removed superseded candidate {tag}" + ("" if last else " (the tag only: the image has others)"))
-    if freed:
-        log.info(f"superseded candidates removed: about {freed / 1e9:.1f} GB")
     return freed
 
 
