@@ -247,13 +247,19 @@ int *needs_torch = &torch_library;
 """
 
 
-def test_library_that_did_not_load_before_is_recorded_not_blamed(tmp_path: Path) -> None:
-    """Like torchao 0.9's _C.abi3.so under torch 2.9: unloadable before the rewrite, and so after it."""
-    site = tmp_path / "site"
+def build_needing_old_torch(site: Path) -> Path:
+    """The library of `build`, plus a reference to a torch symbol no torch >= 2.7 exports: the loader refuses it."""
     build(site)
     (site / "lib.c").write_text(LIBRARY_C + TORCH_REFERENCE)
     gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
     subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", "libkernels.so", "lib.c"], cwd=site, check=True)
+    return site / "libkernels.so"
+
+
+def test_library_that_did_not_load_before_is_recorded_not_blamed(tmp_path: Path) -> None:
+    """Like torchao 0.9's _C.abi3.so under torch 2.9: unloadable before the rewrite, and so after it."""
+    site = tmp_path / "site"
+    build_needing_old_torch(site)
     done, report = prune(site)
     entry = report["pruned"]["libkernels.so"]
     assert entry["dropped"] == {"sm_80": 20064, "sm_86": 9064}
@@ -306,10 +312,7 @@ def test_a_rewrite_nobody_could_load_before_is_not_vouched_for(tmp_path: Path) -
 
 def test_an_unloadable_library_the_rewrite_damages_further_fails_the_layer(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    build(site)
-    (site / "lib.c").write_text(LIBRARY_C + TORCH_REFERENCE)
-    gcc = needs.tool("gcc", ".ci/install-engine installs gcc")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", "libkernels.so", "lib.c"], cwd=site, check=True)
+    build_needing_old_torch(site)
     done = subprocess.run([sys.executable, "-c", BREAKING_PRUNER, str(PRUNER.parent), str(site), "--archs", TARGETS],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
