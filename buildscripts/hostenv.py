@@ -1,4 +1,5 @@
-"""What locks and builds borrow from the host: its CA bundle and its pip index settings.
+"""What locks and builds borrow from the host: its CA bundle, its pip index settings, and the 0/1 switches
+of the project's own environment variables (`switch`).
 
 Both reach builds only as BuildKit secrets (never an image layer): TLS to package indexes may be
 intercepted here, so containers need the host's CA bundle, and the host may use a private index.
@@ -11,6 +12,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import ConfigError
 
 PYPI = "https://pypi.org/simple"  # uv's (and pip's) default index
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -74,3 +77,12 @@ def index_urls(env: Mapping[str, str]) -> list[str]:
              for entry in settings.get("UV_INDEX", "").split()]
     urls = [*extra, settings.get("UV_DEFAULT_INDEX") or PYPI]
     return [u for u in urls if u.startswith(("http://", "https://"))]
+
+
+def switch(env: Mapping[str, str], name: str) -> bool:
+    """A 0/1 variable of the environment (unset is 0); anything else is a ConfigError naming it."""
+    value = env.get(name, "")
+    if value not in ("", "0", "1"):
+        msg = f"{name}={value!r} is neither 0 nor 1"
+        raise ConfigError(msg, hint=f"set {name}=1 to turn it on, or unset it")
+    return value == "1"

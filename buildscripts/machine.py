@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import log, proc
-from .errors import ConfigError, EngineError, ToolMissingError
+from . import hostenv, log, proc
+from .errors import EngineError, ToolMissingError
 from .workspace import Workspace
 
 NO_SETUP_ENV = "SGLANG_IMAGES_NO_SETUP"
@@ -91,10 +91,7 @@ def is_debian(os_release: Path = Path("/etc/os-release")) -> bool:
 
 def can_install(env: Mapping[str, str]) -> str | None:
     """Why this machine cannot be set up here (None: it can): Debian, root, not turned off, a local engine."""
-    if env.get(NO_SETUP_ENV, "") not in ("", "0", "1"):
-        msg = f"{NO_SETUP_ENV}={env[NO_SETUP_ENV]!r} is neither 0 nor 1"
-        raise ConfigError(msg, hint=f"set {NO_SETUP_ENV}=1 to install nothing, or unset it")
-    if env.get(NO_SETUP_ENV) == "1":
+    if hostenv.switch(env, NO_SETUP_ENV):
         return f"{NO_SETUP_ENV}=1"
     if not is_debian():
         return "not a Debian system"

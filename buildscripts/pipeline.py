@@ -22,7 +22,7 @@ import docker
 import docker.errors
 from pydantic import ValidationError
 
-from . import engine, log, matrix, report, results
+from . import engine, hostenv, log, matrix, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed, TagError
@@ -77,6 +77,8 @@ class Context:
     history: list[RunResults]           # saved runs, newest first: verifications that may be reused
     builder: cache.Builder
     cache: cache.CachePlan | None
+    # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
+    candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
@@ -103,7 +105,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--cache-keep", default=env.get(CACHE_KEEP_ENV) or footprint.DEFAULT_CACHE_KEEP, metavar="SIZE",
                     help="BuildKit cache kept after the run, least recently used pruned first (default: "
                          f"${CACHE_KEEP_ENV}, else {footprint.DEFAULT_CACHE_KEEP}; `none`: unbounded)")
-    ap.add_argument("--keep-superseded", action="store_true", default=_switch(env, KEEP_SUPERSEDED_ENV),
+    ap.add_argument("--keep-superseded", action="store_true", default=hostenv.switch(env, KEEP_SUPERSEDED_ENV),
                     help="keep the candidate images of earlier inputs of the cells built (default: removed; "
                          f"{KEEP_SUPERSEDED_ENV}=1 keeps them)")
     a = ap.parse_args(list(argv))
@@ -113,15 +115,6 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                    builder=a.builder, cache_ref=a.cache_ref, cache_keep=_cache_keep(a.cache_keep, env),
                    keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1", env=env,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
-
-
-def _switch(env: Mapping[str, str], name: str) -> bool:
-    """A 0/1 variable of the environment; anything else is a ConfigError naming it."""
-    value = env.get(name, "")
-    if value not in ("", "0", "1"):
-        msg = f"{name}={value!r} is neither 0 nor 1"
-        raise ConfigError(msg, hint=f"set {name}=1 to turn it on, or unset it")
-    return value == "1"
 
 
 def _cache_keep(value: str, env: Mapping[str, str]) -> int | None:
@@ -172,7 +165,7 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     client = engine.connect()
     found = engine.check(client)
     ctx = prepare(client, spec, buildable, opts, run_dir)
-    current = {c.id: candidate(c, spec, ctx, opts.ws) for c in buildable}
+    current = ctx.candidates
     missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
     tag_of = partial(_candidate_of, {c.id: c for c in buildable}, spec)
     engine.check_disk(found, len(missing),  # only what will really be built needs room
@@ -246,7 +239,9 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
                                       labels=base_images.owner_labels(opts.env))
              for name in sorted({c.base_name for c in buildable})}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
-    return Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared)
+    ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared)
+    ctx.candidates.update({c.id: candidate(c, spec, ctx, opts.ws) for c in buildable})
+    return ctx
 
 
 def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
@@ -307,7 +302,7 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     locks = paths_for(cell, opts.ws.locks)
     facts["locks"] = {opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
                       for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
-    inputs, tag = candidate(cell, spec, ctx, opts.ws)
+    inputs, tag = ctx.candidates[cell.id]
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, spec)) if ctx.cache else [])
