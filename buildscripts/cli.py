@@ -30,6 +30,7 @@ COMMANDS = {
     "preflight": ("buildscripts.publish.preflight", "read-only checks of an LXC host (and container) for GPUs"),
     "watch": ("buildscripts.watch.command", "releases newer than matrix.yaml holds (--json; --propose a change)"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
+    "keygen": ("buildscripts.trust.keygen", "a signing key pair for verifiers (CI secret + public key to commit)"),
     "setup": ("buildscripts.machine", "check, and on Debian as root install, what `build` or `tests` needs"),
 }
 

@@ -127,6 +127,9 @@ class CellResult(Record):
     finished: str | None = None
     verification_key: str | None = None      # hash of every input of the verification (verify/reuse.py)
     reused_from: str | None = None           # "run ID of TIME on RUNNER" when its stages were reused
+    # A DSSE envelope over the rest of the record by the verifier that made it (trust/seal.py): what
+    # tag, promote, export and the reuse lookup check before they act on the record.
+    seal: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod

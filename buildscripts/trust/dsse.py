@@ -1,0 +1,93 @@
+"""DSSE envelopes (https://github.com/secure-systems-lab/dsse), signed with ECDSA P-256 / SHA-256.
+
+The same envelope `cosign attest --no-upload` prints and `cosign attach attestation` and
+`cosign verify-attestation --key` take, so a verdict signed here is checked by cosign as well. The
+signature covers the payload *and its type* (the pre-authentication encoding, PAE): a signed results
+record can never pass for a signed attestation, or the other way round.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ..errors import FatalError
+from .keys import PublicKey, SigningKey
+
+IN_TOTO = "application/vnd.in-toto+json"
+
+
+class EnvelopeError(FatalError):
+    """An envelope that is malformed, or whose signature no trusted key made."""
+
+    exit_code = 8
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """The bytes a DSSE signature covers: `DSSEv1 LEN(type) type LEN(body) body`."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def sign(payload: bytes, payload_type: str, key: SigningKey) -> dict[str, Any]:
+    """An envelope of `payload`, signed by `key` (its keyid names the public key)."""
+    signature = key.private.sign(pae(payload_type, payload), ec.ECDSA(hashes.SHA256()))
+    return {"payloadType": payload_type, "payload": base64.b64encode(payload).decode(),
+            "signatures": [{"keyid": key.public.keyid, "sig": base64.b64encode(signature).decode()}]}
+
+
+def verify(envelope: Any, payload_type: str, trusted: Sequence[PublicKey]) -> tuple[bytes, PublicKey]:
+    """The payload of `envelope` and the trusted key that signed it; EnvelopeError when the envelope is
+    malformed, of another payload type, or signed by no key of `trusted`."""
+    if not isinstance(envelope, Mapping):
+        msg = "not a signed envelope (a JSON object with payloadType, payload and signatures)"
+        raise EnvelopeError(msg, hint="it was not written by a verifier of this project")
+    kind, body, signatures = envelope.get("payloadType"), envelope.get("payload"), envelope.get("signatures")
+    if kind != payload_type:
+        msg = f"the envelope holds {kind!r}, not {payload_type!r}"
+        raise EnvelopeError(msg, hint="a signature made for one kind of document never stands for another")
+    try:
+        payload = base64.b64decode(str(body), validate=True)
+    except (binascii.Error, ValueError):
+        msg = "the envelope's payload is not base64"
+        raise EnvelopeError(msg, hint="it was damaged or edited after signing") from None
+    for entry in signatures if isinstance(signatures, list) else []:
+        key = _signer(entry, payload_type, payload, trusted)
+        if key is not None:
+            return payload, key
+    names = ", ".join(k.name for k in trusted) or "none"
+    msg = f"no valid signature by a trusted key (trusted: {names})"
+    raise EnvelopeError(msg, hint="the record was edited after signing, or another key signed it; "
+                                  "pass the signer's public key with --trust-key only if you trust it")
+
+
+def _signer(entry: Any, payload_type: str, payload: bytes, trusted: Sequence[PublicKey]) -> PublicKey | None:
+    if not isinstance(entry, Mapping):
+        return None
+    try:
+        signature = base64.b64decode(str(entry.get("sig", "")), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    for key in trusted:  # the keyid is a hint only (cosign leaves it empty): every trusted key is tried
+        try:
+            key.key.verify(signature, pae(payload_type, payload), ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
+            continue
+        return key
+    return None
+
+
+def payload_json(payload: bytes) -> Any:
+    """The JSON document a verified payload holds (EnvelopeError when it holds none)."""
+    try:
+        return json.loads(payload)
+    except ValueError:
+        msg = "the signed payload is not JSON"
+        raise EnvelopeError(msg, hint="it was not written by a verifier of this project") from None

@@ -1,0 +1,61 @@
+"""A cell's results record, sealed by the verifier that made it.
+
+The seal is a DSSE envelope over the canonical JSON of the record (all of it but what later steps add:
+the good tags applied and the registry references promoted, and the seal itself). `tag`, `promote`,
+`export` and the reuse lookup act only on a record whose seal a trusted key made and whose content is
+still what was sealed: a results file written or edited by hand, or by an image under test, earns
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..results import CellResult
+from . import dsse
+from .keys import PublicKey, SigningKey
+
+PAYLOAD_TYPE = "application/vnd.sglang-images.cell-results+json"
+UNSEALED = frozenset({"tags", "promoted", "seal"})   # what tagging and promotion write after the seal
+
+
+def canonical(cell: CellResult) -> bytes:
+    data = cell.model_dump(mode="json", exclude=set(UNSEALED))
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal(cell: CellResult, key: SigningKey) -> CellResult:
+    """`cell` with its seal (any earlier seal replaced)."""
+    envelope = dsse.sign(canonical(cell), PAYLOAD_TYPE, key)
+    return cell.model_copy(update={"seal": envelope})
+
+
+def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:
+    """The trusted key that sealed this very record; dsse.EnvelopeError (naming the cell) when none did,
+    or when the record differs from what was sealed."""
+    if cell.seal is None:
+        msg = f"{cell.cell_id}: the results record is not sealed by a verifier"
+        raise dsse.EnvelopeError(msg, hint="records are sealed by the run that verified them; written by hand, "
+                                           "or by a version before seals, it earns nothing: verify again")
+    try:
+        payload, key = dsse.verify(cell.seal, PAYLOAD_TYPE, trusted)
+    except dsse.EnvelopeError as exc:
+        msg = f"{cell.cell_id}: the results record's seal is not valid: {exc.message}"
+        raise dsse.EnvelopeError(msg, hint=exc.hint) from None
+    if payload != canonical(cell):
+        msg = f"{cell.cell_id}: the results record was changed after it was sealed ({_first_change(payload, cell)})"
+        raise dsse.EnvelopeError(msg, hint="use the record as the verifier wrote it, or verify again")
+    return key
+
+
+def _first_change(payload: bytes, cell: CellResult) -> str:
+    """Which top-level field differs, for the message."""
+    try:
+        sealed: dict[str, Any] = json.loads(payload)
+    except ValueError:
+        return "the sealed payload is not JSON"
+    now = json.loads(canonical(cell))
+    changed = sorted(k for k in set(sealed) | set(now) if sealed.get(k) != now.get(k))
+    return "changed: " + ", ".join(changed) if changed else "the same fields, written differently"

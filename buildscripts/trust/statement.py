@@ -1,0 +1,52 @@
+"""The verdict that travels with the bytes: one in-toto Statement per cell and GPU arch.
+
+Predicate: the in-toto test-result predicate (https://in-toto.io/attestation/test-result/v0.1), with
+`result` PASSED / WARNED / FAILED, the stages as `STAGE@ARCH` (CPU stages as `STAGE@cpu`), the inputs of the
+verification as `configuration` (matrix.yaml, the lockfiles, the probe: name and sha256 each) and the CI
+run's URL. The subject is the image's manifest digest in the registry it was verified from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..results import GPU_STAGES, CellResult, Status, family
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
+
+
+def stage_names(cell: CellResult, arch: str) -> dict[str, list[str]]:
+    """passed/warned/failed stage names of `cell` as seen on `arch` (its GPU stages of that family and
+    every CPU stage); skipped and aborted stages count as failed: they did not pass."""
+    out: dict[str, list[str]] = {"passed": [], "warned": [], "failed": []}
+    for stage in cell.stages:
+        gpu = stage.name in GPU_STAGES
+        if gpu and not (stage.arch and family(stage.arch) == family(arch)):
+            continue
+        name = f"{stage.name}@{arch if gpu else 'cpu'}"
+        if stage.status is Status.PASSED:
+            out["warned" if stage.evidence.get("warnings") else "passed"].append(name)
+        else:
+            out["failed"].append(name)
+    return out
+
+
+def statement(cell: CellResult, arch: str, *, subject: str, digest: str,
+              configuration: Mapping[str, str], url: str | None) -> dict[str, Any]:
+    """The Statement for `cell` on `arch`; `subject` is the repository, `digest` its `sha256:…` manifest."""
+    names = stage_names(cell, arch)
+    gpu_ran = any(n.endswith(f"@{arch}") for n in names["passed"] + names["warned"])
+    result = "FAILED" if names["failed"] or not gpu_ran else ("WARNED" if names["warned"] else "PASSED")
+    predicate: dict[str, Any] = {
+        "result": result,
+        "configuration": [{"name": name, "digest": {"sha256": sha.removeprefix("sha256:")}}
+                          for name, sha in sorted(configuration.items())],
+        "passedTests": names["passed"], "warnedTests": names["warned"], "failedTests": names["failed"],
+    }
+    if url:
+        predicate["url"] = url
+    return {"_type": STATEMENT_TYPE,
+            "subject": [{"name": subject, "digest": {"sha256": digest.removeprefix("sha256:")}}],
+            "predicateType": TEST_RESULT, "predicate": predicate}
