@@ -9,24 +9,28 @@ Among the classes that match:
 2. a class drops out when another matching class `beats` it (the cause beats the wrapper reporting it);
 3. the most specific match wins: the most literal characters in the matching pattern's signals;
    ties go to the class of the stage that failed, then to the earlier class in the file.
+The hint is a template (`hints`): what the pattern's named groups captured (the header, the arch, the
+package and its versions, the library, the URL) is carried into it.
 An unclassified failure carries its decisive log line (`results.decisive`) instead of a cause.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..results import StageResult, Status
 from ..results.decisive import EVIDENCE_KEY, decisive_line
 from ..results.judge import UNCLASSIFIED as _UNCLASSIFIED
+from . import hints
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
 STAGES = ("build", "image", "probe", "facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
@@ -49,6 +53,11 @@ class FailureClass(BaseModel):
     sources: tuple[str, ...] = Field(min_length=1)
     beats: tuple[str, ...] = ()       # classes this one explains when both match
     generic: bool = False             # an outcome, chosen only when no specific class matches
+    captures: dict[str, str] = {}     # {name} in the hint -> the words used when the log did not show it
+    extract: tuple[str, ...] = ()     # expressions that only fill {name}s once a pattern matched
+
+    def render(self, captured: Mapping[str, str]) -> str:
+        return hints.render(self.hint, captured, self.captures)
 
     @field_validator("stage")
     @classmethod
@@ -73,6 +82,28 @@ class FailureClass(BaseModel):
                     raise ValueError(msg) from None
         return value
 
+    @field_validator("extract")
+    @classmethod
+    def _extract_compiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for expression in value:
+            try:
+                if not re.compile(expression).groupindex:
+                    msg = f"extract {expression!r} names no group (?P<name>...) to fill"
+                    raise ValueError(msg)
+            except re.error as exc:
+                msg = f"extract {expression!r} is not a valid regular expression: {exc}"
+                raise ValueError(msg) from None
+        return value
+
+    @model_validator(mode="after")
+    def _hint_fits_the_captures(self) -> FailureClass:
+        expressions = [s for p in self.patterns for s in signals(p)] + list(self.extract)
+        groups = {name for expression in expressions for name in re.compile(expression).groupindex}
+        if found := hints.problems(self.hint, self.captures, groups):
+            msg = f"{self.id}: hint: {'; '.join(found)}"
+            raise ValueError(msg)
+        return self
+
 
 class CatalogueFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,8 +117,9 @@ class Match:
     id: str
     stage: str            # the stage the class belongs to (the ladder's name)
     title: str
-    hint: str
+    hint: str             # with what the log showed filled in
     matched: str          # the text that matched, "" when unclassified
+    captured: Mapping[str, str] = field(default_factory=dict)   # {name} -> the text the log showed
 
 
 @dataclass(frozen=True)
@@ -101,7 +133,7 @@ class Catalogue:
         """The best-matching class for `text`, from a stage named `stage` (ladder or report names)."""
         stage = STAGE_ALIASES.get(stage or "", stage)
         text = normalise(text)
-        hits: dict[str, tuple[tuple[float, bool, int], FailureClass, str]] = {}
+        hits: dict[str, tuple[tuple[float, bool, int], FailureClass, list[re.Match[str]]]] = {}
         for index, entry in enumerate(self.classes):
             for pattern in entry.patterns:
                 matched = search(pattern, text)
@@ -119,7 +151,9 @@ class Catalogue:
                          "Read the decisive line and the log excerpt; if this failure is worth recognising, "
                          "add it to buildscripts/data/failures.yaml with its source.", "")
         _, entry, matched = max(candidates, key=lambda hit: hit[0])
-        return Match(entry.id, entry.stage, entry.title, entry.hint, matched[:300])
+        captured = captures(matched, entry.extract, text)
+        return Match(entry.id, entry.stage, entry.title, entry.render(captured),
+                     " … ".join(m.group(0) for m in matched)[:300], captured)
 
 
 def signals(pattern: Pattern) -> tuple[str, ...]:
@@ -136,15 +170,26 @@ def normalise(text: str) -> str:
     return _SPACES.sub(" ", text)
 
 
-def search(pattern: Pattern, text: str) -> str | None:
-    """The matched text of every signal (joined by ` … `), or None when one is missing."""
+def search(pattern: Pattern, text: str) -> list[re.Match[str]] | None:
+    """The match of every signal, or None when one is missing."""
     found = []
     for signal in signals(pattern):
         hit = _compiled(signal).search(text)
         if hit is None:
             return None
-        found.append(hit.group(0))
-    return " … ".join(found)
+        found.append(hit)
+    return found
+
+
+def captures(matched: list[re.Match[str]], extract: tuple[str, ...], text: str) -> dict[str, str]:
+    """{name: text} from the named groups of the matching signals, then of the class's `extract` expressions."""
+    found: dict[str, str] = {}
+    hits = list(matched) + [hit for e in extract if (hit := _compiled(e).search(text))]
+    for hit in hits:
+        for name, value in hit.groupdict().items():
+            if value and name not in found:
+                found[name] = value
+    return found
 
 
 def pattern_weight(pattern: Pattern) -> float:
@@ -160,6 +205,9 @@ def literal_weight(pattern: str) -> float:
         if ch == "\\" and i + 1 < len(pattern):
             weight += 0 if pattern[i + 1].isalnum() else 1  # \d \s \b \S are not literal; \. is
             i += 2
+            continue
+        if depth == 0 and pattern.startswith(("(?P<", "(?P="), i):  # a group's name is not text to find
+            i = pattern.find(">" if pattern[i + 3] == "<" else ")", i) + 1 or len(pattern)
             continue
         if depth == 0 and pattern.startswith("(?", i):     # (?:  (?!  (?m)  (?<=  ... are syntax
             i += 2
@@ -223,5 +271,6 @@ def label(result: StageResult) -> StageResult:
 
 
 def hint_for(class_id: str) -> str | None:
+    """The hint of a class set by the caller, without a log to fill it from (its defaults)."""
     entry = load().get(class_id)
-    return entry.hint if entry else None
+    return entry.render({}) if entry else None
