@@ -7,6 +7,8 @@ three CI jobs that overlap: one runner on sm_100, one on sm_120, one without a G
 
 from __future__ import annotations
 
+import os
+
 from buildscripts.results import (
     GPU_STAGES,
     BuildResult,
@@ -19,6 +21,8 @@ from buildscripts.results import (
     cell_record,
     judged,
 )
+from buildscripts.trust import keys, seal
+from buildscripts.trust.keys import SigningKey
 
 CPU_STAGES = ("facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile")
 H200 = "NVIDIA H200"
@@ -54,6 +58,12 @@ def gpu_skipped() -> list[StageResult]:
 def finish(cell: CellResult, **changes: object) -> CellResult:
     """`cell` with `changes`, judged again (records are frozen: a change is a new record)."""
     return judged(cell.model_copy(update=changes))
+
+
+def sealed(cell: CellResult, key: SigningKey | None = None) -> CellResult:
+    """`cell` sealed as a verifier seals it: by `key`, else this test session's throw-away verifier key
+    (tests/session.py points SGLANG_IMAGES_KEY_DIR at a temporary folder)."""
+    return seal.seal(cell, key or keys.signing_key(os.environ))
 
 
 def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") -> CellResult:
