@@ -167,15 +167,16 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
     runs = {path: results.load(path) for path in paths}
+    keys = trusted.keys_from(args, ws, env)
     for path, run in runs.items():  # every file is checked before the first push
         warning = trusted.check_run(run, path, ws.matrix, loaded, allow_other=args.allow_other_matrix)
         if warning:
             log.warn(warning)
         recorded.check_writable(path, "promote")
+        trusted.refuse(trusted.sift(run, loaded, keys, args.only), path)
     recorded.check_selection(runs, args.only)
     client = engine.connect()
     cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-    keys = trusted.keys_from(args, ws, env)
     total = sum(promote_file(client, path, url, cfg, loaded, keys, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0

@@ -38,10 +38,11 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         log.warn(warning)
     recorded.check_selection({args.results: run}, args.only)
     recorded.check_writable(args.results, "tag")
-    keys = trusted.keys_from(args, ws, env)
+    checked = trusted.sift(run, spec, trusted.keys_from(args, ws, env), args.only)
+    trusted.refuse(checked, args.results)
     client = engine.connect()
     tagged = 0
-    for cell in trusted.sift(run, spec, keys, args.only):
+    for cell in checked:
         if isinstance(cell, trusted.Refused) or cell.why_not:
             log.step(cell.cell_id, "tag", "skipped", detail=cell.why_not or "")
             continue

@@ -1,9 +1,11 @@
-"""The one gate between a results file and anything that vouches for an image (`tag`, `promote`, `export`).
+"""The one gate between a results file and anything that vouches for an image (`tag`, `promote`, `export`,
+the build's tag step).
 
 Stable names (other modules and branches build on them):
   sift(run, spec, keys, only=()) -> list[Trusted | Refused]   every selected cell of a run, in file order
   check(record, position, spec, keys) -> Trusted | Refused     one cell record
   earned(runs, spec, keys) -> list[Trusted]                   the cells of runs that earned good tags
+  refuse(checked, path)                                       ResultsError naming each Refused, if any
   check_run(run, path, matrix_path, spec, allow_other)        the matrix the file was made from
   add_arguments(parser) / keys_from(args, ws, env)            --trust-key and --allow-other-matrix
   Trusted(position, record, cell, judged, signer)             a record let through, judged here
@@ -15,10 +17,13 @@ A record is evidence only when all of this holds; else the cell is refused with 
 - a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since);
 - its cell id is a cell of matrix.yaml, and the axes it records are that cell's: tags are rendered from the
   matrix cell, so a record can never give one version's image another version's tags;
-- its image id is a full `sha256:` digest of 64 hex digits (no short id, no host or LXC "image");
 - it is judged again (`results.judge`) with the matrix cell's targets, excluded reason and expected failure,
   and a GPU stage counts only where a GPU name and arch are recorded (the host fills those: what it handed
-  over). The judgement is made here, once, and passed along in `Trusted.judged`.
+  over). The judgement is made here, once, and passed along in `Trusted.judged`;
+- when that judgement earns a good tag, its image id is a full `sha256:` digest of 64 hex digits (no short
+  id, no host or LXC "image").
+A Refused record is no evidence (bad input: `refuse` makes it an error before anything is tagged or pushed);
+a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a target arch).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import results
+from ..errors import ResultsError
 from ..matrix import Cell, Matrix
 from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, family, tag_form
 from ..trust import dsse, keys, seal
@@ -70,7 +76,8 @@ class Trusted:
 
     @property
     def image_id(self) -> str:
-        return str(self.record.image.id)
+        """The tested image: a full `sha256:` id whenever the record earns a good tag (checked by `check`)."""
+        return self.record.image.id or ""
 
     @property
     def archs(self) -> list[str]:
@@ -121,15 +128,26 @@ def check(record: CellResult, position: int, spec: Matrix, trusted: Sequence[Pub
         differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
         return refused(f"the record's axes are not those of the cell in {spec.path} (they differ in "
                        f"{', '.join(differ)}): it is a record of another cell or another matrix")
-    image_id = record.image.id or ""
-    if not IMAGE_ID.fullmatch(image_id):
-        what = f"{image_id!r} is" if image_id else "no image id is recorded, which is"
-        return refused(f"{what} not a full image id (sha256: and 64 hex digits): nothing identifies "
-                       "the image that was tested (a host or LXC run has no image to tag)")
     judged = results.judged(record.model_copy(update={
         "axes": cell.axes(), "targets": list(cell.archs), "excluded": cell.excluded,
         "expected": cell.expected_failure(), "stages": [_gpu_checked(s) for s in record.stages]}))
+    image_id = record.image.id or ""
+    if judged.verified_archs and not IMAGE_ID.fullmatch(image_id):  # what earns nothing needs no image
+        what = f"{image_id!r} is" if image_id else "no image id is recorded, which is"
+        return refused(f"{what} not a full image id (sha256: and 64 hex digits): nothing identifies "
+                       "the image that was tested (a host or LXC run has no image to tag)")
     return Trusted(position, record, cell, judged, signer)
+
+
+def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
+    """ResultsError naming every refused record of `where`, before anything is tagged or pushed: a record
+    that is no evidence is bad input, not a cell that merely earned nothing."""
+    refused = [c for c in checked if isinstance(c, Refused)]
+    if refused:
+        listed = "; ".join(f"{c.cell_id}: {c.reason}" for c in refused)
+        msg = f"{len(refused)} record(s) of {where} are not evidence: {listed}"
+        raise ResultsError(msg, hint="only records a verifier of this project sealed, of cells of matrix.yaml, "
+                                     "count; verify again, or leave these out with --only")
 
 
 def _gpu_checked(stage: StageResult) -> StageResult:

@@ -116,12 +116,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     out = a.out or run_dir / "results.json"
     # Before the ladder (minutes to an hour): its results must have somewhere to go.
     disk.check_writable(out, "--out", "pass --out PATH of a results file in a folder you can write")
-    signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     archs = a.archs.split(",") if a.archs else None
     stages = a.stages.split(",") if a.stages else None
     started = results.now()
     spec = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
     profile = _profile(spec, a.profile)
+    signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
     elif a.lxc is not None or a.lxc_name is not None:
