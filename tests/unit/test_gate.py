@@ -84,11 +84,25 @@ def test_another_cells_axes_are_refused() -> None:
 
 
 def test_a_short_or_host_image_id_is_refused() -> None:
-    assert "'sha256:abababababab' is not a full image id" in refused(sealed(make_cell("verified", "sha256:" + "ab" * 6)))
+    short = sealed(make_cell("verified", "sha256:" + "ab" * 6))
+    assert "'sha256:abababababab' is not a full image id" in refused(short)
     assert "not a full image id" in refused(sealed(make_cell("verified", "ABABABABABAB")))
     cell = make_cell("verified")
     host = cell.model_copy(update={"image": cell.image.model_copy(update={"id": "host:/usr/bin/python3"})})
     assert "a host or LXC run has no image" in refused(sealed(host))
+
+
+def test_a_record_that_earns_nothing_needs_no_image_and_is_not_refused() -> None:
+    found = gate(sealed(make_cell("incompatible")))  # excluded: never built, no image id
+    assert isinstance(found, trusted.Trusted) and "verdict incompatible" in (found.why_not or "")
+
+
+def test_refused_records_are_an_error_naming_each_before_anything_is_tagged(tmp_path: Path) -> None:
+    checked = [gate(make_cell("verified")), gate(sealed(make_cell("verified")))]
+    with pytest.raises(ResultsError) as err:
+        trusted.refuse(checked, tmp_path / "results.json")
+    assert "1 record(s) of" in err.value.message and "not sealed by a verifier" in err.value.message
+    trusted.refuse(checked[1:], tmp_path / "results.json")
 
 
 def test_gpu_stages_without_a_gpu_name_do_not_count() -> None:
@@ -107,7 +121,7 @@ def test_tags_come_from_the_matrix_cell_and_are_judged_once(monkeypatch: pytest.
     found = gate(sealed(make_cell("verified")))
     assert isinstance(found, trusted.Trusted)
     calls: list[str] = []
-    monkeypatch.setattr(results, "judged", lambda cell: calls.append(cell.cell_id) or cell)
+    monkeypatch.setattr(results, "judged", lambda cell: calls.append(cell.cell_id))
     assert tags.good_tags(found, CFG) == GOOD and calls == []
 
 
