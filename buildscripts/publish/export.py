@@ -210,13 +210,13 @@ def check_target(out: Path, need_bytes: int) -> None:
 
 
 def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
-           cuda: str | None = None) -> Exported:
+           cuda: str | None = None, labels: Mapping[str, str] | None = None) -> Exported:
     size = int(image.attrs.get("Size", 0))
     # skopeo first copies the image out of the engine uncompressed (into TMPDIR: the work folder here), then
     # writes the gzip layout (about half); packing consumes the layout blob by blob.
     check_target(out, int(size * 1.6))
     skopeo = proc.which("skopeo", hint="apt-get install skopeo (`.ci/install-engine` does)")
-    labels = dict(image.labels or {})
+    labels = dict(image.labels or {}) if labels is None else dict(labels)  # `record_labels` when vouched for
     work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     try:
@@ -315,7 +315,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     name = safe_name(a.name) if a.name else archive_name(image, a.image)
     cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
     with log.working(f"exporting {image.id} to {a.out}"):
-        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda)
+        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels)
     if why_not:
         log.warn(f"exported although {why_not}; the archive's annotations say so")
     log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "
