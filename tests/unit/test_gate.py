@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from buildscripts import matrix, results
+from buildscripts import matrix, pipeline, results
 from buildscripts.errors import ResultsError
 from buildscripts.publish import tags, trusted
 from buildscripts.results import CellResult, RunResults, Status
@@ -142,3 +144,34 @@ def test_a_results_file_without_a_matrix_digest_is_an_error_for_the_gate(tmp_pat
     assert trusted.check_run(run, tmp_path / "r.json", SPEC.path, SPEC, allow_other=True)
     run.matrix_digest = results.matrix_digest(SPEC.spec)
     assert trusted.check_run(run, tmp_path / "r.json", SPEC.path, SPEC, allow_other=False) is None
+
+
+class FakeEngine:
+    """What the tag step asks of the engine: the tested image by id, then one tag per good tag."""
+
+    def __init__(self) -> None:
+        self.tagged: list[tuple[str, str, str]] = []
+        self.images = self
+        self.api = self
+
+    def get(self, image_id: str) -> object:
+        return image_id
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.tagged.append((image_id, repository, tag))
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_the_builds_tag_step_tags_its_own_sealed_record_through_the_gate(forged: bool, tmp_path: Path) -> None:
+    engine = FakeEngine()
+    ctx = cast("pipeline.Context", SimpleNamespace(client=engine, trusted=KEYS))
+    record = sealed(make_cell("verified"))
+    if forged:  # what the run just sealed, changed before the tag step: nothing is tagged
+        record = record.model_copy(update={"targets": []})
+    run = RunResults(run_id="r", started="t", cells=[record])
+    pipeline.tag_cell(run, SPEC, ctx, tmp_path / "results.json")
+    if forged:
+        assert engine.tagged == [] and run.cells[0].tags == []
+    else:
+        assert engine.tagged == [(record.image.id, *ref.rsplit(":", 1)) for ref in GOOD]
+        assert run.cells[0].tags == GOOD and results.load(tmp_path / "results.json").cells[0].tags == GOOD
