@@ -6,6 +6,7 @@ container's Python and the environment a login shell has there. A tiny image sta
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -14,12 +15,15 @@ from pathlib import Path
 import docker
 import pytest
 
+from buildscripts import matrix, results
 from buildscripts.errors import DiskSpaceError
 from buildscripts.publish import export
+from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
 from tests.integration import tinyimages
 from tests.lxc_container import attach, container
+from tests.results_factory import make_cell, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_CUDA = "/opt/fake-cuda"
@@ -28,8 +32,9 @@ LABELS = {"io.sglang-images.cell": CELL, "io.sglang-images.cuda": "cu130", "io.s
 
 
 @pytest.fixture(scope="module")
-def images() -> Iterator[dict[str, str]]:
-    """A tiny image shaped like a cell (init, cell.json, profile.d, ENV), and a 'good tag' child of it."""
+def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A tiny image shaped like a cell (init, cell.json, profile.d, ENV) whose labels claim a verdict, and one
+    made from it that a sealed results record (`results`) says was verified on a GPU."""
     needs.tools("skopeo", "umoci", "jq", "lxc-create")
     client = docker.from_env()
     files = {
@@ -39,13 +44,17 @@ def images() -> Iterator[dict[str, str]]:
         "/etc/profile.d/sglang-images.sh": f'export CUDA_HOME="{FAKE_CUDA}"\n'.encode(),
     }
     labels = [f'LABEL "{k}"="{v}"' for k, v in LABELS.items()]
+    claims = ['LABEL "io.sglang-images.verdict"="verified"', 'LABEL "io.sglang-images.verified.archs"="sm90"',
+              f'LABEL "io.sglang-images.tested-image"="sha256:{"ab" * 32}"']   # what a label can say: anything
     plain = tinyimages.derive(client, tinyimages.python_image(client), files,
-                              [f"ENV CUDA_HOME={FAKE_CUDA}", 'CMD ["/usr/local/sbin/sglang-images-init"]', *labels])
-    tested = client.images.get(plain).id
-    good = tinyimages.derive(client, plain, {}, ['LABEL "io.sglang-images.verdict"="verified"',
-                                                f'LABEL "io.sglang-images.tested-image"="{tested}"',
-                                                'LABEL "io.sglang-images.verified.archs"="sm90"'])
-    yield {"plain": plain, "good": good}
+                              [f"ENV CUDA_HOME={FAKE_CUDA}", 'CMD ["/usr/local/sbin/sglang-images-init"]', *labels,
+                               *claims])
+    good = tinyimages.derive(client, plain, {"/etc/verified-here": b"1\n"})
+    record = sealed(make_cell("verified", image_id=str(client.images.get(good).id)))
+    path = tmp_path_factory.mktemp("vouching") / "results.json"
+    results.save(RunResults(run_id="v", started=results.now(), cells=[record],
+                            matrix_digest=results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)), path)
+    yield {"plain": plain, "good": good, "results": str(path), "record cell": record.cell_id}
     for ref in (good, plain):
         client.images.remove(ref, force=True)
 
@@ -54,17 +63,18 @@ def leftovers(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir()) if out.exists() else []
 
 
-def test_an_image_without_a_good_tag_is_refused(images: dict[str, str], tmp_path: Path) -> None:
-    done = cli("export", images["plain"], "--out", str(tmp_path / "out"))
+def test_an_image_whose_labels_claim_a_verdict_but_no_sealed_record_does_is_refused(
+        images: dict[str, str], tmp_path: Path) -> None:
+    done = cli("export", images["plain"], "--out", str(tmp_path / "out"), "--results", images["results"])
     assert done.returncode == 2, done.stderr
-    assert "not the image of a good tag" in done.stderr and "--force" in done.stderr
+    assert "no sealed results record" in done.stderr and "--force" in done.stderr
     assert "Traceback" not in done.stderr
     assert leftovers(tmp_path / "out") == []
 
 
 def test_the_archive_is_an_oci_layout_with_gzip_layers_and_the_cells_annotations(
         images: dict[str, str], tmp_path: Path) -> None:
-    done = cli("export", images["good"], "--out", str(tmp_path))
+    done = cli("export", images["good"], "--out", str(tmp_path), "--results", images["results"])
     assert done.returncode == 0, done.stderr
     archive = tmp_path / f"{CELL}.oci.tar"
     assert leftovers(tmp_path) == sorted([archive.name, f"{archive.name}.sha256", f"{CELL}.proxmox.md"])
@@ -76,18 +86,20 @@ def test_the_archive_is_an_oci_layout_with_gzip_layers_and_the_cells_annotations
                                     capture_output=True, text=True, check=True).stdout)
     assert all(layer["mediaType"].endswith("tar+gzip") for layer in raw["layers"])
     notes = raw["annotations"]
-    assert notes["io.sglang-images.cell"] == CELL and notes["io.sglang-images.verdict"] == "verified"
+    assert notes["io.sglang-images.cell"] == images["record cell"]   # the record's word, not the label's
+    assert notes["io.sglang-images.verdict"] == "verified" and notes["io.sglang-images.verified.archs"] == "sm90"
+    assert notes["io.sglang-images.tested-image"] == str(docker.from_env().images.get(images["good"]).id)
     assert export.FORCED not in notes
     note = (tmp_path / f"{CELL}.proxmox.md").read_text()
     assert f"pct create 200 local:vztmpl/{archive.name}" in note and "--dev0 /dev/nvidia0" in note
-    again = cli("export", images["good"], "--out", str(tmp_path / "again"))
+    again = cli("export", images["good"], "--out", str(tmp_path / "again"), "--results", images["results"])
     assert again.returncode == 0
     assert export.sha256_of(tmp_path / "again" / archive.name) == export.sha256_of(archive)  # reproducible
 
 
 def test_bad_targets_leave_nothing_behind(images: dict[str, str], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    done = cli("export", images["good"], "--out", "/proc/sglang-images-export")
+    done = cli("export", images["good"], "--out", "/proc/sglang-images-export", "--results", images["results"])
     assert done.returncode == 2 and "cannot write the archive to /proc/sglang-images-export" in done.stderr
 
     class Usage:
@@ -95,7 +107,7 @@ def test_bad_targets_leave_nothing_behind(images: dict[str, str], tmp_path: Path
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
     with pytest.raises(DiskSpaceError, match=r"only 10 kB free in .*needs about 0\.\d+ GB"):
-        export.main([images["good"], "--out", str(tmp_path)])
+        export.main([images["good"], "--out", str(tmp_path), "--results", images["results"]], env=dict(os.environ))
     assert leftovers(tmp_path) == []
 
 
@@ -111,7 +123,8 @@ def forced_archive(images: dict[str, str], tmp_path_factory: pytest.TempPathFact
 def test_a_forced_export_says_so_in_its_annotations(forced_archive: Path) -> None:
     raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{forced_archive}:latest"],
                                     capture_output=True, text=True, check=True).stdout)
-    assert raw["annotations"][export.FORCED].startswith("true: it is not the image of a good tag")
+    assert raw["annotations"][export.FORCED].startswith("true: no sealed results record")
+    assert "io.sglang-images.verdict" not in raw["annotations"]   # the image's own claim is left out
     assert "Not verified on a GPU" in (forced_archive.parent / f"{CELL}.proxmox.md").read_text()
 
 
