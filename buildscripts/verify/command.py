@@ -21,6 +21,7 @@ from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from ..results.notes import measured, warnings
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
 from .container import KEEP_ENV, network_options
@@ -218,6 +219,10 @@ def show(cell: CellResult) -> None:
         table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
+    for name, text in warnings(cell):
+        log.console.print(f"[yellow]warning from {escape(name)}:[/] {escape(text)}")
+    for what, value in measured(cell):
+        log.console.print(f"[dim]{escape(what)}: {escape(value)}[/]")
     total = sum(s.duration_s for s in cell.stages)
     log.console.print(f"verdict: [bold]{cell.verdict.value}[/] - {escape(cell.verdict_reason or '')} "
                       f"[dim](stages {total:.0f}s)[/]")
