@@ -150,15 +150,17 @@ def _tagged(out: str, tag: str) -> Optional[Dict[str, Any]]:
 
 @core.stage("arch-audit")
 def arch_audit(ctx: core.Context) -> Dict[str, Any]:
-    ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None}
+    archs = ctx.every_arch()
+    ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None, "targets": ctx.archs,
+                          "also_audited": ctx.also_archs}
     if ctx.results.get("import:torch", {}).get("status") != core.FAILED:
         info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
                        "@@archs ")
         ev["torch_arch_list"] = info["flags"].split() if info else None
-        ev["torch_arch_list_covers"] = {
-            a: any(f.split("_")[-1].rstrip("af") == str(fatbin.parse_arch(a)[0])
-                   for f in ev["torch_arch_list"] or []) for a in ctx.archs}
+        ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
     lacking: List[str] = []
+    off_target: Dict[str, List[str]] = {}
+    rewritten = pruned.libraries()
     for lib in LIBRARIES:
         spec = util.find_spec(lib)
         roots = list(spec.submodule_search_locations or []) if spec else []
@@ -175,17 +177,31 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
             if found:
                 entries += found
                 with_code[os.path.relpath(path, roots[0])] = sorted({e.name for e in found})
-        cover = fatbin.coverage(entries, ctx.archs)
+        cover = fatbin.coverage(entries, archs)
         ev["libraries"][lib] = {"files_scanned": len(files), "files_with_gpu_code": with_code,
                                 "per_arch": {a: c["status"] for a, c in cover.items()},
                                 "detail": cover}
         if not entries:
             ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
-            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in ctx.archs}
+            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in archs}
             continue
-        lacking += [f"{lib} has no code for {a}" for a, c in cover.items() if c["status"] == "missing"]
+        missing = [a for a, c in cover.items() if c["status"] == "missing"]
+        lacking += [f"{lib} has no code for {a}" for a in missing if a in ctx.archs]
+        for arch in missing:
+            if arch not in ctx.archs:
+                off_target.setdefault(arch, []).append(lib)
+    # What a GPU the image is not built for would lack, and what the build took away from it: said, never failing.
+    said = [f"{arch} is not a target arch; no code for it in {', '.join(libs)}" for arch, libs in off_target.items()]
+    for arch in ctx.also_archs:
+        removed = _pruned_for(arch, rewritten)
+        if removed:
+            said.append(f"{arch} is not a target arch; the image's fatbin pruner removed its machine code from "
+                        f"{len(removed)} {'library' if len(removed) == 1 else 'libraries'} ({', '.join(removed[:3])}"
+                        f"{', ...' if len(removed) > 3 else ''}): "
+                        "it keeps only what the targets run")
+    if said:
+        ev.setdefault("warnings", []).extend(said)
     ev["cuobjdump"] = _cross_check(ev)
-    rewritten = pruned.libraries()
     if rewritten:  # what the image's fatbin pruner rewrote must still load
         done = core.python_snippet(pruned.dlopen_snippet(sorted(rewritten)), timeout=min(300.0, ctx.stage_timeout))
         loaded = _tagged(done.stdout or "", "@@pruned-load ")
@@ -200,6 +216,26 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev
+
+
+def _pruned_for(arch: str, rewritten: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The rewritten libraries (relative to their site folder) the pruner took machine code of `arch`'s
+    generation from (sm_121 and sm_121a alike): the wheel carried it, the image does not."""
+    number = fatbin.parse_arch(arch)[0]
+    return [os.path.relpath(path, info.get("site") or "/") for path, info in sorted(rewritten.items())
+            if number in {int(m.group(1)) for m in map(fatbin.ARCH_RE.match, info.get("dropped", {})) if m}]
+
+
+def torch_covers(flags: List[str], arch: str) -> bool:
+    """Whether torch's arch list (`sm_90`, `compute_120`, ...) has code that runs on `arch`, by CUDA's rules:
+    sm_100 machine code runs on sm_103, sm_120 on sm_121."""
+    entries = []
+    for flag in flags:
+        match = fatbin.ARCH_RE.match(flag)
+        if match:
+            kind = "sass" if flag.startswith("sm_") else "ptx"
+            entries.append(fatbin.Entry(kind, int(match.group(1)), match.group(2), False, ""))
+    return any(fatbin.runs_on(e, arch) for e in entries)
 
 
 def _not_loading(failed: Dict[str, str], rewritten: Dict[str, Dict[str, Any]], ev: Dict[str, Any],
