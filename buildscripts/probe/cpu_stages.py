@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, extensions, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
+from . import core, coupled, cudatools, extensions, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -109,10 +109,12 @@ def import_modules(ctx: core.Context) -> Dict[str, Any]:
     ev: Dict[str, Any] = {"modules": {n: r["summary"] for n, r in done.items()},
                           "seconds": {n: r["seconds"] for n, r in done.items() if "seconds" in r},
                           "versions": {n: r["version"] for n, r in done.items() if r.get("version")}}
+    ev["coupled"], mismatched = coupled.check()  # versions that must move together, from metadata alone
     failed = [n for n, r in done.items() if r["status"] == core.FAILED]
-    if failed:
+    if failed or mismatched:
         log = "\n".join(f"== import {n} ==\n{done[n]['log'][-3000:]}" for n in failed)
-        raise core.StageFailed("; ".join(f"{n}: {done[n]['summary'][len('failed: '):]}" for n in failed), ev, log)
+        reasons = [f"{n}: {done[n]['summary'][len('failed: '):]}" for n in failed] + mismatched
+        raise core.StageFailed("; ".join(reasons), ev, log)
     return ev
 
 
