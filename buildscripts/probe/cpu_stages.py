@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, coupled, cudatools, extensions, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
+from . import core, coupled, cudatools, extensions, fatbin, jitcompile, pruned, shm, sitesize, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -60,7 +60,10 @@ def facts(ctx: core.Context) -> Dict[str, Any]:
     if os.path.exists("/etc/os-release"):
         with open("/etc/os-release") as fh:
             os_release = dict(ln.rstrip().split("=", 1) for ln in fh if "=" in ln)
+    shared = shm.measure()
+    small = shm.warning(shared, ctx.mode)
     return {
+        "shm": shared, **({"warnings": [small]} if small else {}),
         "python": {"version": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
                    "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)},
         "os": os_release.get("PRETTY_NAME", "").strip('"') or platform.platform(),
