@@ -88,7 +88,9 @@ def run(ctx: core.Context) -> Dict[str, Any]:
         for arch in ctx.also_archs:
             ev["per_arch"][arch] = {**_arch_row(also, arch), "triton": triton[1].get("per_arch", {}).get(arch)}
         which = ", ".join(ctx.also_archs)
-        ev["warnings"] += [f"not a target arch ({which}): {name}: {p[2][0]}" for name, p in also.items() if p[2]]
+        # A part that failed for the targets too has failed the stage already: only new news is a warning.
+        ev["warnings"] += [f"not a target arch ({which}): {name}: {p[2][0]}" for name, p in also.items()
+                           if p[2] and parts[name][2] is None]
     failed = [(n, p[2]) for n, p in parts.items() if p[2] is not None]
     if failed:
         name, (reason, log) = failed[0]
