@@ -126,9 +126,11 @@ def fix(arch: str, result: Dict[str, Any], retried: Optional[Dict[str, Any]], to
     need = "%d.%d" % cudatools.min_nvcc(arch)
     if retried is not None and retried.get("ok"):
         return f"set {override}={toolkit} (the toolkit's ptxas, CUDA {retried.get('ptxas_cuda', '?')}, compiles it)"
-    if toolkit:
+    if toolkit and (retried is not None or result.get("ptxas") == toolkit):
         return (f"point {override} at a ptxas of CUDA >= {need} (the toolkit's {toolkit} does not compile it "
                 "either), or use a newer Triton")
+    if toolkit:
+        return f"set {override}={toolkit} (the toolkit's ptxas; not tried here), or use a newer Triton"
     return f"install a CUDA >= {need} ptxas and set {override} to it, or use a newer Triton"
 
 

@@ -94,6 +94,16 @@ def test_the_fix_names_the_variable_triton_reads_for_that_arch(monkeypatch: pyte
                                f"{TOOLKIT} does not compile it either), or use a newer Triton")
 
 
+def test_the_fix_says_whether_the_toolkit_ptxas_was_tried() -> None:
+    failed = {"ok": False, "ptxas": BUNDLED, "override": "TRITON_PTXAS_PATH"}
+    assert tritonjit.fix("sm_121a", failed, None, None) == (
+        "install a CUDA >= 12.9 ptxas and set TRITON_PTXAS_PATH to it, or use a newer Triton")
+    assert tritonjit.fix("sm_121a", failed, None, TOOLKIT) == (
+        f"set TRITON_PTXAS_PATH={TOOLKIT} (the toolkit's ptxas; not tried here), or use a newer Triton")
+    assert "does not compile it either" in tritonjit.fix("sm_121a", {**failed, "ptxas": TOOLKIT}, None, TOOLKIT)
+    assert "does not compile it either" in tritonjit.fix("sm_121a", failed, {"ok": False}, TOOLKIT)
+
+
 def test_a_triton_that_does_not_import_fails_every_target_with_its_error(monkeypatch: pytest.MonkeyPatch,
                                                                          tmp_path: Path) -> None:
     fake_triton(monkeypatch, [tritonjit.PREFIX + json.dumps({"error": "ImportError: libcuda.so.1: cannot open"})],
