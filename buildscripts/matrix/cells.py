@@ -26,6 +26,7 @@ class Cell:
     toolkit_name: str
     toolkit: Toolkit
     archs: tuple[str, ...]
+    also_audit: tuple[str, ...] = ()  # audited and compiled for too, never failing; not an input of the image
     excluded: str | None = None  # reason, when a rule or SGLang's torch pin rules the cell out
     expected: Expectation | None = field(default=None, compare=False)
 
@@ -84,7 +85,7 @@ def expand(spec: MatrixFile) -> Iterable[Cell]:
     ):
         cell = Cell(
             base_name=base_name, base=base, lane=lane, sglang=sgl,
-            toolkit_name=tk_name, toolkit=toolkit, archs=spec.archs,
+            toolkit_name=tk_name, toolkit=toolkit, archs=spec.archs, also_audit=spec.also_audit,
         )
         reason = _excluded_because(cell, spec)
         expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)

@@ -246,6 +246,7 @@ class MatrixFile(Strict):
     schema_version: Literal[1] = Field(alias="schema")
     bases: dict[Name, Base]
     archs: tuple[str, ...]
+    also_audit: tuple[str, ...] = Field(default=(), description="archs audited and compiled for, never failing")
     torch_lanes: tuple[TorchLane, ...]
     sglang: tuple[SGLang, ...]
     toolkits: dict[Name, Toolkit]
@@ -266,6 +267,19 @@ class MatrixFile(Strict):
             problem = arch_problem(arch)
             if problem:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("also_audit")
+    @classmethod
+    def _audited_only(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        targets = info.data.get("archs") or ()
+        for arch in value:
+            problem = arch_problem(arch)
+            if problem:
+                raise ValueError(problem)
+            if arch in targets:
+                msg = f"{arch!r} is a target arch already (under `archs:`); list it in one of the two"
+                raise ValueError(msg)
         return value
 
     @field_validator("bases", "toolkits", "archs", "torch_lanes", "sglang")

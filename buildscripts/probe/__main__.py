@@ -1,4 +1,5 @@
-"""python -m probe --archs sm_90a,sm_100a --lane-cuda 13.0 [--stages a,b] [--out FILE] [--mode host]"""
+"""python -m probe --archs sm_90a,sm_100a [--also-archs sm_103a] --lane-cuda 13.0 [--stages a,b] [--out FILE]
+[--mode host]"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from . import core, cpu_stages, gpu_stages, serving  # noqa: F401
 def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(prog="probe")
     ap.add_argument("--archs", default="sm_90a,sm_100a,sm_120a")
+    ap.add_argument("--also-archs", default="", help="archs audited and compiled for, never failing (sm_103a,...)")
     ap.add_argument("--lane-cuda", default=None, help="CUDA major.minor of the torch lane, e.g. 13.0")
     ap.add_argument("--stages", default=",".join(core.ORDER))
     ap.add_argument("--mode", choices=["container", "host", "lxc"], default="container")
@@ -25,7 +27,9 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--out", default=None, help="also write all results as JSON to this file")
     a = ap.parse_args(argv)
     ctx = core.Context(
-        archs=[x for x in a.archs.split(",") if x], lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
+        archs=[x for x in a.archs.split(",") if x],
+        also_archs=[x for x in a.also_archs.split(",") if x and x not in a.archs.split(",")],
+        lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
         stage_timeout=a.stage_timeout, server_args=json.loads(a.server_args),
         server_env=json.loads(a.server_env), server_profile=a.server_profile, model_path=a.model_path,
     )

@@ -20,6 +20,9 @@ class Context:
     """What every stage may read. `results` holds the outcomes of stages run so far, by name."""
 
     archs: List[str]                      # target archs, e.g. ["sm_90a", "sm_100a", "sm_120a"]
+    # Archs the image is not built for whose support is still audited and compiled for: what they lack
+    # is a warning, never a failure (e.g. sm_103a for B300, sm_121a for GB10).
+    also_archs: List[str] = field(default_factory=list)
     lane_cuda: Optional[str] = None       # CUDA major.minor the torch lane promises, e.g. "13.0"
     mode: str = "container"               # "container", "host" or "lxc": where the probe runs
     workdir: str = "/tmp/probe"
@@ -30,6 +33,10 @@ class Context:
     model_path: Optional[str] = None      # a user model; default: a tiny model made in the image
     results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
+
+    def every_arch(self) -> List[str]:
+        """The targets, then the archs only audited (each once)."""
+        return list(dict.fromkeys([*self.archs, *self.also_archs]))
 
     def passed(self, name: str) -> bool:
         return self.results.get(name, {}).get("status") == PASSED

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, extensions, fatbin, jitcompile, pruned, sitesize, toolchain, warmcheck
+from . import core, coupled, cudatools, extensions, fatbin, jitcompile, pruned, shm, sitesize, toolchain, warmcheck
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -60,7 +60,10 @@ def facts(ctx: core.Context) -> Dict[str, Any]:
     if os.path.exists("/etc/os-release"):
         with open("/etc/os-release") as fh:
             os_release = dict(ln.rstrip().split("=", 1) for ln in fh if "=" in ln)
+    shared = shm.measure()
+    small = shm.warning(shared, ctx.mode)
     return {
+        "shm": shared, **({"warnings": [small]} if small else {}),
         "python": {"version": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
                    "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)},
         "os": os_release.get("PRETTY_NAME", "").strip('"') or platform.platform(),
@@ -109,10 +112,12 @@ def import_modules(ctx: core.Context) -> Dict[str, Any]:
     ev: Dict[str, Any] = {"modules": {n: r["summary"] for n, r in done.items()},
                           "seconds": {n: r["seconds"] for n, r in done.items() if "seconds" in r},
                           "versions": {n: r["version"] for n, r in done.items() if r.get("version")}}
+    ev["coupled"], mismatched = coupled.check()  # versions that must move together, from metadata alone
     failed = [n for n, r in done.items() if r["status"] == core.FAILED]
-    if failed:
+    if failed or mismatched:
         log = "\n".join(f"== import {n} ==\n{done[n]['log'][-3000:]}" for n in failed)
-        raise core.StageFailed("; ".join(f"{n}: {done[n]['summary'][len('failed: '):]}" for n in failed), ev, log)
+        reasons = [f"{n}: {done[n]['summary'][len('failed: '):]}" for n in failed] + mismatched
+        raise core.StageFailed("; ".join(reasons), ev, log)
     return ev
 
 
@@ -150,15 +155,17 @@ def _tagged(out: str, tag: str) -> Optional[Dict[str, Any]]:
 
 @core.stage("arch-audit")
 def arch_audit(ctx: core.Context) -> Dict[str, Any]:
-    ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None}
+    archs = ctx.every_arch()
+    ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None, "targets": ctx.archs,
+                          "also_audited": ctx.also_archs}
     if ctx.results.get("import:torch", {}).get("status") != core.FAILED:
         info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
                        "@@archs ")
         ev["torch_arch_list"] = info["flags"].split() if info else None
-        ev["torch_arch_list_covers"] = {
-            a: any(f.split("_")[-1].rstrip("af") == str(fatbin.parse_arch(a)[0])
-                   for f in ev["torch_arch_list"] or []) for a in ctx.archs}
+        ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
     lacking: List[str] = []
+    off_target: Dict[str, List[str]] = {}
+    rewritten = pruned.libraries()
     for lib in LIBRARIES:
         spec = util.find_spec(lib)
         roots = list(spec.submodule_search_locations or []) if spec else []
@@ -175,17 +182,31 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
             if found:
                 entries += found
                 with_code[os.path.relpath(path, roots[0])] = sorted({e.name for e in found})
-        cover = fatbin.coverage(entries, ctx.archs)
+        cover = fatbin.coverage(entries, archs)
         ev["libraries"][lib] = {"files_scanned": len(files), "files_with_gpu_code": with_code,
                                 "per_arch": {a: c["status"] for a, c in cover.items()},
                                 "detail": cover}
         if not entries:
             ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
-            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in ctx.archs}
+            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in archs}
             continue
-        lacking += [f"{lib} has no code for {a}" for a, c in cover.items() if c["status"] == "missing"]
+        missing = [a for a, c in cover.items() if c["status"] == "missing"]
+        lacking += [f"{lib} has no code for {a}" for a in missing if a in ctx.archs]
+        for arch in missing:
+            if arch not in ctx.archs:
+                off_target.setdefault(arch, []).append(lib)
+    # What a GPU the image is not built for would lack, and what the build took away from it: said, never failing.
+    said = [f"{arch} is not a target arch; no code for it in {', '.join(libs)}" for arch, libs in off_target.items()]
+    for arch in ctx.also_archs:
+        removed = _pruned_for(arch, rewritten)
+        if removed:
+            said.append(f"{arch} is not a target arch; the image's fatbin pruner removed its machine code from "
+                        f"{len(removed)} {'library' if len(removed) == 1 else 'libraries'} ({', '.join(removed[:3])}"
+                        f"{', ...' if len(removed) > 3 else ''}): "
+                        "it keeps only what the targets run")
+    if said:
+        ev.setdefault("warnings", []).extend(said)
     ev["cuobjdump"] = _cross_check(ev)
-    rewritten = pruned.libraries()
     if rewritten:  # what the image's fatbin pruner rewrote must still load
         done = core.python_snippet(pruned.dlopen_snippet(sorted(rewritten)), timeout=min(300.0, ctx.stage_timeout))
         loaded = _tagged(done.stdout or "", "@@pruned-load ")
@@ -200,6 +221,26 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev
+
+
+def _pruned_for(arch: str, rewritten: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The rewritten libraries (relative to their site folder) the pruner took machine code of `arch`'s
+    generation from (sm_121 and sm_121a alike): the wheel carried it, the image does not."""
+    number = fatbin.parse_arch(arch)[0]
+    return [os.path.relpath(path, info.get("site") or "/") for path, info in sorted(rewritten.items())
+            if number in {int(m.group(1)) for m in map(fatbin.ARCH_RE.match, info.get("dropped", {})) if m}]
+
+
+def torch_covers(flags: List[str], arch: str) -> bool:
+    """Whether torch's arch list (`sm_90`, `compute_120`, ...) has code that runs on `arch`, by CUDA's rules:
+    sm_100 machine code runs on sm_103, sm_120 on sm_121."""
+    entries = []
+    for flag in flags:
+        match = fatbin.ARCH_RE.match(flag)
+        if match:
+            kind = "sass" if flag.startswith("sm_") else "ptx"
+            entries.append(fatbin.Entry(kind, int(match.group(1)), match.group(2), False, ""))
+    return any(fatbin.runs_on(e, arch) for e in entries)
 
 
 def _not_loading(failed: Dict[str, str], rewritten: Dict[str, Dict[str, Any]], ev: Dict[str, Any],

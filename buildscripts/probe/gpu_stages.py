@@ -16,7 +16,7 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, jitlog, pruned, server
+from . import core, gpumemory, jitlog, pruned, server
 
 JSON_PREFIX = "@@json "
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"  # set by the host when it could not hand a GPU to the container
@@ -41,6 +41,8 @@ with warnings.catch_warnings(record=True) as caught:
         out["count"] = torch.cuda.device_count()
         major, minor = torch.cuda.get_device_capability(0)
         out.update(capability=f"{major}.{minor}", name=torch.cuda.get_device_name(0))
+        free, total = torch.cuda.mem_get_info(0)  # before anything is allocated: what others hold (gpumemory)
+        out["memory"] = {"free_bytes": free, "total_bytes": total}
         out["sum"] = float(torch.ones(1 << 20, device="cuda").sum())  # a real allocation and kernel
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
@@ -112,7 +114,10 @@ def gpu_visible(ctx: core.Context) -> Dict[str, Any]:
         msg = "could not query the GPU through torch"
         raise core.StageFailed(msg, log=done.stdout)
     info.update(_nvidia_smi(), device_nodes=len(nodes))
+    info["memory"], crowded = gpumemory.observe(info.get("memory"))
     ok, reason, gpu = judge_gpu(info, ctx.archs)
+    if crowded:  # a shared GPU passes with the tiny model too: said, never failing
+        info["warnings"] = [*info.get("warnings", []), crowded]
     if not ok:
         raise core.StageFailed(reason, evidence=info, log=done.stdout)
     gpu["driver"] = info.get("driver") or gpu["driver_cuda"]

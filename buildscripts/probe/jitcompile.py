@@ -6,7 +6,10 @@ Three parts, each timed, each with its own evidence per arch:
 - deep_gemm: a translation unit using deep_gemm's bundled headers (CuTe/CUTLASS included) compiled
   to a cubin per arch, with the flags deep_gemm's JIT uses (C++20, -cubin);
 - torch extension: a kernel using torch's C++ headers compiled for all archs and linked against
-  torch's and CUDA's libraries, as torch.utils.cpp_extension would.
+  torch's and CUDA's libraries, as torch.utils.cpp_extension would;
+- triton: a Triton kernel compiled for each arch with the ptxas Triton runs (tritonjit.py).
+Archs only audited (Context.also_archs) are compiled apart, so that one the toolkit cannot target leaves
+the targets' results alone; what fails for them is a warning.
 Nothing is injected: the compilers find CUDA the way the libraries do, so a missing CUDA home, a
 missing host compiler or missing link names fail here exactly as they would at runtime.
 """
@@ -19,7 +22,7 @@ import os
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, cudatools, fatbin
+from . import core, cudatools, fatbin, tritonjit
 from .cudatools import Deadline
 
 FLASHINFER_JIT = r"""
@@ -63,32 +66,54 @@ Part = Tuple[str, Dict[str, Any], Optional[Tuple[str, str]]]   # (status, eviden
 
 def run(ctx: core.Context) -> Dict[str, Any]:
     deadline = Deadline(ctx.stage_timeout)
-    home, how = cudatools.find_cuda_home(dict(os.environ))
-    if home is None:
-        msg = f"CUDA toolkit not discoverable: {how}; nothing can be JIT-compiled"
-        raise core.StageFailed(msg)
-    nvcc = os.path.join(home, "bin", "nvcc")
     work = os.path.join(ctx.workdir, "jit")
     shutil.rmtree(work, ignore_errors=True)   # a fresh folder: every run really compiles
     os.makedirs(work, exist_ok=True)
-    parts = {
-        "flashinfer": _flashinfer(ctx, deadline, work),
-        "deep_gemm": _deep_gemm(ctx, deadline, nvcc, work),
-        "torch-extension": _torch_extension(ctx, deadline, nvcc, home, work),
-    }
+    triton = tritonjit.run(ctx.archs, ctx.also_archs, deadline, work)  # Triton needs no CUDA home
+    home, how = cudatools.find_cuda_home(dict(os.environ))
+    if home is None:
+        msg = f"CUDA toolkit not discoverable: {how}; nothing but Triton can be JIT-compiled"
+        if triton[2]:
+            msg += f"; triton: {triton[2][0]}"
+        raise core.StageFailed(msg, {"parts": {"triton": triton[1]}, "status": {"triton": triton[0]},
+                                     "warnings": triton[1].get("warnings", [])}, triton[2][1] if triton[2] else "")
+    parts = {**_parts(ctx.archs, deadline, home, work), "triton": triton}
     ev: Dict[str, Any] = {"cuda_home": home, "parts": {n: p[1] for n, p in parts.items()},
                           "status": {n: p[0] for n, p in parts.items()},
-                          "per_arch": {a: {n: p[1].get("per_arch", {}).get(a, p[0]) for n, p in parts.items()}
-                                       for a in ctx.archs}}
+                          "per_arch": {a: _arch_row(parts, a) for a in ctx.archs},
+                          "warnings": list(triton[1].get("warnings", []))}
+    if ctx.also_archs:  # compiled on their own: an arch only audited must not fail the targets' compile
+        also = _parts(ctx.also_archs, deadline, home, os.path.join(work, "also"))
+        ev["also_audited"] = {n: p[1] for n, p in also.items()}
+        for arch in ctx.also_archs:
+            ev["per_arch"][arch] = {**_arch_row(also, arch), "triton": triton[1].get("per_arch", {}).get(arch)}
+        which = ", ".join(ctx.also_archs)
+        # A part that failed for the targets too has failed the stage already: only new news is a warning.
+        ev["warnings"] += [f"not a target arch ({which}): {name}: {p[2][0]}" for name, p in also.items()
+                           if p[2] and parts[name][2] is None]
     failed = [(n, p[2]) for n, p in parts.items() if p[2] is not None]
     if failed:
         name, (reason, log) = failed[0]
         msg = f"{name}: {reason}"
         raise core.StageFailed(msg, ev, log)
     if all(p[0] == "absent" for p in parts.values()):
-        msg = "none of flashinfer, deep_gemm or torch is installed"
+        msg = "none of flashinfer, deep_gemm, torch or triton is installed"
         raise core.StageSkipped(msg)
     return ev
+
+
+def _parts(archs: List[str], deadline: Deadline, home: str, work: str) -> Dict[str, Part]:
+    """The compiles that need a CUDA home, for `archs`, in `work`."""
+    os.makedirs(work, exist_ok=True)
+    nvcc = os.path.join(home, "bin", "nvcc")
+    return {"flashinfer": _flashinfer(archs, deadline, work),
+            "deep_gemm": _deep_gemm(archs, deadline, nvcc, work),
+            "torch-extension": _torch_extension(archs, deadline, nvcc, home, work)}
+
+
+def _arch_row(parts: Dict[str, Part], arch: str) -> Dict[str, Any]:
+    """One arch's outcome per part: its own, else the part's (absent, or failed before any arch)."""
+    return {n: p[1].get("per_arch", {}).get(arch, p[0]) for n, p in parts.items()}
 
 
 def _installed(module: str) -> bool:
@@ -103,10 +128,10 @@ def _audit(path: str, archs: List[str]) -> Dict[str, str]:
     return {a: "ok" if c["status"] == "sass" else f"no sm code ({c['status']})" for a, c in cover.items()}
 
 
-def _flashinfer(ctx: core.Context, deadline: Deadline, work: str) -> Part:
+def _flashinfer(archs: List[str], deadline: Deadline, work: str) -> Part:
     if not _installed("flashinfer"):
         return "absent", {"note": "flashinfer is not installed"}, None
-    env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(cudatools.flashinfer_arch(a) for a in ctx.archs),
+    env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(cudatools.flashinfer_arch(a) for a in archs),
            "FLASHINFER_WORKSPACE_BASE": os.path.join(work, "flashinfer"),
            "MAX_JOBS": str(os.cpu_count() or 1)}
     proc = core.python_snippet(FLASHINFER_JIT, timeout=deadline.left(), env=env)
@@ -117,7 +142,7 @@ def _flashinfer(ctx: core.Context, deadline: Deadline, work: str) -> Part:
         return "failed", ev, (f"JIT of silu_and_mul failed: {cudatools.error_line(out)}", out)
     ev.update(json.loads(line[len("@@jit "):]))
     ev["seconds"] = ev.get("build_s")
-    return _checked(ev, _audit(ev["library"], ctx.archs), "flashinfer's JIT library", out)
+    return _checked(ev, _audit(ev["library"], archs), "flashinfer's JIT library", out)
 
 
 def _checked(ev: Dict[str, Any], per_arch: Dict[str, str], what: str, log: str) -> Part:
@@ -128,7 +153,7 @@ def _checked(ev: Dict[str, Any], per_arch: Dict[str, str], what: str, log: str) 
     return "ok", ev, None
 
 
-def _deep_gemm(ctx: core.Context, deadline: Deadline, nvcc: str, work: str) -> Part:
+def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Part:
     spec = importlib.util.find_spec("deep_gemm") if _installed("deep_gemm") else None
     roots = list(spec.submodule_search_locations or []) if spec else []
     include = next((os.path.join(r, "include") for r in roots if os.path.isdir(os.path.join(r, "include"))),
@@ -139,7 +164,7 @@ def _deep_gemm(ctx: core.Context, deadline: Deadline, nvcc: str, work: str) -> P
     if not shared:
         return "failed", {"include": include}, (f"none of {', '.join(DEEP_GEMM_HEADERS)} under {include}", "")
     ev: Dict[str, Any] = {"include": include, "headers": {}, "per_arch": {}, "seconds": {}}
-    for arch in ctx.archs:
+    for arch in archs:
         number, _ = fatbin.parse_arch(arch)
         impl = DEEP_GEMM_IMPLS.get(number // 10)
         headers = shared + ([impl] if impl and os.path.exists(os.path.join(include, impl)) else [])
@@ -159,7 +184,7 @@ def _deep_gemm(ctx: core.Context, deadline: Deadline, nvcc: str, work: str) -> P
     return "ok", ev, None
 
 
-def _torch_extension(ctx: core.Context, deadline: Deadline, nvcc: str, home: str, work: str) -> Part:
+def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str, work: str) -> Part:
     if not _installed("torch"):
         return "absent", {"note": "torch is not installed"}, None
     proc = core.python_snippet(TORCH_FLAGS, timeout=min(120.0, deadline.left()))
@@ -170,7 +195,7 @@ def _torch_extension(ctx: core.Context, deadline: Deadline, nvcc: str, home: str
     flags = json.loads(line[len("@@jit "):])
     with open(os.path.join(work, "torch_ext.cu"), "w") as fh:
         fh.write(TORCH_EXT_CU)
-    gencodes = [g for a in ctx.archs for g in cudatools.gencode(a)]
+    gencodes = [g for a in archs for g in cudatools.gencode(a)]
     includes = [f"-I{p}" for p in flags["include"]]
     ok, took, log = cudatools.run(
         [nvcc, "-c", "torch_ext.cu", "-o", "torch_ext.o", "-std=c++17", "-Xcompiler", "-fPIC",
@@ -186,4 +211,4 @@ def _torch_extension(ctx: core.Context, deadline: Deadline, nvcc: str, home: str
     ev["seconds"] = round(ev["compile_s"] + took, 2)
     if not ok:
         return "failed", ev, (f"link failed: {cudatools.error_line(link_log)}", link_log)
-    return _checked(ev, _audit(os.path.join(work, "torch_ext.o"), ctx.archs), "the torch extension", log)
+    return _checked(ev, _audit(os.path.join(work, "torch_ext.o"), archs), "the torch extension", log)

@@ -65,11 +65,17 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     if torch_cuda and torch_cuda.split(".")[0] != str(version[0]):
         problems.append((f"CUDA major mismatch: torch is built for CUDA {torch_cuda}, nvcc is "
                          f"{version[0]}.{version[1]}", ""))
-    for arch in ctx.archs:
+    ev["nvcc"]["knows"] = {}
+    for arch in ctx.every_arch():
         need = cudatools.min_nvcc(arch)
-        if version < need:
-            problems.append((f"nvcc {version[0]}.{version[1]} is too old for {arch} "
-                             f"(needs CUDA >= {need[0]}.{need[1]})", ""))
+        ev["nvcc"]["knows"][arch] = version >= need
+        if version >= need:
+            continue
+        too_old = f"nvcc {version[0]}.{version[1]} is too old for {arch} (needs CUDA >= {need[0]}.{need[1]})"
+        if arch in ctx.archs:
+            problems.append((too_old, ""))
+        else:
+            ev.setdefault("warnings", []).append(f"{arch} is not a target arch; {too_old}")
 
     ev["headers"] = _headers(home)
     missing = [h for h, where in ev["headers"].items() if where is None]

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from ..probe.core import ORDER
 from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, judge
 from ..results.judge import failure_detail
+from ..results.notes import warnings
 
 BUILD = "build"
 MARKS = {"passed": "✓", "failed": "✕", "skipped": "–", "aborted": "·"}
@@ -54,17 +55,6 @@ def verdict_of(cell: CellResult) -> tuple[Verdict, str]:
     for stage, text in warnings(cell):
         reason += f"; warning from {stage}: {text}"
     return verdict, reason
-
-
-def warnings(cell: CellResult) -> list[tuple[str, str]]:
-    """(stage, text) of what a passed or failed stage found that does not fail it, e.g. an optional
-    extension that cannot load (the probe lists them under its evidence's `warnings`)."""
-    found = []
-    for stage in cell.stages:
-        texts = stage.evidence.get("warnings")
-        if isinstance(texts, list):
-            found += [(stage.name, text) for text in texts if isinstance(text, str)]
-    return list(dict.fromkeys(found))
 
 
 def entries(cell: CellResult, name: str) -> list[StageResult]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..results import CellResult, RunResults, Verdict
+from ..results.notes import measured
 from . import common, grid, html_marks, html_matrix
 
 FILTERS = ("verdict", "sglang", "lane", "toolkit")
@@ -114,6 +115,7 @@ def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:
         ("expected", _expected(cell)),
         ("excluded", cell.excluded),
         ("GPU archs", "; ".join(grid.arch_provenance(cell))),
+        *measured(cell),
         ("run", " · ".join(p for p in (cell.run_id, cell.runner, cell.finished) if p)),
     ]
     versions = _dl(sorted(cell.versions.items())) if cell.versions else "<p>no versions recorded</p>"

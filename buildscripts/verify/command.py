@@ -21,6 +21,7 @@ from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from ..results.notes import measured, warnings
 from ..trust import keys, seal
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc
@@ -123,7 +124,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     profile = _profile(spec, a.profile)
     signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
-        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
+        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, spec.spec.also_audit)
     elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
@@ -169,11 +170,13 @@ def _profile(spec: Matrix, name: str) -> Profile:
 
 
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
-                 stages: list[str] | None, profile: Profile, env: Mapping[str, str]) -> CellResult:
+                 stages: list[str] | None, profile: Profile, env: Mapping[str, str],
+                 also_archs: Sequence[str]) -> CellResult:
     cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
-                     stage_timeout=stage_timeout(a, profile), profile=profile, profile_name=a.profile)
+                     stage_timeout=stage_timeout(a, profile), profile=profile, profile_name=a.profile,
+                     also_archs=also_archs)
     found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
                            env=env, python=python)
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
@@ -190,7 +193,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
                      stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile,
-                     profile_name=a.profile)
+                     profile_name=a.profile, also_archs=spec.spec.also_audit)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
@@ -221,6 +224,10 @@ def show(cell: CellResult) -> None:
         table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
+    for name, text in warnings(cell):
+        log.console.print(f"[yellow]warning from {escape(name)}:[/] {escape(text)}")
+    for what, value in measured(cell):
+        log.console.print(f"[dim]{escape(what)}: {escape(value)}[/]")
     total = sum(s.duration_s for s in cell.stages)
     log.console.print(f"verdict: [bold]{cell.verdict.value}[/] - {escape(cell.verdict_reason or '')} "
                       f"[dim](stages {total:.0f}s)[/]")

@@ -66,7 +66,8 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
     cell = cell or (matrix_cell(matrix, cell_id) if matrix else None)
     plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
                      lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
-                     stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name)
+                     stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name,
+                     also_archs=cell.also_audit if cell else matrix.spec.also_audit if matrix else ())
     found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
                          cell_id=cell_id, options=options, keep=keep)
     build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id

@@ -37,6 +37,7 @@ def grace(stage_timeout: float) -> float:
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     archs: tuple[str, ...]
+    also_archs: tuple[str, ...] = ()        # audited and compiled for, never failing (matrix.yaml also_audit)
     lane_cuda: str | None                   # CUDA major.minor the torch lane promises, e.g. "13.0"
     stages: tuple[str, ...]                 # planned, in ladder order
     stage_timeout: float = MIN_STAGE_TIMEOUT
@@ -47,9 +48,10 @@ class Plan:
     @classmethod
     def make(cls, *, archs: Sequence[str], lane_cuda: str | None, stages: Sequence[str] | None = None,
              stage_timeout: float = MIN_STAGE_TIMEOUT, profile: Profile | None = None,
-             profile_name: str = "default") -> Plan:
+             profile_name: str = "default", also_archs: Sequence[str] = ()) -> Plan:
         profile = profile or Profile()
-        return cls(archs=tuple(archs), lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
+        also = tuple(a for a in dict.fromkeys(also_archs) if a not in archs)
+        return cls(archs=tuple(archs), also_archs=also, lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
                    stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env),
                    server_profile=profile_name)
 
@@ -59,7 +61,8 @@ class Plan:
         """A matrix cell's archs and lane; the stage deadline covers the profile's server timeout."""
         profile = profile or Profile()
         return cls.make(archs=cell.archs, lane_cuda=cell.lane.cuda_version, stages=stages, profile=profile,
-                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)), profile_name=profile_name)
+                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)), profile_name=profile_name,
+                        also_archs=cell.also_audit)
 
     @property
     def deadline(self) -> float:
@@ -71,6 +74,7 @@ class Plan:
                 "--stage-timeout", str(self.stage_timeout), "--mode", mode,
                 "--server-args", json.dumps(list(self.server_args)), "--server-env", json.dumps(dict(self.server_env)),
                 "--server-profile", self.server_profile]
+        args += ["--also-archs", ",".join(self.also_archs)] if self.also_archs else []
         return args + (["--lane-cuda", self.lane_cuda] if self.lane_cuda else [])
 
 

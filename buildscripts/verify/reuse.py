@@ -63,7 +63,7 @@ def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, obj
 def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gpu: bool = False) -> str:
     """sha256 of everything a verification's outcome depends on."""
     inputs = {"image": image_id, "probe": probe_digest(), "catalogue": catalogue_digest(),
-              "stages": list(plan.stages), "archs": list(plan.archs),
+              "stages": list(plan.stages), "archs": list(plan.archs), "also_archs": list(plan.also_archs),
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
               "server_profile": plan.server_profile,

@@ -3,7 +3,7 @@ path (real BuildKit builds from real PyPI locks) and check what the verification
 
 - toolkit `none` (the seed incident): `import sglang` passes, deep_gemm fails with class
   cuda-home-missing and a hint naming CUDA_HOME; the cell is an expected failure, not good.
-- toolkit `pip`: toolchain and JIT compiles pass for sm_90a, sm_100a and sm_120a; torch is cu130;
+- toolkit `pip`: toolchain and JIT compiles (Triton's included) pass for sm_90a, sm_100a and sm_120a; torch is cu130;
   without a GPU the best verdict is cpu-checked and no good tag is applied.
 - the `none` image with only CUDA_HOME pointed at pip's nvcc fails JIT for want of a host compiler.
 
@@ -57,7 +57,8 @@ def test_pip_toolkit_compiles_for_every_target_arch(run: RunResults) -> None:
     assert jit is not None
     for arch in ("sm_90a", "sm_100a", "sm_120a"):  # each part compiled machine code for each arch
         assert jit.evidence["per_arch"][arch] == {
-            "flashinfer": "ok", "deep_gemm": "ok", "torch-extension": "ok"}, (arch, jit.evidence["per_arch"])
+            "flashinfer": "ok", "deep_gemm": "ok", "torch-extension": "ok", "triton": "ok"}, (
+            arch, jit.evidence["per_arch"])
     assert pip.versions.get("torch", "").startswith("2.11.0")
 
 

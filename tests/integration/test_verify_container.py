@@ -1,5 +1,6 @@
 """verify_image against real containers of tiny images: bad input gives a clear result per cell,
-the run goes on, and no container is left behind."""
+the run goes on, and no container is left behind; what the ladder measures where it runs (/dev/shm) and
+reads from an image's metadata (version-coupled packages)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import container, ladder
+from buildscripts.verify import container, gpus, ladder
 from buildscripts.verify.plan import Plan, grace
 from tests.integration import tinyimages
 
@@ -35,10 +37,10 @@ def run_id(client: docker.DockerClient) -> Iterator[str]:
 
 def verify_image(client: docker.DockerClient, image: str, *, archs: list[str], lane_cuda: str | None, logs: Path,
                  run_id: str, cell_id: str = "adhoc", stages: list[str] | None = None, stage_timeout: float = 900,
-                 keep: bool = False) -> list[StageResult]:
+                 keep: bool = False, options: dict[str, Any] | None = None) -> list[StageResult]:
     plan = Plan.make(archs=archs, lane_cuda=lane_cuda, stages=stages, stage_timeout=stage_timeout)
     return ladder.verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
-                               cell_id=cell_id, keep=keep)
+                               cell_id=cell_id, keep=keep, options=options)
 
 
 @pytest.fixture
@@ -145,3 +147,59 @@ def test_containers_are_labelled_and_kept_on_request(client: docker.DockerClient
     finally:
         for found in client.containers.list(all=True, filters={"label": f"{container.LABEL_RUN}={rid}"}):
             found.remove(force=True)
+
+
+# What the ladder measures where it runs and reads from the image's metadata.
+SITE = "/usr/lib/python3/dist-packages"
+
+
+def stages_of(client: docker.DockerClient, image: str, logs: Path, run_id: str, names: list[str],
+              options: dict[str, Any] | None = None) -> dict[str, StageResult]:
+    found = verify_image(client, image, archs=["sm_90a"], lane_cuda=None, logs=logs, run_id=run_id, stages=names,
+                         stage_timeout=120, options=options)
+    return {s.name: s for s in found}
+
+
+def test_dockers_default_dev_shm_is_measured_and_warned_about(client: docker.DockerClient, py_image: str,
+                                                              tmp_path: Path, run_id: str) -> None:
+    facts = stages_of(client, py_image, tmp_path, run_id, ["facts"])["facts"]
+    assert facts.status is Status.PASSED
+    assert facts.evidence["shm"]["total_bytes"] == 64 << 20 and facts.evidence["shm"]["fstype"] == "tmpfs"
+    assert any(w.startswith("/dev/shm is 64 MiB, below the 1 GiB NCCL needs") and "--shm-size 16g" in w
+               for w in facts.evidence["warnings"])
+
+
+def test_the_verification_containers_dev_shm_is_enough(client: docker.DockerClient, py_image: str,
+                                                       tmp_path: Path, run_id: str) -> None:
+    options = gpus.container_options(gpus.Discovery(problem="no GPU in this test"))
+    facts = stages_of(client, py_image, tmp_path, run_id, ["facts"], options)["facts"]
+    assert facts.evidence["shm"]["total_bytes"] == 16 << 30
+    assert not any("/dev/shm" in w for w in facts.evidence.get("warnings", []))
+
+
+def dist_info(name: str, version: str, *requires: str) -> dict[str, bytes]:
+    folder = f"{SITE}/{name.replace('-', '_')}-{version}.dist-info"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             *(f"Requires-Dist: {r}" for r in requires)]
+    return {f"{folder}/METADATA": ("\n".join(lines) + "\n").encode()}
+
+
+def test_drifted_coupled_packages_fail_the_import_stage_naming_both_versions(
+        client: docker.DockerClient, py_image: str, tmp_path: Path, run_id: str) -> None:
+    files = {f"{SITE}/torch/__init__.py": b"__version__ = '2.11.0+cu130'\n", f"{SITE}/sglang/__init__.py": b"",
+             **dist_info("torch", "2.11.0+cu130"), **dist_info("sglang", "0.5.23", "torch==2.14.1"),
+             **dist_info("sglang-kernel", "0.4.10", "torch==2.14.1"),
+             **dist_info("flashinfer-python", "0.7.2", "torch"), **dist_info("flashinfer-cubin", "0.6.13")}
+    image = tinyimages.derive(client, py_image, files)
+    try:
+        found = stages_of(client, image, tmp_path, run_id, ["facts", "import"])["import"]
+    finally:
+        client.images.remove(image, force=True)
+    assert found.status is Status.FAILED
+    assert "flashinfer-cubin version (0.6.13) does not match flashinfer version (0.7.2, flashinfer-python)" in (
+        found.reason or "")
+    assert ("sglang-kernel 0.4.10 is built for torch 2.14.1 (sglang-kernel 0.4.10 requires torch==2.14.1), but "
+            "torch 2.11.0+cu130 is installed") in (found.reason or "")
+    assert found.failure_class in ("flashinfer-cubin-version-mismatch", "sgl-kernel-built-for-other-torch")
+    assert found.evidence["modules"]["torch"].startswith("ok")   # every module imported: the metadata decides
+    assert found.evidence["coupled"]["sgl_kernel"]["built_for_torch"] == "2.14.1"

@@ -13,7 +13,7 @@ from rich.console import Console
 from buildscripts import report, results
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.report import common, console, github, html, junit, markdown, merge
-from buildscripts.results import RunResults, StageResult, Status, Verdict
+from buildscripts.results import RunResults, StageResult, Status, Verdict, notes
 from buildscripts.workspace import Workspace
 from tests.results_factory import gpu_passed, make_cell, make_run
 
@@ -282,7 +282,7 @@ def test_a_stage_warning_shows_in_every_report_and_keeps_the_verdict() -> None:
     verdict, reason = common.verdict_of(warned)
     assert verdict is common.verdict_of(cell)[0]
     assert reason.endswith(f"; warning from arch-audit: {text}")
-    assert common.warnings(warned) == [("arch-audit", text)]   # a non-text entry is not shown
+    assert notes.warnings(warned) == [("arch-audit", text)]   # a non-text entry is not shown
     run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[warned])
     assert "warning from arch-audit: torch extension ABI mismatch" in markdown.document(run)
     assert "warning from arch-audit: torch extension ABI mismatch" in html.render(run)
