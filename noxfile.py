@@ -84,6 +84,12 @@ def export(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def check(session: nox.Session) -> None:
+    """Was this very image verified on a GPU (`-- IMAGE|TAG|oci-archive:PATH [--arch sm_120a] [--key PUB]`)?"""
+    _cli(session, "check")
+
+
+@nox.session(python=PYTHON)
 def preflight(session: nox.Session) -> None:
     """Read-only checks of an LXC host, and a container (`-- --ctid ID` or `--lxc-name NAME`), for GPUs."""
     _cli(session, "preflight")

@@ -206,3 +206,60 @@ def attach_verdicts(files: Sequence[Path], ref: str, *, trusted: Sequence[Public
             msg = f"{ref}: the registry does not return {', '.join(p.name for p in lost)} after attaching it"
             raise NotVerified(msg, hint="another writer replaced the attestations meanwhile; promote again, alone")
     return attached
+
+
+@dataclass(frozen=True)
+class ArchFinding:
+    """What the valid verdicts for one digest say of one arch."""
+
+    arch: str
+    verified: bool
+    detail: str
+    verdicts: tuple[SignedVerdict, ...]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    digest: str
+    archs: tuple[ArchFinding, ...]
+    ignored: tuple[str, ...]          # why each envelope that does not count was left out
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.archs) and all(a.verified for a in self.archs)
+
+
+def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
+          archs: Sequence[str] = ()) -> Judgement:
+    """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
+
+    Only a verdict a trusted key signed, for this very digest, counts; the others are listed as ignored. An
+    arch is verified when at least one counts for it and every one that counts for it passed there: a
+    FAILED verdict of the same digest and arch is never outvoted."""
+    valid: list[SignedVerdict] = []
+    ignored: list[str] = []
+    for number, envelope in enumerate(envelopes, 1):
+        try:
+            verdict = open_verdict(envelope, trusted, where=f"attestation {number}")
+        except NotVerified as exc:
+            ignored.append(exc.message)
+            continue
+        if digest not in verdict.digests:
+            ignored.append(f"attestation {number}: a verdict for {', '.join(verdict.digests) or 'no digest'}, "
+                           f"not for {digest}")
+            continue
+        valid.append(verdict)
+    asked = list(archs) or sorted({v.arch for v in valid if v.arch}, key=family)
+    findings = []
+    for arch in asked:
+        group = tuple(v for v in valid if v.names_arch(arch))
+        if not group:
+            named = sorted({v.arch for v in valid if v.arch})
+            also = f" (valid verdicts name {', '.join(named)})" if named else ""
+            findings.append(ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", group))
+            continue
+        reasons = list(dict.fromkeys(why for why in (v.why_not() for v in group) if why))
+        detail = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in group}))}: every " \
+                                                     f"GPU stage passed on {arch}"
+        findings.append(ArchFinding(arch, not reasons, detail, group))
+    return Judgement(digest, tuple(findings), tuple(ignored))
