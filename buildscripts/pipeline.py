@@ -27,12 +27,14 @@ from pydantic import ValidationError
 from . import distribution, engine, hostenv, log, matrix, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint
-from .errors import ConfigError, LockError, RunFailed, TagError
+from .errors import ConfigError, LockError, RunFailed
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
 from .matrix.schema import LABEL_PREFIX, Cache
-from .publish import staging, tags
-from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, cell_record
+from .publish import staging, tagcmd, tags, trusted
+from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, cell_record
+from .trust import keys, seal
+from .trust.keys import PublicKey, SigningKey
 from .verify import gpus, reuse
 from .verify.container import KEEP_ENV, network_options
 from .verify.ladder import verify_image
@@ -80,6 +82,8 @@ class Context:
     history: list[RunResults]           # saved runs, newest first: verifications that may be reused
     builder: cache.Builder
     cache: cache.CachePlan | None
+    key: SigningKey                     # seals every record this run judges (trust/seal.py)
+    trusted: list[PublicKey]            # whose seals count: for reused records and the tag step
     # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -193,9 +197,9 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         for cell in cells:
-            record = run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir)
-            run.cells.append(record)
-            results.save(run, run_dir / "results.json")
+            record = seal.record(run, run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir), ctx.key,
+                                 run_dir / "results.json")
+            tag_cell(run, spec, ctx, run_dir / "results.json")
             if opts.fail_fast and results.is_unexpected(record.verdict):
                 log.warn("--fail-fast: stopping after the first unexpected outcome")
                 break
@@ -254,7 +258,9 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
                                       labels=base_images.owner_labels(opts.env))
              for name in sorted({c.base_name for c in buildable})}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
-    ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared)
+    key = keys.signing_key(opts.env)
+    ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared,
+                  key, keys.trusted(opts.ws.root, opts.env))
     ctx.candidates.update({c.id: candidate(c, spec, ctx, opts.ws) for c in buildable})
     return ctx
 
@@ -331,7 +337,7 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
         plan = Plan.for_cell(cell, stages=_stages(opts), profile=spec.spec.profiles[opts.profile],
                              profile_name=opts.profile)
         key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
-        reused = reuse.find(ctx.history, cell.id, key)
+        reused = reuse.find(ctx.history, cell.id, key, ctx.trusted)
         if reused and cell_record(cell.id, build=build, image=image, stages=reused.stages(),
                                   **facts).verdict not in reuse.SETTLED:
             reused = None   # judged against today's `expect:`, the saved outcome is no longer settled
@@ -351,13 +357,22 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
             image = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
         record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
                              reused_from=reused.origin() if reused else None, **facts)
-    if record.verdict is Verdict.VERIFIED:
-        try:
-            record = record.model_copy(update={"tags": tags.apply_good_tags(ctx.client, record, spec.spec.tags)})
-        except (docker.errors.APIError, docker.errors.BuildError) as exc:
-            msg = f"{cell.id}: verified, but the engine refused its good tags: {exc}"
-            raise TagError(msg, hint="the candidate image stays; re-run `nox -s build` for this cell") from None
     return record
+
+
+def tag_cell(run: RunResults, spec: Matrix, ctx: Context, path: Path) -> None:
+    """The tag step for the cell just recorded: its sealed record through the gate `tag` and `promote` use
+    (publish/trusted.py), good tags on the tested image, the tags recorded."""
+    record = run.cells[-1]
+    if not record.verified_archs:
+        return
+    checked = trusted.check(record, len(run.cells) - 1, spec, ctx.trusted)
+    if isinstance(checked, trusted.Refused) or checked.why_not:
+        log.step(record.cell_id, "tag", "skipped", detail=checked.why_not or "")
+        return
+    refs = tagcmd.apply(ctx.client, checked, spec.spec.tags)
+    run.cells[-1] = record.model_copy(update={"tags": refs})
+    results.save(run, path)
 
 
 def _stages(opts: Options) -> list[str] | None:

@@ -1,7 +1,8 @@
 """`nox -s verify -- IMAGE | --host | --lxc CTID | --lxc-name NAME`: run the verification ladder inside any
 image, in a Python environment on this machine, or in place in a running LXC container; classify failures,
-print the verdict and save the results. `IMAGE` as `REPO@sha256:…` (or with `--pull`) is pulled by
-digest first and recorded as that digest: what a GPU job of a staging build does (verify/pulled.py)."""
+print the verdict and save the results, sealed with this verifier's key (trust/keys.py). `IMAGE` as
+`REPO@sha256:…` (or with `--pull`) is pulled by digest first and recorded as that digest: what a GPU job of
+a staging build does (verify/pulled.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from ..trust import keys, seal
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc, pulled
 from .container import KEEP_ENV, network_options
@@ -128,6 +130,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     started = results.now()
     spec = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
     profile = _profile(spec, a.profile)
+    signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
     elif a.lxc is not None or a.lxc_name is not None:
@@ -153,8 +156,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                            profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
-    results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell],
-                            matrix=str(ws.matrix), matrix_digest=results.matrix_digest(spec.spec)), out)
+    run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
+                     matrix_digest=results.matrix_digest(spec.spec))
+    cell = seal.record(run, cell, signing, out)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if results.is_unexpected(cell.verdict):
