@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts.trust import keys
 from tests import needs
 from tests.session import owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
+USER_KEY = keys.key_dir({}) / keys.LOCAL_KEY   # this machine's verifier key: never made by a test
 FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "gpu": "gpu"}
 
 
@@ -75,4 +77,8 @@ def _folder_rules(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
             msg = f"unit tests must not start processes: {args[0] if args else kwargs}"
             raise AssertionError(msg)
         monkeypatch.setattr(subprocess, "Popen", refuse)
+    had_key = USER_KEY.exists()
     yield
+    if USER_KEY.exists() and not had_key:  # a command run with an empty environment made the user's own key
+        pytest.fail(f"the test wrote the verifier key {USER_KEY}: pass the test session's environment "
+                    f"(SGLANG_IMAGES_KEY_DIR, tests/session.py) to what seals records")

@@ -7,6 +7,12 @@ three CI jobs that overlap: one runner on sm_100, one on sm_120, one without a G
 
 from __future__ import annotations
 
+import os
+from functools import cache
+from pathlib import Path
+
+from buildscripts import matrix
+from buildscripts.publish import trusted
 from buildscripts.results import (
     GPU_STAGES,
     BuildResult,
@@ -19,6 +25,8 @@ from buildscripts.results import (
     cell_record,
     judged,
 )
+from buildscripts.trust import keys, seal
+from buildscripts.trust.keys import SigningKey
 
 CPU_STAGES = ("facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile")
 H200 = "NVIDIA H200"
@@ -54,6 +62,44 @@ def gpu_skipped() -> list[StageResult]:
 def finish(cell: CellResult, **changes: object) -> CellResult:
     """`cell` with `changes`, judged again (records are frozen: a change is a new record)."""
     return judged(cell.model_copy(update=changes))
+
+
+def sealed(cell: CellResult, key: SigningKey | None = None) -> CellResult:
+    """`cell` sealed as a verifier seals it: by `key`, else this test session's throw-away verifier key
+    (tests/session.py points SGLANG_IMAGES_KEY_DIR at a temporary folder)."""
+    return seal.seal(cell, key or keys.signing_key(os.environ))
+
+
+PROJECT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
+
+
+@cache
+def kinds_matrix() -> matrix.Matrix:
+    """The project's matrix.yaml with the toolkits of the kinds above that it lacks (`apt`, `pip-nocccl`), so
+    that every kind of cell is a cell of it."""
+    text = PROJECT_MATRIX.read_text().replace("\ntoolkits:\n", "\ntoolkits:\n  apt:\n    description: test\n"
+                                                                "  pip-nocccl:\n    description: test\n", 1)
+    return matrix.parse(text, PROJECT_MATRIX)
+
+
+def gated(cell: CellResult, spec: matrix.Matrix | None = None) -> trusted.Trusted | trusted.Refused:
+    """`cell` sealed with this session's key and put through the gate against `spec` (default: kinds_matrix),
+    for tests of what the tag policy makes of a record."""
+    return trusted.check(sealed(cell), 0, spec or kinds_matrix(), [keys.signing_key(os.environ).public])
+
+
+def passed_gate(cell: CellResult, spec: matrix.Matrix | None = None) -> trusted.Trusted:
+    """`gated`, for a record the gate must let through (AssertionError, with the reason, when it does not)."""
+    found = gated(cell, spec)
+    assert isinstance(found, trusted.Trusted), found
+    return found
+
+
+def of_cell(record: CellResult, cell: matrix.Cell) -> CellResult:
+    """`record` made a record of the matrix cell `cell` (its id, axes, targets and expectation), judged again:
+    what a verifier of that cell would have written."""
+    return finish(record, cell_id=cell.id, axes=cell.axes(), targets=list(cell.archs),
+                  expected=cell.expected_failure())
 
 
 def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") -> CellResult:
@@ -121,13 +167,14 @@ def server_fails(gpu: str, arch: str) -> list[StageResult]:
 
 def ci_job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageResult] | None],
            matrix_digest: str | None = None) -> RunResults:
-    """One CI job's results: a cell per kind; given GPU stages replace the kind's, after every CPU stage passed."""
+    """One CI job's results, sealed as its verifier seals them: a cell per kind; given GPU stages replace the
+    kind's, after every CPU stage passed."""
     made = []
     for kind, gpu_stages in cells.items():
         cell = make_cell(kind)
         if gpu_stages is not None:
             cell = finish(cell, stages=cpu_passed() + gpu_stages)
-        made.append(cell)
+        made.append(sealed(cell))
     return RunResults(run_id=run_id, started=finished, finished=finished, runner=runner, matrix="matrix.yaml",
                       matrix_digest=matrix_digest, cells=made)
 

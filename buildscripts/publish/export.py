@@ -3,9 +3,10 @@
 
 The archive is `NAME.oci.tar`: an OCI layout (oci-layout, index.json, blobs/) with gzip layers, written
 by skopeo from the local engine, with the cell's facts as manifest annotations (cell id, lock hashes,
-verdict, verified archs). Only an image that earned a good tag is exported, unless `--force`, and then
-the annotations say so. Everything is made in a hidden folder next to the target and moved into place
-at the end: an interrupted or failed export leaves no partial archive.
+verdict, verified archs). Only an image a sealed results record vouches for (the gate of `tag` and
+`promote`, publish/trusted.py) is exported, unless `--force`, and then the annotations say so.
+Everything is made in a hidden folder next to the target and moved into place at the end: an
+interrupted or failed export leaves no partial archive.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import shutil
@@ -27,13 +29,14 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import disk, engine, log, proc
-from ..errors import ConfigError, DiskSpaceError, ExportError
+from .. import disk, engine, log, matrix, proc, results
+from ..errors import ConfigError, DiskSpaceError, ExportError, ResultsError
 from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
 from ..refs import FORMS, reference_problem
+from ..results import RunResults
+from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
-from . import pct
-from .tags import TESTED_IMAGE_LABEL
+from . import pct, trusted
 
 # The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
 MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
@@ -54,8 +57,9 @@ class Exported:
     note: Path
 
 
-def resolve(client: docker.DockerClient, what: str) -> Image:
-    """An image reference or id, else a cell id: its newest local image, a good tag's first."""
+def resolve(client: docker.DockerClient, what: str, vouched: Sequence[trusted.Trusted] = ()) -> Image:
+    """An image reference or id, else a cell id: the image of its newest record that earned a good tag,
+    else its newest local image."""
     problem = reference_problem(what)
     if problem and not SAFE_NAME.fullmatch(what):  # neither: said as such, not as an engine failure
         msg = f"CELL_OR_IMAGE {problem}, nor a cell id"
@@ -67,18 +71,56 @@ def resolve(client: docker.DockerClient, what: str) -> Image:
     except docker.errors.APIError as exc:  # e.g. a name that is no valid reference
         if "invalid reference" not in str(exc).lower():
             raise
+    for good in (t for t in vouched if t.cell_id == what):
+        try:
+            return client.images.get(good.image_id)
+        except docker.errors.ImageNotFound:
+            continue
     found = client.images.list(filters={"label": f"{LABEL_PREFIX}.cell={what}"})
     if not found:
         msg = f"{what!r} is neither a local image nor a cell with a built image"
         raise ConfigError(msg, hint=f"build it first (`nox -s build -- --only {what}`), or give an image reference")
-    return max(found, key=lambda i: (not_good_because(dict(i.labels or {})) is None, i.attrs.get("Created", "")))
+    return max(found, key=lambda i: i.attrs.get("Created", ""))
 
 
-def not_good_because(labels: Mapping[str, str]) -> str | None:
-    """Why an image has not earned a good tag (good tags point at labelled children of verified images)."""
-    if labels.get(f"{LABEL_PREFIX}.verdict") != "verified" or not labels.get(TESTED_IMAGE_LABEL):
-        return "it is not the image of a good tag (no verification on a GPU recorded in its labels)"
-    return None
+def vouching(image_id: str, vouched: Sequence[trusted.Trusted]) -> trusted.Trusted | None:
+    """The newest record the gate let through that earned good tags for exactly this image."""
+    return next((t for t in vouched if t.image_id == image_id), None)
+
+
+CLAIMS = tuple(f"{LABEL_PREFIX}.{k}" for k in ("verdict", "verified.", "tested-image", "results.digest"))
+
+
+def record_labels(labels: Mapping[str, str], record: trusted.Trusted | None) -> dict[str, str]:
+    """The image's own labels less any that claim a verdict (labels are never evidence), with what the
+    record that vouches for it says."""
+    found = {k: v for k, v in labels.items() if not k.startswith(CLAIMS)}
+    if record is not None:
+        found.update({f"{LABEL_PREFIX}.cell": record.cell_id, f"{LABEL_PREFIX}.verdict": record.judged.verdict.value,
+                      f"{LABEL_PREFIX}.verified.archs": " ".join(record.archs),
+                      f"{LABEL_PREFIX}.verified.gpus": ", ".join(record.gpus),
+                      f"{LABEL_PREFIX}.tested-image": record.image_id})
+    return found
+
+
+def vouched_runs(patterns: Sequence[str], ws: Workspace, spec: matrix.Matrix, allow_other: bool) -> list[RunResults]:
+    """The results files named (each of this matrix, else ResultsError unless `allow_other`), else the saved
+    runs of this matrix under runs/, newest first."""
+    if not patterns:
+        digest = results.matrix_digest(spec.spec)
+        return [run for run in saved_runs(ws.runs) if allow_other or run.matrix_digest == digest]
+    paths = [Path(p) for pattern in patterns for p in sorted(glob.glob(pattern))]
+    if not paths:
+        msg = "no results file matches " + ", ".join(repr(p) for p in patterns)
+        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
+    runs = []
+    for path in paths:
+        run = results.load(path)
+        warning = trusted.check_run(run, path, spec.path, spec, allow_other=allow_other)
+        if warning:
+            log.warn(warning)
+        runs.append(run)
+    return runs
 
 
 def manifest_annotations(labels: Mapping[str, str], *, forced: str | None) -> dict[str, str]:
@@ -244,20 +286,28 @@ def safe_name(raw: str) -> str:
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    del env  # nothing here reads the environment
-    ws = ws or Workspace.at()
+    ws, env = ws or Workspace.at(), env or {}
     ap = argparse.ArgumentParser(prog="nox -s export --", description=__doc__.splitlines()[0])
     ap.add_argument("image", metavar="CELL_OR_IMAGE", help="a cell id (its built image) or an image reference")
     ap.add_argument("--out", type=Path, default=ws.root / "exports", help="folder for the archive (default exports/)")
     ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
     ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
+    ap.add_argument("--results", action="append", default=[], metavar="GLOB",
+                    help="results file(s) whose sealed record vouches for the image (default: the saved runs)")
+    ap.add_argument("--matrix", type=Path, default=ws.matrix, help="matrix.yaml the results are judged against")
+    trusted.add_arguments(ap)
     a = ap.parse_args(list(argv))
     if a.name is not None:
         safe_name(a.name)  # a bad name is said before the engine is asked anything
+    spec = matrix.load(a.matrix)
+    vouched = trusted.earned(vouched_runs(a.results, ws, spec, a.allow_other_matrix), spec,
+                             trusted.keys_from(a, ws, env))
     client = engine.connect()
-    image = resolve(client, a.image)
-    labels = dict(image.labels or {})
-    why_not = not_good_because(labels)
+    image = resolve(client, a.image, vouched)
+    record = vouching(str(image.id), vouched)
+    labels = record_labels(dict(image.labels or {}), record)
+    why_not = None if record else ("no sealed results record of a matrix cell says it was verified on a GPU "
+                                   "(labels on an image are never evidence)")
     if why_not and not a.force:
         msg = f"{a.image}: {why_not}"
         raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "

@@ -1,8 +1,13 @@
 """`nox -s promote`: publish the cells that earned good tags to a registry, by digest.
 
-For each verified cell: push the tested image by its id under its candidate tag, read the digest
-back from the registry and pull it by digest to prove it is the image the results name as tested;
-then push each good tag's labelled child (same layers, checked) and read those digests back.
+Cells whose records name a staged digest (a staging build and the GPU jobs that verified its digests) are
+promoted by pointing the good tags at that digest in the registry (publish/bydigest.py). The others, built
+and verified on one machine, are pushed from its engine, as follows.
+
+For each verified cell the gate lets through (publish/trusted.py: a sealed record of a matrix cell):
+push the tested image by its id under its candidate tag, read the digest back from the registry and
+pull it by digest to prove it is the image the results name as tested; then push each good tag (the
+tested image itself) and read those digests back.
 Only when every push of a cell succeeded is the cell marked promoted (`CellResult.promoted`) and
 its results file saved. Pushing a tag is one manifest write, so a promote stopped half-way leaves
 each good tag either on its old image or on the new verified one, never on anything unverified.
@@ -13,15 +18,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import engine, log, matrix, results
 from ..errors import ConfigError, RegistryError, ResultsError
+from ..matrix import Matrix
 from ..matrix.schema import Tags
+from ..trust.keys import PublicKey
 from ..workspace import Workspace
-from . import recorded, registry, tags
+from . import bydigest, recorded, registry, tags, trusted, writer
 
 if TYPE_CHECKING:
     import docker
@@ -34,19 +42,20 @@ def arch_tags_only(cfg: Tags) -> Tags:
 
 
 def promote_cell(
-    client: docker.DockerClient, cell: results.CellResult, url: str, cfg: Tags,
+    client: docker.DockerClient, checked: trusted.Trusted, url: str, cfg: Tags,
     before_push: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
-    """Push one verified cell and those of its good tags that `cfg`'s templates give; return {registry ref:
-    manifest digest}. Raises RegistryError on any doubt."""
+    """Push one verified cell (let through by the gate) and those of its good tags that `cfg`'s templates
+    give; return {registry ref: manifest digest}. Raises RegistryError on any doubt."""
     import docker.errors
 
-    why_not = tags.not_good_because(cell)
+    cell = checked.record
+    why_not = checked.why_not
     if why_not or not cell.tags:
         msg = f"{cell.cell_id} has no good tag to promote ({why_not or 'no good tag was applied'})"
         raise RegistryError(msg, hint="only cells verified on a GPU are promoted")
-    tested_id = str(cell.image.id)
-    wanted = set(tags.good_tags(cell, cfg))
+    tested_id = checked.image_id
+    wanted = set(tags.good_tags(checked, cfg))
     try:
         tested = client.images.get(tested_id)
         children = {ref: client.images.get(ref) for ref in cell.tags if ref in wanted}
@@ -54,9 +63,8 @@ def promote_cell(
         msg = f"{cell.cell_id}: an image named in the results is not in the local engine ({exc.explanation})"
         raise RegistryError(msg, hint="promote on the machine that built and verified it") from None
     for ref, child in children.items():
-        same_layers = child.attrs["RootFS"] == tested.attrs["RootFS"]
-        if child.labels.get(tags.TESTED_IMAGE_LABEL) != tested_id or not same_layers:
-            msg = f"{cell.cell_id}: local tag {ref} is no labelled child of the tested image {tested_id}"
+        if child.id != tested.id:
+            msg = f"{cell.cell_id}: local tag {ref} does not point at the tested image {tested_id}"
             raise RegistryError(msg, hint="re-run the build and verification; the tag moved since")
     base = f"{url}/{cfg.repository}"
     candidate = cell.image.ref.rsplit(":", 1)[1] if cell.image.ref and ":" in cell.image.ref else None
@@ -77,7 +85,7 @@ def promote_cell(
             raise RegistryError(msg, hint="the image changed since it was verified; verify it again")
         _check_back(client, ref, digest, tested_id)
         published[ref] = digest
-        # 2. Good tags: labelled children of the tested image, same layers (checked above).
+        # 2. Good tags: the tested image itself under each (checked above).
         for local_ref, child in children.items():
             ref = f"{base}:{local_ref.rsplit(':', 1)[1]}"
             _announce(before_push, ref)
@@ -110,20 +118,23 @@ def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: st
 
 
 def promote_file(
-    client: docker.DockerClient, path: Path, url: str, cfg: Tags, only: Sequence[str] = (),
+    client: docker.DockerClient, path: Path, url: str, cfg: Tags, spec: Matrix, keys: Sequence[PublicKey],
+    only: Sequence[str] = (),
 ) -> int:
-    """Promote every eligible cell of one results file; save the file after each promoted cell."""
+    """Promote every eligible cell of one results file (the gate's, publish/trusted.py); save the file after
+    each promoted cell."""
     run = results.load(path)
     count = 0
-    for position in recorded.positions(run, only):
-        cell = run.cells[position]
-        why_not = tags.not_good_because(cell)
-        if why_not or not cell.tags:
-            log.step(cell.cell_id, "promote", "skipped", detail=why_not or "no good tag applied")
+    for checked in trusted.sift(run, spec, keys, only):
+        if isinstance(checked, trusted.Trusted) and checked.record.image.subject:
+            continue   # promoted by digest (publish/bydigest.py)
+        if isinstance(checked, trusted.Refused) or checked.why_not or not checked.record.tags:
+            log.step(checked.cell_id, "promote", "skipped", detail=checked.why_not or "no good tag applied")
             continue
-        published = promote_cell(client, cell, url, cfg)
+        cell = checked.record
+        published = promote_cell(client, checked, url, cfg)
         image = cell.image.model_copy(update={"digest": next(iter(published.values()))})
-        run.cells[position] = cell.model_copy(update={"image": image, "promoted": published})
+        run.cells[checked.position] = cell.model_copy(update={"image": image, "promoted": published})
         recorded.save(run, path, f"{cell.cell_id} was pushed to " + ", ".join(f"{r}@{d}" for r, d in published.items()))
         log.step(cell.cell_id, "promote", "passed", detail=", ".join(published))
         count += 1
@@ -136,20 +147,25 @@ def _newest_results(runs: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws = ws or Workspace.at()
-    del env  # nothing here reads the environment
+    ws, env = ws or Workspace.at(), env or {}
     parser = argparse.ArgumentParser(prog="promote", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--results", action="append", default=[], help="results glob(s); default: newest run")
     parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
     parser.add_argument("--matrix", type=Path, default=ws.matrix)
     parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
-    parser.add_argument("--allow-other-matrix", action="store_true",
-                        help="promote from results made with another matrix.yaml (its tag templates apply)")
+    trusted.add_arguments(parser)
     parser.add_argument("--arch-tags-only", action="store_true",
                         help="push only the tags that name an arch (a CI job that verified one arch of a cell)")
+    parser.add_argument("--repair", action="store_true",
+                        help="point a good tag that moved since these results promoted it back at their verified "
+                             "digest (without it, such a tag is refused: it may be a newer promotion's)")
+    parser.add_argument("--lock-wait", type=float, default=writer.DEFAULT_WAIT_S, metavar="SECONDS",
+                        help="how long to wait for another promotion of the same repository (default: "
+                             f"{writer.DEFAULT_WAIT_S:.0f})")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
-    spec = matrix.load(ws.matrix).spec
+    loaded = matrix.load(ws.matrix)
+    spec = loaded.spec
     url = args.registry or spec.registry.url
     if not url:
         msg = "no registry to promote to"
@@ -163,16 +179,26 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if not paths:
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
-    digest = results.matrix_digest(spec)
     runs = {path: results.load(path) for path in paths}
+    keys = trusted.keys_from(args, ws, env)
     for path, run in runs.items():  # every file is checked before the first push
-        warning = results.check_matrix(run, path, ws.matrix, digest, allow_other=args.allow_other_matrix)
+        warning = trusted.check_run(run, path, ws.matrix, loaded, allow_other=args.allow_other_matrix)
         if warning:
             log.warn(warning)
         recorded.check_writable(path, "promote")
+        trusted.refuse(trusted.sift(run, loaded, keys, args.only), path)
     recorded.check_selection(runs, args.only)
-    client = engine.connect()
-    cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-    total = sum(promote_file(client, path, url, cfg, args.only) for path in paths)
+    total = bydigest.promote(runs, loaded, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
+                             log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")
+    if any(_pushed_from_here(run, loaded, keys, args.only) for run in runs.values()):
+        client = engine.connect()
+        cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
+        total += sum(promote_file(client, path, url, cfg, loaded, keys, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0
+
+
+def _pushed_from_here(run: results.RunResults, spec: Matrix, keys: Sequence[PublicKey], only: Sequence[str]) -> bool:
+    """The run holds a cell that earned good tags here and names no staged digest: pushed from this engine."""
+    return any(isinstance(c, trusted.Trusted) and not c.why_not and c.record.tags and not c.record.image.subject
+               for c in trusted.sift(run, spec, keys, only))

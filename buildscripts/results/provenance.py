@@ -3,8 +3,8 @@
 The digest is taken of the validated matrix with its defaults left out (`exclude_defaults`), as
 canonical JSON: comments, key order, quoting and a value spelled out at its default do not change
 it; any change of meaning (a cell, an exclusion, an expectation, a profile, a tag template) does.
-Files written before the digest was recorded carry none: they are read as "unknown matrix" and
-accepted with a warning, since nothing says they are of another matrix.
+Files written before the digest was recorded carry none: reports read them as "unknown matrix", with a
+warning; what vouches for images (tag, promote, export) refuses them unless told to use another matrix.
 """
 
 from __future__ import annotations
@@ -38,15 +38,21 @@ def short(digest: str | None) -> str:
     return (digest or "none").removeprefix("sha256:")[:12]
 
 
-def check_matrix(run: RunResults, path: Path, matrix: Path, digest: str, *, allow_other: bool) -> str | None:
+def check_matrix(run: RunResults, path: Path, matrix: Path, digest: str, *, allow_other: bool,
+                 allow_unknown: bool = True) -> str | None:
     """None when `run` (read from `path`) was made from the matrix whose digest is `digest`, else a warning.
 
     Raises ResultsError for results of another matrix unless `allow_other`: merging or tagging them
-    against this matrix would mix cells, exclusions and expectations that are not the same.
+    against this matrix would mix cells, exclusions and expectations that are not the same. A file that
+    records no digest is accepted with a warning where only reports are made of it (`allow_unknown`);
+    what vouches for images (tag, promote, export) refuses it unless `allow_other`.
     """
     if run.matrix_digest is None:
-        return (f"{path}: records no matrix digest (written before it was recorded): "
-                f"accepted as results of an unknown matrix")
+        what = f"{path}: records no matrix digest (written before it was recorded, or not by a verifier)"
+        if allow_unknown or allow_other:
+            return f"{what}: accepted as results of an unknown matrix"
+        raise ResultsError(what, hint=f"verify again with this version, or pass {ALLOW_FLAG} to use it with "
+                                      f"{matrix} (its cells, axes and targets apply)")
     if run.matrix_digest == digest:
         return None
     what = (f"{path} was made from another matrix.yaml (digest {short(run.matrix_digest)}"

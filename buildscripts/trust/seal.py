@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from ..results import CellResult
+from .. import results
+from ..results import CellResult, RunResults
 from . import dsse
 from .keys import PublicKey, SigningKey
 
@@ -30,6 +32,17 @@ def seal(cell: CellResult, key: SigningKey) -> CellResult:
     """`cell` with its seal (any earlier seal replaced)."""
     envelope = dsse.sign(canonical(cell), PAYLOAD_TYPE, key)
     return cell.model_copy(update={"seal": envelope})
+
+
+def record(run: RunResults, cell: CellResult, key: SigningKey, path: Path) -> CellResult:
+    """What every verifier of ours does with a cell it judged: seal it, add it to `run`, save the run.
+    Only a verifier that judged the record seals it (the build, `verify`); a record made of what others
+    report (`import-probe`) or merged from several runs is never sealed, so it is shown but vouches for
+    nothing."""
+    sealed = seal(cell, key)
+    run.cells.append(sealed)
+    results.save(run, path)
+    return sealed
 
 
 def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:

@@ -1,6 +1,8 @@
 """`nox -s verify -- IMAGE | --host | --lxc CTID | --lxc-name NAME`: run the verification ladder inside any
 image, in a Python environment on this machine, or in place in a running LXC container; classify failures,
-print the verdict and save the results."""
+print the verdict and save the results, sealed with this verifier's key (trust/keys.py). `IMAGE` as
+`REPO@sha256:…` (or with `--pull`) is pulled by digest first and recorded as that digest: what a GPU job of
+a staging build does (verify/pulled.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,15 @@ from docker.errors import ImageNotFound
 from rich.markup import escape
 from rich.table import Table
 
-from .. import disk, engine, log, results
+from .. import disk, distribution, engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from ..trust import keys, seal
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc
+from . import gpus, lxc, pulled
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -33,7 +36,10 @@ MAX_STAGE_TIMEOUT = float(MAX_TIMEOUT_S)
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="nox -s verify --", description=__doc__)
-    ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3)")
+    ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3); REPO@sha256:… is "
+                                             "pulled by that digest first")
+    ap.add_argument("--pull", action="store_true",
+                    help="pull IMAGE by digest before verifying it, and refuse a tag (what CI's GPU jobs pass)")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
@@ -59,6 +65,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
     if in_place and a.image:
         ap.error("give an IMAGE or a place to verify in (--host, --lxc, --lxc-name), not both")
+    if in_place and a.pull:
+        ap.error("--pull goes with an IMAGE by digest (REPO@sha256:…), not with --host or --lxc")
     check_arguments(a)
     return a
 
@@ -81,6 +89,8 @@ def check_arguments(a: argparse.Namespace) -> None:
         if problem:
             msg = f"IMAGE {problem}"
             raise ConfigError(msg, hint=f"give an image as {FORMS}, or an image id (`docker images` lists them)")
+        if a.pull:
+            pulled.pinned(a.image)  # a tag is refused here, before the engine is asked anything
     if a.python is not None and not a.python.strip():
         msg = "--python '' names no interpreter"
         raise ConfigError(msg, hint="give the interpreter's path, e.g. --python /opt/venv/bin/python, or leave "
@@ -120,14 +130,18 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     started = results.now()
     spec = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
     profile = _profile(spec, a.profile)
+    signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env)
     elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
         client = engine.connect()
+        source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
+                  if a.pull or distribution.by_digest(a.image) else None)
+        image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
         try:
-            labels = image_facts(client, a.image).labels
+            labels = image_facts(client, image).labels
         except ImageNotFound:
             labels = {}
         # The image's cell label names its log folder: an image is input too, and may carry any text there.
@@ -138,12 +152,13 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         log.info(found_gpus.summary())
         for warning in found_gpus.warnings:
             log.warn(warning)
-        cell = check_image(client, a.image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
+        cell = check_image(client, image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1")
+                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
-    results.save(RunResults(run_id=run_id, started=started, finished=results.now(), cells=[cell],
-                            matrix=str(ws.matrix), matrix_digest=results.matrix_digest(spec.spec)), out)
+    run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
+                     matrix_digest=results.matrix_digest(spec.spec))
+    cell = seal.record(run, cell, signing, out)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if results.is_unexpected(cell.verdict):

@@ -8,6 +8,10 @@ container), then classify failures, judge verdicts and write results.json plus a
 
 There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
 verdict comes from the stages alone, by the same `results.judge` as every other run.
+
+The records are NOT sealed: this command did not run the probe, it reads what came back from elsewhere,
+so its results are for reports only and vouch for nothing (`tag`, `promote`, `export` and the build's
+reuse refuse them). To verify with a seal, run `verify --host` (or `build`, `verify IMAGE`) where the probe runs.
 """
 
 from __future__ import annotations

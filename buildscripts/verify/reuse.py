@@ -3,25 +3,29 @@
 A verification's outcome depends on the image (its id), the probe's code, the plan (stages, target
 archs, lane, stage timeout, server profile) and the GPU its GPU stages run on (model, arch, driver,
 how the engine hands it over; or why there is none), and the failure catalogue that classifies a failed
-stage. `key()` hashes exactly these; the pipeline stores
-the key with each cell's record, and `find()` looks through the saved runs for the newest record of
-the same cell with the same key. Only settled outcomes are reused (verified, cpu-checked, an expected
-failure): a failure or an unexpected pass is verified again, since a user re-runs to retry those.
-The caller judges the reused stages again against the current expectations and verifies again unless
-the outcome is still settled. `--reverify` skips the lookup.
+stage. `key()` hashes exactly these; the pipeline stores the key with each cell's record, and `find()`
+looks through the saved runs for the newest record of the same cell with the same key, sealed by a
+trusted verifier (trust/seal.py): anyone can compute the key, only a verifier of ours can seal. Only
+settled outcomes are reused (verified, cpu-checked, an expected failure): a failure or an unexpected
+pass is verified again, since a user re-runs to retry those. The caller judges the reused stages again
+against the current expectations and verifies again unless the outcome is still settled. `--reverify` skips the lookup.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .. import log
 from ..errors import ResultsError
 from ..results import CellResult, RunResults, StageResult, Verdict, load
+from ..trust import seal
+from ..trust.dsse import EnvelopeError
+from ..trust.keys import PublicKey
 from .classify import CATALOGUE
 from .container import PROBE_SOURCE
 from .gpus import Discovery
@@ -108,10 +112,18 @@ def saved_runs(runs: Path, *, skip: str = "", newest: int = HISTORY) -> list[Run
     return found
 
 
-def find(history: Iterable[RunResults], cell_id: str, verification_key: str) -> Reused | None:
-    """The newest saved, settled record of `cell_id` made with exactly this key (`history`: newest first)."""
+def find(history: Iterable[RunResults], cell_id: str, verification_key: str,
+         trusted: Sequence[PublicKey]) -> Reused | None:
+    """The newest saved, settled record of `cell_id` made with exactly this key (`history`: newest first)
+    and sealed by a trusted key over exactly what it holds. The key is computable by anyone, so a record
+    that carries it proves nothing by itself: an unsealed or edited one is passed over, with a warning."""
     for run in history:
         record = run.cell(cell_id)
         if record and record.verification_key == verification_key and record.verdict in SETTLED:
+            try:
+                seal.signer(record, trusted)
+            except EnvelopeError as exc:
+                log.warn(f"{exc.message} (saved in run {run.run_id}): not reused")
+                continue
             return Reused(record, run)
     return None

@@ -28,14 +28,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import results
+from buildscripts import matrix, results
 from buildscripts.matrix.schema import Tags
 from buildscripts.publish import tags
 from buildscripts.results import RunResults, Status, Verdict
 from buildscripts.verify import container
 from tests.integration import tinyimages, tinyproject
 from tests.registry_server import RegistryServer
-from tests.results_factory import make_cell
+from tests.results_factory import make_cell, of_cell, passed_gate, sealed
 
 RUN_ID = "interrupted"
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGKILL, id="SIGKILL")]
@@ -190,16 +190,18 @@ def test_interrupted_in_the_middle_of_a_verification(client: docker.DockerClient
 # ---------------------------------------------------------------- promote
 
 
-def verified_results(client: docker.DockerClient, cfg: Tags, path: Path) -> results.CellResult:
-    """A verified cell for a fresh image of 256 MB of random bytes (its push takes a moment), tagged as the
-    pipeline does (candidate tag, then good tags on labelled children)."""
+def verified_results(client: docker.DockerClient, spec: matrix.Matrix, path: Path) -> results.CellResult:
+    """A verified record of the one cell of `spec` for a fresh image of 256 MB of random bytes (its push takes
+    a moment), sealed and tagged as the pipeline does (candidate tag, then good tags on the tested image)."""
+    cfg = spec.spec.tags
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as tar:
         data = os.urandom(256 << 20)
         info = tarfile.TarInfo("payload.bin")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    cell_id = make_cell("verified").cell_id
+    (matrix_cell,) = spec.cells
+    cell_id = matrix_cell.id
     client.api.import_image_from_data(payload.getvalue(), repository=cfg.repository, tag="tested",
                                       changes=[tinyimages.owner_change()])
     image_id = str(client.images.get(f"{cfg.repository}:tested").id)
@@ -208,9 +210,10 @@ def verified_results(client: docker.DockerClient, cfg: Tags, path: Path) -> resu
     client.api.tag(image_id, repository, tag)
     client.images.remove(f"{cfg.repository}:tested")   # only that tag
     cell = make_cell("verified", image_id=image_id)
-    cell = cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})})
-    cell = cell.model_copy(update={"tags": tags.apply_good_tags(client, cell, cfg)})
-    results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell]), path)
+    cell = sealed(of_cell(cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})}), matrix_cell))
+    cell = cell.model_copy(update={"tags": tags.apply_good_tags(client, passed_gate(cell, spec), cfg)})
+    results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell],
+                            matrix_digest=results.matrix_digest(spec.spec)), path)
     return cell
 
 
@@ -238,9 +241,11 @@ def test_interrupted_in_the_middle_of_a_promote(client: docker.DockerClient, ser
                                                 tmp_path: Path, sig: signal.Signals) -> None:
     nonce = uuid.uuid4().hex[:10]
     cfg = Tags(repository=f"sglang-images-test-{nonce}")
-    (tmp_path / "matrix.yaml").write_text(tinyproject.MATRIX.format(nonce=nonce))
+    # The tiny cell is expected to fail at import; a cell of another toolkit is not, so it can be verified.
+    text = tinyproject.MATRIX.format(nonce=nonce).replace("none: {description: nothing}", "pip: {description: x}")
+    (tmp_path / "matrix.yaml").write_text(text)
     path = tmp_path / "runs" / "t" / "results.json"
-    cell = verified_results(client, cfg, path)
+    cell = verified_results(client, matrix.load(tmp_path / "matrix.yaml"), path)
     children = {ref.rsplit(":", 1)[1]: str(client.images.get(ref).id) for ref in cell.tags}
     allowed = {**children, cell.image.ref.rsplit(":", 1)[1]: str(cell.image.id)}  # type: ignore[union-attr]
     argv = [sys.executable, "-m", "buildscripts", "promote", "--results", str(path), "--registry", server.url,

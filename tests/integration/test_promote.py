@@ -1,4 +1,4 @@
-"""Good tags and promotion against the real engine and a real registry on loopback.
+"""Good tags, the gate before them and promotion against the real engine and a real registry on loopback.
 
 Images are tiny (`docker import` of a one-file tar, unique content per test) and every image
 and tag made here is removed afterwards.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,14 +17,21 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import results
-from buildscripts.errors import RegistryError
+from buildscripts import matrix, results
+from buildscripts.errors import RegistryError, ResultsError
 from buildscripts.matrix.schema import Tags
-from buildscripts.publish import promote, registry, tags
+from buildscripts.publish import promote, registry, tagcmd, tags, trusted
 from buildscripts.results import CellResult, RunResults
+from buildscripts.trust import keys
+from buildscripts.trust.keys import SigningKey
+from buildscripts.workspace import Workspace
 from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
-from tests.results_factory import make_cell
+from tests.results_factory import finish, make_cell, of_cell, sealed
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = matrix.load(ROOT / "matrix.yaml")
+KEYS = [keys.signing_key(os.environ).public]   # this test session's throw-away verifier key
 
 pytestmark = pytest.mark.registry
 
@@ -35,7 +43,7 @@ def cfg() -> Tags:
 
 @pytest.fixture
 def make_image(client: docker.DockerClient, cfg: Tags) -> Iterator[Callable[[str], str]]:
-    """Build tiny images; afterwards remove them, their labelled children and every tag on them."""
+    """Build tiny images; afterwards remove them, anything built on them and every tag on them."""
     made: list[str] = []
 
     def build(content: str) -> str:
@@ -80,38 +88,57 @@ def _descends(image_id: str, roots: list[str], parents: dict[str, str]) -> bool:
     return False
 
 
-def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResult:
-    """A verified cell for `image_id`, tagged like the pipeline does (candidate, then good tags)."""
-    cell = make_cell("verified", image_id=image_id)
+def project(tmp_path: Path, cfg: Tags) -> matrix.Matrix:
+    """The project's matrix.yaml with this test's repository, in `tmp_path` (what `tag --matrix` reads)."""
+    text = (ROOT / "matrix.yaml").read_text().replace("  repository: sglang-images\n",
+                                                      f"  repository: {cfg.repository}\n", 1)
+    (tmp_path / "matrix.yaml").write_text(text)
+    return matrix.load(tmp_path / "matrix.yaml")
+
+
+def gate(cell: CellResult) -> trusted.Trusted:
+    found = trusted.check(cell, 0, SPEC, KEYS)
+    assert isinstance(found, trusted.Trusted), found
+    return found
+
+
+def with_candidate(client: docker.DockerClient, cell: CellResult, cfg: Tags) -> CellResult:
+    """`cell` with its image under a candidate tag, as the pipeline names it."""
+    image_id = str(cell.image.id)
     ref = f"{cfg.repository}:{cell.cell_id}-{image_id[7:19]}"
-    cell = cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})})
     repository, tag = ref.rsplit(":", 1)
     client.api.tag(image_id, repository, tag)
-    return cell.model_copy(update={"tags": tags.apply_good_tags(client, cell, cfg)})
+    return cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})})
 
 
-def save_run(cell: CellResult, path: Path) -> Path:
-    results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell]), path)
+def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResult:
+    """A verified cell for `image_id`, sealed and tagged like the pipeline does (candidate, then good tags)."""
+    cell = sealed(with_candidate(client, make_cell("verified", image_id=image_id), cfg))
+    return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell), cfg)})
+
+
+def save_run(cell: CellResult, path: Path, spec: matrix.Matrix = SPEC) -> Path:
+    results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell],
+                            matrix_digest=results.matrix_digest(spec.spec)), path)
     return path
 
 
-def test_good_tags_point_at_a_labelled_child_with_the_tested_layers(
+def repository_tags(client: docker.DockerClient, repository: str) -> dict[str, str]:
+    """Every local tag of `repository` -> the image it points at."""
+    return {ref: str(image.id) for image in client.images.list(name=repository) for ref in image.tags}
+
+
+def test_good_tags_point_at_the_tested_image_itself(
     client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str],
 ) -> None:
     image_id = make_image(f"good {uuid.uuid4()}")
+    before = client.images.get(image_id).attrs["Config"]
     cell = verified(client, image_id, cfg)
     assert cell.tags == [f"{cfg.repository}:0.5.16-torch2.11.0-cu130-pip",
                          f"{cfg.repository}:0.5.16-torch2.11.0-cu130-pip-verified-sm90"]
-    tested = client.images.get(image_id)
     for ref in cell.tags:
-        child = client.images.get(ref)
-        assert child.id != image_id
-        assert child.attrs["RootFS"] == tested.attrs["RootFS"]
-        assert child.labels[tags.TESTED_IMAGE_LABEL] == image_id
-        assert child.labels["io.sglang-images.cell"] == cell.cell_id
-        assert child.labels["io.sglang-images.verified.gpus"] == "NVIDIA H200"
-        assert child.labels["io.sglang-images.verified.archs"] == "sm90"
-        assert child.labels["io.sglang-images.results.digest"] == tags.results_digest(cell)
+        assert client.images.get(ref).id == image_id   # the digest that was tested, nothing built on it
+    assert client.images.get(image_id).attrs["Config"] == before  # no label written after the test
 
 
 def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
@@ -120,13 +147,78 @@ def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
     good = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)
     before = {ref: client.images.get(ref).id for ref in good.tags}
     rebuilt = make_image(f"v2 {uuid.uuid4()}")
+    pip = next(c for c in SPEC.cells if c.id == good.cell_id)
     for kind in ("failed", "cpu-checked"):
-        cell = make_cell(kind, image_id=rebuilt).model_copy(update={"axes": good.axes})  # same good tag names
-        assert tags.apply_good_tags(client, cell, cfg) == []
+        cell = sealed(of_cell(make_cell(kind, image_id=rebuilt), pip))  # the same cell: the same good tag names
+        assert tags.apply_good_tags(client, gate(cell), cfg) == []
     assert {ref: client.images.get(ref).id for ref in good.tags} == before
-    with pytest.raises(RegistryError, match="verified image is"):
-        tags.apply_good_tags(client, good, cfg, image_id=rebuilt)  # not the image that was tested
-    assert {ref: client.images.get(ref).id for ref in good.tags} == before
+
+
+def forged(kind: str, image_id: str) -> CellResult:
+    """A record of the verified kind for `image_id`, forged in one way (`sealed` by this session's verifier
+    key unless the forgery is about the seal)."""
+    cell = make_cell("verified", image_id=image_id)
+    gpu = results.GPU_STAGES
+    if kind == "hand-written":
+        return cell
+    if kind == "edited after sealing":  # a cpu-checked record, its GPU stages flipped to passed afterwards
+        honest = sealed(of_cell(make_cell("cpu-checked", image_id=image_id), gate(sealed(cell)).cell))
+        return honest.model_copy(update={"stages": cell.stages})
+    if kind == "sealed by another key":
+        return sealed(cell, SigningKey("elsewhere", keys.generate()))
+    if kind == "no targets, arch bogus":
+        stages = [s.model_copy(update={"arch": "bogus"}) if s.name in gpu else s for s in cell.stages]
+        return sealed(finish(cell, targets=[], stages=stages))
+    if kind == "unknown cell":
+        return sealed(cell.model_copy(update={"cell_id": "sglang9.9.9-torch2.11.0-cu130-pip-bookworm"}))
+    if kind == "another cell's axes":  # 0.5.16's image under 0.5.23's tags
+        return sealed(cell.model_copy(update={"axes": make_cell("verified", sglang="0.5.23").axes}))
+    if kind == "short id":
+        return sealed(make_cell("verified", image_id=image_id[:19]))
+    assert kind == "GPU stages on no GPU"
+    stages = [s.model_copy(update={"gpu": None, "where": "container (cpu)"}) if s.name in gpu else s
+              for s in cell.stages]
+    return sealed(finish(cell, stages=stages))
+
+
+FORGERIES = {  # kind -> what the refusal (or, for the last two, the skipped tag step) says
+    "hand-written": "not sealed by a verifier",
+    "edited after sealing": "changed after it was sealed (changed: stages",
+    "sealed by another key": "no valid signature by a trusted key",
+    # records a verifier could have sealed, judged with the matrix's facts: skipped, earning nothing
+    "no targets, arch bogus": "GPU stages passed on bogus, which is not a target arch",
+    "unknown cell": "'sglang9.9.9-torch2.11.0-cu130-pip-bookworm' is no cell of",
+    "another cell's axes": "axes are not those of the cell",
+    "short id": "is not a full image id",
+    "GPU stages on no GPU": "no GPU name and arch are recorded for it",
+}
+
+
+@pytest.mark.parametrize("kind", FORGERIES)
+def test_a_forged_record_moves_no_tag(
+    kind: str, client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tag` of each forgery: refused with the reason (an error before the engine is touched), or, for a
+    record a verifier could have sealed, judged with the matrix's facts: nothing earned. No tag moves."""
+    spec = project(tmp_path, cfg)
+    good = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)   # the good tags already there
+    target = make_image(f"forged {uuid.uuid4()}")
+    path = save_run(forged(kind, target), tmp_path / "results.json", spec)
+    before = repository_tags(client, cfg.repository)
+    assert {ref for ref, image in before.items() if image == str(good.image.id)} >= set(good.tags)
+    argv = ["--results", str(path), "--matrix", str(spec.path)]
+    reason = FORGERIES[kind]
+    if kind in ("no targets, arch bogus", "GPU stages on no GPU"):
+        assert tagcmd.main(argv, Workspace.at(tmp_path), dict(os.environ)) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert f"{good.cell_id} tag" in said and reason in said and "0 cell(s) tagged" in said
+    else:
+        with pytest.raises(ResultsError) as err:
+            tagcmd.main(argv, Workspace.at(tmp_path), dict(os.environ))
+        assert reason in err.value.message and "not evidence" in err.value.message
+    assert repository_tags(client, cfg.repository) == before
+    assert results.load(path).cells[0].tags == []
 
 
 def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
@@ -134,24 +226,39 @@ def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
     tmp_path: Path,
 ) -> None:
     cell = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
-    children = {ref.rsplit(":", 1)[1]: str(client.images.get(ref).id) for ref in cell.tags}
+    good = [ref.rsplit(":", 1)[1] for ref in cell.tags]
     path = save_run(cell, tmp_path / "runs" / "t" / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg) == 1
+    assert promote.promote_file(client, path, server.url, cfg, SPEC, KEYS) == 1
     saved = results.load(path).cells[0]
     base = f"{server.url}/{cfg.repository}"
     candidate = cell.image.ref.rsplit(":", 1)[1]  # type: ignore[union-attr]
-    assert set(saved.promoted) == {f"{base}:{candidate}", *(f"{base}:{t}" for t in children)}
+    assert set(saved.promoted) == {f"{base}:{candidate}", *(f"{base}:{t}" for t in good)}
     assert saved.image.digest == saved.promoted[f"{base}:{candidate}"]
+    assert set(saved.promoted.values()) == {saved.image.digest}   # every tag: the tested image's manifest
 
-    # Delete every local copy, pull back from the registry, compare ids and digests.
-    for image_id in (*set(children.values()), str(cell.image.id)):  # children first
-        client.images.remove(image_id, force=True)
+    # Delete the local copy, pull back from the registry, compare ids and digests.
+    client.images.remove(str(cell.image.id), force=True)
     assert registry.pull(client, f"{base}:{candidate}") == cell.image.id
-    for tag, child_id in children.items():
-        assert registry.pull(client, f"{base}:{tag}") == child_id
-        digests = client.images.get(child_id).attrs["RepoDigests"]
-        assert f"{base}@{saved.promoted[f'{base}:{tag}']}" in digests
+    for tag in good:
+        assert registry.pull(client, f"{base}:{tag}") == cell.image.id
         assert registry.remote_digest(client, f"{base}:{tag}") == saved.promoted[f"{base}:{tag}"]
+    assert f"{base}@{saved.image.digest}" in client.images.get(str(cell.image.id)).attrs["RepoDigests"]
+
+
+def test_promote_refuses_a_forged_record_before_pushing(
+    client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], server: RegistryServer,
+    tmp_path: Path,
+) -> None:
+    spec = project(tmp_path, cfg)
+    cell = verified(client, make_image(f"forged {uuid.uuid4()}"), cfg)
+    edited = cell.model_copy(update={"targets": []})   # sealed, then edited: the seal no longer fits
+    path = save_run(edited, tmp_path / "results.json", spec)
+    with pytest.raises(ResultsError, match="changed after it was sealed"):
+        promote.main(["--results", str(path), "--registry", server.url, "--matrix", str(spec.path)],
+                     Workspace.at(tmp_path), dict(os.environ))
+    assert promote.promote_file(client, path, server.url, cfg, spec, KEYS) == 0   # the API skips it too
+    assert results.load(path).cells[0].promoted == {}
+    assert not any(server.url in t for i in client.images.list() for t in i.tags)
 
 
 def _promote_twice(
@@ -161,7 +268,7 @@ def _promote_twice(
     """Promote v1; then try v2 of the same cell after `before_second`; return v1's promoted refs."""
     v1 = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)
     first = save_run(v1, tmp_path / "v1.json")
-    promote.promote_file(client, first, server.url, cfg)
+    promote.promote_file(client, first, server.url, cfg, SPEC, KEYS)
     old = results.load(first).cells[0].promoted
     for ref in v1.tags:
         registry.untag(client, ref)
@@ -170,9 +277,9 @@ def _promote_twice(
     before_second()
     with pytest.raises(RegistryError) as err:
         if hook is None:
-            promote.promote_file(client, second, server.url, cfg)
+            promote.promote_file(client, second, server.url, cfg, SPEC, KEYS)
         else:
-            promote.promote_cell(client, results.load(second).cells[0], server.url, cfg, before_push=hook)
+            promote.promote_cell(client, gate(results.load(second).cells[0]), server.url, cfg, before_push=hook)
     return old, second, str(err.value)
 
 
@@ -224,7 +331,7 @@ def test_an_unreachable_registry_is_a_clear_error(
     cell = verified(client, make_image(f"nowhere {uuid.uuid4()}"), cfg)
     path = save_run(cell, tmp_path / "results.json")
     with pytest.raises(RegistryError) as err:
-        promote.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg)
+        promote.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg, SPEC, KEYS)
     assert "unreachable" in str(err.value)
     assert results.load(path).cells[0].promoted == {}
 
@@ -233,9 +340,10 @@ def test_a_cell_without_good_tags_is_never_pushed(
     client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], server: RegistryServer,
     tmp_path: Path,
 ) -> None:
-    cell = make_cell("cpu-checked", image_id=make_image(f"cpu {uuid.uuid4()}"))
+    pip = next(c for c in SPEC.cells if c.id == make_cell("verified").cell_id)
+    cell = sealed(of_cell(make_cell("cpu-checked", image_id=make_image(f"cpu {uuid.uuid4()}")), pip))
     path = save_run(cell, tmp_path / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg) == 0
+    assert promote.promote_file(client, path, server.url, cfg, SPEC, KEYS) == 0
     with pytest.raises(RegistryError, match="no good tag"):
-        promote.promote_cell(client, cell, server.url, cfg)
+        promote.promote_cell(client, gate(cell), server.url, cfg)
     assert not any(server.url in t for i in client.images.list() for t in i.tags)

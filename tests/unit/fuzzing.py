@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from buildscripts import engine, log
 from buildscripts.errors import FatalError
 from buildscripts.report import markdown
+from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,8 @@ def run(main: Callable[..., int], argv: Sequence[str], ws: Workspace) -> str:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main(list(argv), ws, {})
+            # the verifier key, where a command seals a record, goes into the workspace too
+            main(list(argv), ws, {KEY_DIR_ENV: str(ws.root / ".keys")})
         except FatalError as exc:
             log.error(str(exc))  # the printer must take any message (markup in user text crashed it)
             assert exc.exit_code != 0 and exc.message

@@ -15,6 +15,7 @@ from buildscripts.errors import ConfigError
 from buildscripts.publish import export, pct
 from buildscripts.verify.lxc import ATTACH_PATH, LOGIN_ENV, Target, probe_script
 from buildscripts.verify.plan import Plan
+from tests.results_factory import make_cell, passed_gate
 
 
 def test_pct_lines_create_then_set_the_gpu() -> None:
@@ -99,10 +100,20 @@ def test_packing_is_reproducible_and_consumes_the_layout(tmp_path: Path) -> None
         assert {m.mtime for m in tar.getmembers()} == {0}
 
 
-def test_only_a_good_tags_image_is_good_and_annotations_say_when_forced() -> None:
-    assert export.not_good_because({"io.sglang-images.verdict": "cpu-checked"})
-    assert export.not_good_because({"io.sglang-images.verdict": "verified",
-                                    "io.sglang-images.tested-image": "sha256:1"}) is None
+def test_labels_claiming_a_verdict_are_dropped_and_the_vouching_record_speaks_instead() -> None:
+    claims = {"io.sglang-images.verdict": "verified", "io.sglang-images.tested-image": "sha256:1",
+              "io.sglang-images.verified.archs": "sm90 sm100", "io.sglang-images.cell": "c"}
+    assert export.record_labels(claims, None) == {"io.sglang-images.cell": "c"}
+    record = passed_gate(make_cell("verified"))
+    assert export.vouching(record.image_id, [record]) is record
+    assert export.vouching("sha256:" + "0" * 64, [record]) is None
+    assert export.record_labels(claims, record) == {
+        "io.sglang-images.cell": record.cell_id, "io.sglang-images.verdict": "verified",
+        "io.sglang-images.verified.archs": "sm90", "io.sglang-images.verified.gpus": "NVIDIA H200",
+        "io.sglang-images.tested-image": record.image_id}
+
+
+def test_annotations_say_when_forced() -> None:
     labels = {"io.sglang-images.cell": "c", "io.sglang-images.lock.lane": "ab", "org.opencontainers.image.title": "t",
               "io.sglang-images.base.id": "x"}
     notes = export.manifest_annotations(labels, forced="not verified")

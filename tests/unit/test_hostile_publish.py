@@ -5,6 +5,7 @@ empty or stray-newline values are errors, not silent defaults; no password is ec
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,18 +18,22 @@ from buildscripts import engine, matrix, proc, results
 from buildscripts.build import cache
 from buildscripts.errors import ConfigError, DiskSpaceError, ExportError, RegistryError, ResultsError, SelectionError
 from buildscripts.publish import export, promote, recorded, registry, tagcmd, tags
+from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
-from tests.results_factory import make_run
+from tests.results_factory import make_run, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
-    """A workspace with the project's matrix and a results file of a verified cell; the engine unreachable."""
+    """A workspace with the project's matrix and a results file of a verified cell and two others of that
+    matrix, sealed; the engine unreachable."""
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    run = make_run().model_copy(update={"matrix_digest": results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)})
+    run = make_run(kinds=("verified", "expected-failure", "incompatible"))
+    run.matrix_digest = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
+    run.cells = [sealed(cell) for cell in run.cells]
     results.save(run, tmp_path / "runs" / "r" / "results.json")
 
     def refuse(*args: object, **kwargs: object) -> None:
@@ -76,7 +81,7 @@ def test_a_save_that_fails_after_tagging_names_the_tags(ws: Workspace, monkeypat
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(results, "save", full)
     with pytest.raises(ResultsError) as exc:
-        tagcmd.main(["--results", results_file(ws)], ws, {})
+        tagcmd.main(["--results", results_file(ws)], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
     assert "was tagged sglang-images:good, but it could not be recorded" in exc.value.message
     assert "No space left on device" in exc.value.message
 

@@ -8,17 +8,19 @@ from, judge each arch, and give a good tag per verified arch only.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from buildscripts import cli, matrix, report, results
 from buildscripts.errors import ResultsError
-from buildscripts.publish import promote, tagcmd, tags
+from buildscripts.publish import promote, tagcmd, tags, trusted
 from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
+from buildscripts.trust import keys
 from buildscripts.workspace import Workspace
-from tests.results_factory import B200, RTX, ci_job, gpu_passed
+from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate
 from tests.results_factory import three_ci_jobs as _three_ci_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,10 +71,18 @@ def test_a_failure_on_one_arch_and_a_pass_on_another_both_show() -> None:
     assert status == "failed" and "sm_100: passed" in reason and "sm_120: failed (server-died" in reason
 
 
-def test_good_tags_one_per_verified_arch_from_the_merged_record() -> None:
+def test_a_merged_record_is_not_sealed_so_it_vouches_for_nothing() -> None:
+    merged = merge.merge(three_jobs()).cell(PIP)
+    assert merged is not None and merged.seal is not None  # runner B's seal, over runner B's record ...
+    found = trusted.check(merged, 0, kinds_matrix(), [keys.signing_key(os.environ).public])
+    assert isinstance(found, trusted.Refused) and "changed after it was sealed" in found.reason  # ... not this one
+
+
+def test_good_tags_one_per_verified_arch_of_a_record_of_two_archs() -> None:
+    """What the policy makes of a record with two archs (were a verifier to seal a merged record)."""
     merged = merge.merge(three_jobs())
-    pip, apt, nocccl = merged.cell(PIP), merged.cell(APT), merged.cell(NOCCCL)
-    assert pip is not None and apt is not None and nocccl is not None
+    pip, apt = passed_gate(merged.cell(PIP)), passed_gate(merged.cell(APT))  # type: ignore[arg-type]
+    nocccl = passed_gate(merged.cell(NOCCCL))  # type: ignore[arg-type]
     assert tags.good_tags(pip, TAGS) == [
         "sglang-images:0.5.16-torch2.11.0-cu130-pip",
         "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm100",
@@ -80,10 +90,9 @@ def test_good_tags_one_per_verified_arch_from_the_merged_record() -> None:
     ]
     # Failed on sm_120: only the sm_100 tag; the arch-less tag would vouch for sm_120 too.
     assert tags.good_tags(apt, TAGS) == ["sglang-images:0.5.16-torch2.11.0-cu130-apt-verified-sm100"]
-    assert tags.good_labels(apt)["io.sglang-images.verified.archs"] == "sm100"
-    assert tags.good_labels(apt)["io.sglang-images.verified.gpus"] == B200
+    assert apt.archs == ["sm100"] and apt.gpus == [B200]
     assert tags.good_tags(nocccl, TAGS) == []
-    assert tags.good_tags(merged.cell(EXCLUDED), TAGS) == []  # type: ignore[arg-type]
+    assert gated(merged.cell(EXCLUDED)).why_not  # type: ignore[arg-type]
 
 
 def test_junit_names_each_arch_of_a_merged_stage() -> None:
@@ -113,11 +122,12 @@ def test_a_good_tag_vouches_only_for_archs_that_ran_in_that_very_image() -> None
     merged = merge.merge([first, other_build]).cell(PIP)
     assert merged is not None and merged.verified_archs == ["sm_100", "sm_120"]   # the report: both
     assert merged.image.id == "sha256:" + "cd" * 32                                 # runner B's build is newest
-    assert tags.verified_archs(merged) == ["sm120"]
-    assert [t for t in tags.good_tags(merged, TAGS) if "verified" in t] == [
+    checked = passed_gate(merged)
+    assert checked.archs == ["sm120"]
+    assert [t for t in tags.good_tags(checked, TAGS) if "verified" in t] == [
         "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm120"]
     only_a = merge.merge([other_build.model_copy(update={"cells": []}), first]).cell(PIP)
-    assert only_a is not None and tags.verified_archs(only_a) == ["sm100"]
+    assert only_a is not None and passed_gate(only_a).archs == ["sm100"]
 
 
 # ---------------------------------------------------------------- results of another matrix.yaml
@@ -220,7 +230,7 @@ def test_every_gpu_stage_of_a_merged_arch_is_counted_once() -> None:
 def test_a_job_of_one_arch_may_vouch_only_for_arch_tags() -> None:
     """One CI job saw one arch; `promote --arch-tags-only` leaves the arch-free tag to the merged verdict."""
     sm100_only = job("job-sm100", "runner-a", "2026-11-30T08:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
-    cell = sm100_only.cells[0]
+    cell = passed_gate(sm100_only.cells[0])
     assert tags.good_tags(cell, promote.arch_tags_only(TAGS)) == [
         "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm100"]
     assert "sglang-images:0.5.16-torch2.11.0-cu130-pip" in tags.good_tags(cell, TAGS)

@@ -10,10 +10,12 @@ import pytest
 
 from buildscripts.matrix.schema import Profile
 from buildscripts.results import RunResults, save
+from buildscripts.trust import keys
+from buildscripts.trust.keys import SigningKey
 from buildscripts.verify import reuse
 from buildscripts.verify.gpus import Discovery, Gpu
 from buildscripts.verify.plan import Plan
-from tests.results_factory import finish, make_cell, make_run
+from tests.results_factory import finish, make_cell, make_run, sealed
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-1", "9.0", "580.159.04", 143771)
 B200 = Gpu(0, "NVIDIA B200", "GPU-2", "10.0", "580.159.04", 183359)
@@ -68,8 +70,12 @@ def test_a_changed_probe_file_changes_the_key(tmp_path: Path) -> None:
     assert reuse.probe_digest(tmp_path) != before
 
 
+KEYS = [keys.signing_key(os.environ).public]
+
+
 def keyed(run: RunResults, cell_key: str) -> RunResults:
-    run.cells = [c.model_copy(update={"verification_key": cell_key}) for c in run.cells]
+    """`run` with each cell made with `cell_key`, sealed as the verifier that made it seals it."""
+    run.cells = [sealed(c.model_copy(update={"verification_key": cell_key})) for c in run.cells]
     return run
 
 
@@ -77,27 +83,48 @@ def test_the_newest_settled_record_with_the_same_key_is_found() -> None:
     old = keyed(make_run("old", kinds=("cpu-checked",)), "k1")
     new = keyed(make_run("new", kinds=("cpu-checked",)), "k1")
     cell_id = old.cells[0].cell_id
-    found = reuse.find([new, old], cell_id, "k1")
+    found = reuse.find([new, old], cell_id, "k1", KEYS)
     assert found is not None and found.run.run_id == "new"
     assert found.origin().startswith("run new of ")
     assert all(s.run_id == "new" and s.runner == "ci-runner-1" for s in found.stages())
-    assert reuse.find([new, old], cell_id, "k2") is None
-    assert reuse.find([new, old], "another-cell", "k1") is None
+    assert reuse.find([new, old], cell_id, "k2", KEYS) is None
+    assert reuse.find([new, old], "another-cell", "k1", KEYS) is None
 
 
 @pytest.mark.parametrize(("kind", "reused"), [("verified", True), ("cpu-checked", True), ("expected-failure", True),
                                               ("failed", False)])
 def test_only_settled_outcomes_are_reused(kind: str, reused: bool) -> None:
     run = keyed(make_run(kinds=(kind,)), "k")
-    assert (reuse.find([run], run.cells[0].cell_id, "k") is not None) is reused
+    assert (reuse.find([run], run.cells[0].cell_id, "k", KEYS) is not None) is reused
 
 
 def test_an_unexpected_pass_is_verified_again() -> None:
     run = make_run(kinds=("expected-failure",))
-    passing = finish(make_cell("cpu-checked"), expected=run.cells[0].expected, verification_key="k")
+    passing = sealed(finish(make_cell("cpu-checked"), expected=run.cells[0].expected, verification_key="k"))
     run.cells = [passing]
     assert passing.verdict.value == "unexpected-pass"
-    assert reuse.find([run], passing.cell_id, "k") is None
+    assert reuse.find([run], passing.cell_id, "k", KEYS) is None
+
+
+@pytest.mark.parametrize("forgery", ["unsealed", "edited", "another key"])
+def test_a_record_with_the_right_key_but_no_valid_seal_is_not_reused(forgery: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Anyone can compute a cell's verification key: a record carrying it proves nothing without the seal."""
+    genuine = keyed(make_run("old", kinds=("cpu-checked",)), "k")
+    forged = make_run("new", kinds=("verified",))
+    cell = forged.cells[0].model_copy(update={"verification_key": "k", "cell_id": genuine.cells[0].cell_id})
+    if forgery == "edited":
+        cell = sealed(genuine.cells[0]).model_copy(update={"stages": cell.stages})
+    elif forgery == "another key":
+        cell = sealed(cell, SigningKey("elsewhere", keys.generate()))
+    forged.cells = [cell]
+    found = reuse.find([forged, genuine], cell.cell_id, "k", KEYS)
+    assert found is not None and found.run.run_id == "old"  # the sealed older record, not the forged newer one
+    assert reuse.find([forged], cell.cell_id, "k", KEYS) is None
+    said = capsys.readouterr().err
+    assert "(saved in run new): not reused" in said
+    assert {"unsealed": "not sealed by a verifier", "edited": "changed after it was sealed",
+            "another key": "no valid signature by a trusted key"}[forgery] in said
 
 
 def test_saved_runs_are_read_newest_first_and_broken_files_are_passed_over(tmp_path: Path) -> None:
