@@ -184,6 +184,11 @@ def _access(flag: str, repository: str, env: Mapping[str, str]) -> list[str]:
     return args
 
 
+def source_access(ref: str, env: Mapping[str, str]) -> list[str]:
+    """`skopeo copy`'s flags for reading `ref` as its source (what export copies from a registry)."""
+    return _access("src-", repository_of(ref), env)
+
+
 def _read(argv: list[str], ref: str, env: Mapping[str, str], log: Path | None) -> bytes | None:
     """skopeo's standard output byte for byte; None when the registry says it has no such thing."""
     with tempfile.TemporaryDirectory(prefix="sglang-images-skopeo-") as scratch:
@@ -224,6 +229,17 @@ def served(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Mani
         raise RegistryError(msg, hint="it was deleted, or never pushed there: build and stage it again "
                                       "(`nox -s build -- --stage REPO`)")
     return found
+
+
+def raw(ref: str, env: Mapping[str, str], *, config: bool = False, log: Path | None = None) -> bytes:
+    """The bytes the registry serves for `ref`'s manifest (with `config`: the config blob that manifest
+    names), byte for byte: what an OCI archive carries to show which image it holds (trust/carried.py)."""
+    flags = ["--config"] if config else []
+    out = _read(["inspect", "--raw", *flags, *_access("", repository_of(ref), env), f"docker://{ref}"], ref, env, log)
+    if out is None:
+        msg = f"the registry serves no {'config' if config else 'manifest'} for {ref}"
+        raise RegistryError(msg, hint="it was deleted, or never pushed there")
+    return out
 
 
 def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:

@@ -85,7 +85,7 @@ def as_json(source: sources.Source, judgement: Judgement) -> dict[str, Any]:
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws, env = ws or Workspace.at(), env or {}
     a = parse(argv)
-    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), a.arch)
+    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch)
     for source, judgement in judged:
         show(source, judgement, to_stderr=a.json)
     if a.json:

@@ -11,18 +11,21 @@ Registry verdicts come from cosign's attachments of REPO@DIGEST; an archive's tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from .. import engine
-from ..errors import CannotCheck, EngineError, NotVerified, RegistryError, ToolMissingError
-from ..refs import REFERENCE
-from . import carried, cosign, remote, verdicts
+from .. import distribution, engine
+from ..errors import CannotCheck, ConfigError, EngineError, NotVerified, RegistryError, ToolMissingError
+from . import carried, cosign, verdicts
 from .keys import PublicKey
 
 ARCHIVE = "oci-archive:"
+SOURCE_KEY = "sglang-images-source"   # in a container's config: the image it was made from
+SOURCE_LINE = re.compile(rf"{SOURCE_KEY}:\s*(\S+)")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class Source:
     envelopes: tuple[Any, ...]
 
 
-def sources(what: str) -> list[Source]:
+def sources(what: str, env: Mapping[str, str]) -> list[Source]:
     """The digest(s) `what` names and the verdicts attached to each; CannotCheck when they cannot be read,
     NotVerified when no digest can have a verdict (a local image never pushed, an archive carrying none)."""
     try:
@@ -50,10 +53,12 @@ def sources(what: str) -> list[Source]:
                 raise NotVerified(msg, hint="verdicts are attached to registry digests: pull the image from the "
                                             "registry by its good tag, or check the registry reference")
             return [_attached(ref, f"{what} (local image, {ref})") for ref in local]
-        digest = remote.digest_of(remote.manifest(what))
-        match = REFERENCE.fullmatch(what)
-        repository = match.group("name") if match else what
-        return [_attached(f"{repository}@{digest}", f"{what} (the registry serves {digest})")]
+        served = distribution.lookup(what, env)
+        if served is None:
+            msg = f"cannot check {what}: the registry serves no image of that name and tag"
+            raise CannotCheck(msg, hint="check the name and tag (`skopeo list-tags docker://REPOSITORY`)")
+        ref = f"{distribution.repository_of(what)}@{served.digest}"
+        return [_attached(ref, f"{what} (the registry serves {served.digest})")]
     except (RegistryError, ToolMissingError) as exc:
         msg = f"cannot check {what}: {exc.message}"
         raise CannotCheck(msg, hint=exc.hint) from None
@@ -89,12 +94,12 @@ def _local_digests(what: str) -> list[str] | None:
 Judged = list[tuple[Source, verdicts.Judgement]]
 
 
-def check(what: str, trusted: Sequence[PublicKey], archs: Sequence[str] = ()) -> Judged:
+def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = ()) -> Judged:
     """Every digest `what` leads to, judged by its verdicts (the image is verified when one of them is)."""
     if not trusted:
         msg = "no public key to check with (keys/*.pub holds none, and no --key was given)"
         raise CannotCheck(msg, hint="pass --key PUB with the signer's public key")
-    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs)) for source in sources(what)]
+    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs)) for source in sources(what, env)]
 
 
 def summary(what: str, judged: Judged) -> tuple[bool, str]:
@@ -109,3 +114,29 @@ def summary(what: str, judged: Judged) -> tuple[bool, str]:
     failing = [f for f in judgement.archs if not f.verified]
     said = "; ".join(f"{f.arch}: {f.detail}" for f in failing) or "no valid signed verdict is attached"
     return False, f"{what} is not verified for {source.digest}: {said}"
+
+
+def recorded_source(config: str | None) -> str | None:
+    """The image a container's config says it came from: a comment line `SOURCE_KEY: IMAGE` (Proxmox writes
+    the container's description there as comment lines, percent-encoded; in plain LXC add the line yourself).
+    The host keeps the config, so a process inside the container cannot rewrite it."""
+    for line in (config or "").splitlines():
+        if line.lstrip().startswith("#"):
+            found = SOURCE_LINE.search(unquote(line.lstrip()[1:]))
+            if found:
+                return found.group(1)
+    return None
+
+
+def source_verdict(config: str | None, trusted: Sequence[PublicKey], env: Mapping[str, str]) -> tuple[str, str]:
+    """(pass | warn | skip, detail) for the image a container records as its source: a container whose image
+    is not verified may still be ready for its GPU, so that is a warning, said with its reason."""
+    source = recorded_source(config)
+    if source is None:
+        return "skip", (f"the container records no source image (a `{SOURCE_KEY}: oci-archive:PATH` line in its "
+                        "description, which `nox -s export`'s note sets with pct create)")
+    try:
+        verified, line = summary(source, check(source, trusted, env))
+    except (NotVerified, CannotCheck, ConfigError) as exc:
+        return "warn", exc.message
+    return ("pass" if verified else "warn"), line

@@ -23,9 +23,9 @@ from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
-from ..trust import keys, seal
+from ..trust import keys, seal, sources, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc, pulled
+from . import gpus, lxc, pulled, reuse
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -159,8 +159,13 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(spec.spec))
     cell = seal.record(run, cell, signing, out)
+    if cell.image.subject:   # verified by digest: the verdict that travels with that digest, signed here
+        verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
+                               probe=reuse.probe_digest(), env=env)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
+    if a.lxc is not None or a.lxc_name is not None:
+        _say_source(_lxc_target(a), ws, env)
     if results.is_unexpected(cell.verdict):
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
@@ -197,7 +202,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
-    target = lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
+    target = _lxc_target(a)
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
@@ -213,6 +218,24 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
                        expected=cell.expected_failure() if cell else None,
                        build=BuildResult(status=Status.PASSED, reason=f"in place: {target.shown}"),
                        image=ImageInfo(ref=where, id=where, labels=labels), stages=found, run_id=run_id)
+
+
+def _lxc_target(a: argparse.Namespace) -> lxc.Target:
+    return lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
+
+
+def _say_source(target: lxc.Target, ws: Workspace, env: Mapping[str, str]) -> None:
+    """The signed verdict of the image the container records as its source (its config, on the host): a run
+    in place verifies the container as it is now, the verdict says what the image it came from earned."""
+    try:
+        config: str | None = target.config_path().read_text(errors="replace")
+    except OSError:
+        config = None
+    status, detail = sources.source_verdict(config, keys.trusted(ws.root, env), env)
+    if status == "pass":
+        log.info(f"source image: {detail}")
+    else:
+        log.warn(f"source image: {detail}")
 
 
 def _detail(stage: StageResult) -> str:
