@@ -93,5 +93,5 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     verified, line = sources.summary(a.image, judged)
     if not verified:
         raise NotVerified(line, hint=HINT)
-    log.info(line)
+    (log.err if a.json else log.console).print(f"[green]✓[/] {escape(line)}")   # stdout is the JSON's alone
     return 0

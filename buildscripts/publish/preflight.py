@@ -350,12 +350,14 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--cuda", help="the image's CUDA, e.g. 13.0 (checked against the host's driver)")
     ap.add_argument("--lxc-path", type=Path, default=None,
                     help=f"LXC's container folder (plain LXC; default {LXC_PATH})")
+    ap.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
+                    help="also trust verdicts signed by this public key (keys/*.pub are trusted always)")
     a = ap.parse_args(list(argv))
     target = _target(a)
     view = container_view(target) if target else None
     checks = run_checks(HostView(), view, a.cuda)
     if view is not None:   # the image it came from, as its config records it: verified, for that digest?
-        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env), env)
+        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env, a.trust_key), env)
         checks.append(Check("image's signed verdict", status, detail))
     show(checks)
     failed = [c.name for c in checks if c.status == "fail"]

@@ -59,6 +59,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    ap.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
+                    help="with --lxc: also trust the source image's verdicts signed by this public key")
     a = ap.parse_args(list(argv))
     in_place = a.host or a.lxc is not None or a.lxc_name is not None
     if not in_place and not a.image:
@@ -165,7 +167,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if a.lxc is not None or a.lxc_name is not None:
-        _say_source(_lxc_target(a), ws, env)
+        _say_source(_lxc_target(a), keys.trusted(ws.root, env, a.trust_key), env)
     if results.is_unexpected(cell.verdict):
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
@@ -224,14 +226,14 @@ def _lxc_target(a: argparse.Namespace) -> lxc.Target:
     return lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
 
 
-def _say_source(target: lxc.Target, ws: Workspace, env: Mapping[str, str]) -> None:
+def _say_source(target: lxc.Target, trusted: Sequence[keys.PublicKey], env: Mapping[str, str]) -> None:
     """The signed verdict of the image the container records as its source (its config, on the host): a run
     in place verifies the container as it is now, the verdict says what the image it came from earned."""
     try:
         config: str | None = target.config_path().read_text(errors="replace")
     except OSError:
         config = None
-    status, detail = sources.source_verdict(config, keys.trusted(ws.root, env), env)
+    status, detail = sources.source_verdict(config, trusted, env)
     if status == "pass":
         log.info(f"source image: {detail}")
     else:
