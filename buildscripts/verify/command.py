@@ -23,9 +23,9 @@ from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
-from ..trust import keys, seal
+from ..trust import keys, seal, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc, pulled
+from . import gpus, lxc, pulled, reuse
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -159,6 +159,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(spec.spec))
     cell = seal.record(run, cell, signing, out)
+    if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
+        verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
+                               probe=reuse.probe_digest(), env=env)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
     if results.is_unexpected(cell.verdict):
