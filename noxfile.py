@@ -126,12 +126,14 @@ BENCHMARKS = {
     "warm-lean": "benchmarks/warm_lean.py",
     # The main job on the default matrix: first and second run, time per cell and layer, disk by kind.
     "main-job": "benchmarks/main_job.py",
+    # Build once and verify by digest against every job building its cell, on two target archs.
+    "build-once": "benchmarks/build_once.py",
 }
 
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci`, `warm-lean` and `main-job`, all unless one is named first
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, all unless one is named first
     (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:

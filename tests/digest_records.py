@@ -47,10 +47,12 @@ def built(cell: matrix.Cell, image_id: str, inputs: str = "0123456789ab") -> Cel
 
 
 def gpu_job(build: CellResult, arch: str, stages: list[StageResult] | None = None) -> CellResult:
-    """What the GPU job of `arch` records for the digest `build` staged (its GPU stages: a fixture)."""
+    """What the GPU job of `arch` records for the digest `build` names: `build`'s own CPU stages (a record
+    of a real run keeps its real ones) and GPU stages on that arch, the only fixture."""
     assert build.image.subject, "stage the build record first"
     image = build.image.model_copy(update={"ref": build.image.subject})
-    return finish(build, image=image, stages=cpu_passed() + (stages or gpu_passed(GPUS[arch], arch)))
+    cpu = [s for s in build.stages if s.name in results.CPU_STAGES]
+    return finish(build, image=image, stages=cpu + (stages or gpu_passed(GPUS[arch], arch)))
 
 
 def save(record: CellResult, path: Path, spec: matrix.Matrix, run_id: str | None = None) -> Path:
