@@ -132,6 +132,8 @@ BENCHMARKS = {
     "warm-lean": "benchmarks/warm_lean.py",
     # The main job on the default matrix: first and second run, time per cell and layer, disk by kind.
     "main-job": "benchmarks/main_job.py",
+    # Build once and verify by digest against every job building its cell, on two target archs.
+    "build-once": "benchmarks/build_once.py",
     # `nox -s check` of one image from a loopback registry and from an OCI archive; writes check-results.md.
     "check": "benchmarks/check_time.py",
 }
@@ -139,8 +141,8 @@ BENCHMARKS = {
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job` and `check`, all unless one is named first
-    (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, all unless one is
+    named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:
         session.error(f"unknown benchmark {name!r}: name one of {', '.join(BENCHMARKS)} first, then its arguments")

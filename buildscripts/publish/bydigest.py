@@ -243,6 +243,8 @@ def promote(runs: Mapping[Path, RunResults], spec: Matrix, url: str, keys: Seque
         if isinstance(outcome, str):
             log.step(cell_id, "promote", "skipped", detail=outcome)
     chosen = [p for p in weighed.values() if isinstance(p, Promotion)]
+    if not chosen:
+        return 0
     with writer.sole_writer(dest, env, wait_s=wait_s):
         for promotion in chosen:    # every check before the first write
             check_subject(promotion, env, log_file=log_file)

@@ -43,18 +43,12 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class Carried:
+class Tested:
+    """One tested digest, the bytes that show which image it is, and its verdicts: what export takes from the
+    registry and writes beside the archive, and what `read` finds there."""
+
     repository: str
     digest: str                      # the tested digest (a manifest, or an index)
-    envelopes: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Tested:
-    """What export takes from the registry for one tested digest: the bytes that show which image it is."""
-
-    repository: str
-    digest: str
     manifest: bytes
     platform_manifest: bytes | None  # the index's manifest of the exported platform, when `digest` is an index
     config: bytes
@@ -111,7 +105,7 @@ def _refused(archive: Path, what: str) -> NotVerified:
                                                   "again from the registry (`nox -s export`)")
 
 
-def read(archive: Path) -> Carried:
+def read(archive: Path) -> Tested:
     """The verdicts carried with `archive`, once the archive is shown to hold the image they name."""
     try:
         record = json.loads(sidecar(archive).read_text(encoding="utf-8"))
@@ -129,6 +123,7 @@ def read(archive: Path) -> Carried:
     if digest_of(manifest) != digest:
         raise _refused(archive, f"the carried manifest is not {digest} (it hashes to {digest_of(manifest)})")
     tested = _json(manifest, archive, "the carried manifest")
+    own = None
     if "manifests" in tested:   # an index: the platform manifest it lists is the image
         own = _bytes(record.get("platform_manifest"), archive)
         if digest_of(own) not in [str(m.get("digest")) for m in tested["manifests"] if isinstance(m, dict)]:
@@ -139,7 +134,8 @@ def read(archive: Path) -> Carried:
         raise _refused(archive, "the carried config is not the one the tested manifest names")
     _same_image(archive, tested, _json(config, archive, "the carried config"))
     envelopes = record.get("attestations")
-    return Carried(str(record.get("repository")), digest, tuple(envelopes if isinstance(envelopes, list) else []))
+    return Tested(str(record.get("repository")), digest, manifest, own, config,
+                  tuple(envelopes if isinstance(envelopes, list) else []))
 
 
 def _bytes(value: Any, archive: Path) -> bytes:

@@ -161,7 +161,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(spec.spec))
     cell = seal.record(run, cell, signing, out)
-    if cell.image.subject:   # verified by digest: the verdict that travels with that digest, signed here
+    if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
         verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
                                probe=reuse.probe_digest(), env=env)
     show(cell)
