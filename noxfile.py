@@ -84,6 +84,12 @@ def export(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def check(session: nox.Session) -> None:
+    """Was this very image verified on a GPU (`-- IMAGE|TAG|oci-archive:PATH [--arch sm_120a] [--key PUB]`)?"""
+    _cli(session, "check")
+
+
+@nox.session(python=PYTHON)
 def preflight(session: nox.Session) -> None:
     """Read-only checks of an LXC host, and a container (`-- --ctid ID` or `--lxc-name NAME`), for GPUs."""
     _cli(session, "preflight")
@@ -126,13 +132,17 @@ BENCHMARKS = {
     "warm-lean": "benchmarks/warm_lean.py",
     # The main job on the default matrix: first and second run, time per cell and layer, disk by kind.
     "main-job": "benchmarks/main_job.py",
+    # Build once and verify by digest against every job building its cell, on two target archs.
+    "build-once": "benchmarks/build_once.py",
+    # `nox -s check` of one image from a loopback registry and from an OCI archive; writes check-results.md.
+    "check": "benchmarks/check_time.py",
 }
 
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci`, `warm-lean` and `main-job`, all unless one is named first
-    (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, all unless one is
+    named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:
         session.error(f"unknown benchmark {name!r}: name one of {', '.join(BENCHMARKS)} first, then its arguments")

@@ -61,6 +61,12 @@ def check(client: docker.DockerClient) -> Engine:
     return Engine(version, str(info.get("DockerRootDir", "/var/lib/docker")), runtimes, probe.output.strip())
 
 
+def platform(client: docker.DockerClient) -> tuple[str, str]:
+    """The engine's os and architecture as an image index names them (`linux`, `amd64`)."""
+    version = client.version()
+    return str(version.get("Os") or "linux"), str(version.get("Arch") or "amd64")
+
+
 def check_disk(engine: Engine, cells: int, advice: Callable[[], str] | None = None) -> None:
     """Room for `cells` new cell builds; when short, `advice()` names what to prune (build/footprint.py)."""
     path = engine.root_dir if os.path.exists(engine.root_dir) else "/"

@@ -120,3 +120,15 @@ class ProposalError(FatalError):
     """The release watch cannot make or write its proposal (another watch runs, matrix.yaml changed, ...)."""
 
     exit_code = 17
+
+
+class NotVerified(FatalError):
+    """No valid signed verdict shows the image verified on the asked arch, for this very digest."""
+
+    exit_code = 18
+
+
+class CannotCheck(FatalError):
+    """An image's signed verdicts could not be read (registry, archive or cosign): nothing was concluded."""
+
+    exit_code = 19

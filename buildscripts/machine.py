@@ -1,14 +1,15 @@
 """What the README's two commands need on this machine, and bringing it up before any work.
 
 `nox -s build` needs the Docker CLI, a reachable engine, the buildx plugin and debootstrap; `nox -s tests`
-needs those and the tools its tiers drive (a registry server, Chromium, skopeo, umoci, LXC, gcc and the
-throw-away second engine). On Debian as root, whatever is missing is installed and the engine started by
-the one installer of the project, `.ci/install-engine` (idempotent: it skips what is there), which says
-what it installs. Elsewhere, or with SGLANG_IMAGES_NO_SETUP=1, `build` stops before any work with the line
-that fixes it; `tests` warns with that line and goes on (a test whose tool is missing skips, naming it),
-except under CI=true, where a missing tool is an error.
+needs those and the tools its tiers drive (a registry server, Chromium, skopeo, cosign, umoci, LXC, gcc and
+the throw-away second engine); `nox -s check` and the promote job need skopeo and cosign (`--for check`).
+On Debian as root, whatever is missing is installed and the engine started by the one installer of the
+project, `.ci/install-engine` (idempotent: it skips what is there), which says what it installs.
+Elsewhere, or with SGLANG_IMAGES_NO_SETUP=1, `build` stops before any work with the line that fixes it;
+`tests` warns with that line and goes on (a test whose tool is missing skips, naming it), except under
+CI=true, where a missing tool is an error.
 
-    python -m buildscripts setup [--for build|tests]
+    python -m buildscripts setup [--for build|tests|check]
 """
 
 from __future__ import annotations
@@ -60,19 +61,25 @@ BUILD = (
     Need("the docker buildx plugin", _succeeds("docker", "buildx", "version"), ENGINE, engine=True),
     Need("debootstrap", _program("debootstrap"), "your distribution's debootstrap package"),
 )
+COSIGN = Need("cosign", _program("cosign"), "cosign 2.x: Debian trixie's cosign package (.ci/install-engine unpacks "
+              "it on bookworm) or a release from sigstore/cosign")
+# `nox -s check` and the promote job: the registry read with skopeo, the verdicts attached and read with cosign.
+SKOPEO = Need("skopeo", _program("skopeo"), "skopeo")
+CHECK = (SKOPEO, COSIGN)
 TESTS = (
     *BUILD,
+    COSIGN,
     Need("gcc", _program("gcc"), "a C compiler and linker (gcc, libc6-dev)"),
     Need("a registry server (docker-registry)", _program("docker-registry"), "Debian's docker-registry package"),
     Need("Chromium", _program("chromium"), "Debian's chromium package"),
-    Need("skopeo", _program("skopeo"), "skopeo"),
+    SKOPEO,
     Need("umoci", _program("umoci"), "umoci"),
     Need("jq", _program("jq"), "jq"),
     Need("LXC", _program("lxc-create"), "LXC (lxc-create, lxc-start, lxc-attach)"),
     Need("the second engine (Docker 26) for the shared-cache test", SECOND_ENGINE.exists,
          "Debian trixie's docker.io unpacked under /opt/docker-26 (.ci/install-engine shows how)"),
 )
-NEEDS = {"build": BUILD, "tests": TESTS}
+NEEDS = {"build": BUILD, "tests": TESTS, "check": CHECK}
 
 
 def missing(needs: Sequence[Need]) -> list[Need]:

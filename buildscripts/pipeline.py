@@ -1,8 +1,10 @@
-"""`nox -s build`: load → select → lock check → build → verify → tag → report → exit code.
+"""`nox -s build`: load → select → lock check → build → verify → tag (or stage) → report → exit code.
 
 Each step is a small function. A failed cell is a result, not a crash: the run goes on to the
 next cell unless --fail-fast. Results are saved after every cell, so an interrupted run keeps
-what it finished; good tags are only applied after a cell's verification passed.
+what it finished; good tags are only applied after a cell's verification passed. With `--stage
+REPO` the run builds once for GPU jobs elsewhere: CPU stages only, and what passed them is pushed to
+REPO with its digest read back into the results (publish/staging.py).
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ import docker
 import docker.errors
 from pydantic import ValidationError
 
-from . import engine, hostenv, log, matrix, report, results
+from . import distribution, engine, hostenv, log, matrix, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
 from .matrix.schema import LABEL_PREFIX, Cache
-from .publish import tagcmd, tags, trusted
-from .results import CellResult, RunResults, StageResult, Status, cell_record
+from .publish import staging, tagcmd, tags, trusted
+from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
 from .verify import gpus, reuse
@@ -63,6 +65,7 @@ class Options:
     cache_keep: int | None = None       # bytes of BuildKit cache kept after the run (None: unbounded)
     keep_superseded: bool = False       # keep candidates whose cell's inputs have changed since
     keep_containers: bool = False
+    stage: str | None = None            # staging repository: CPU stages here, GPU stages by digest elsewhere
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -112,8 +115,12 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--keep-superseded", action="store_true", default=hostenv.switch(env, KEEP_SUPERSEDED_ENV),
                     help="keep the candidate images of earlier inputs of the cells built (default: removed; "
                          f"{KEEP_SUPERSEDED_ENV}=1 keeps them)")
+    ap.add_argument("--stage", metavar="REPO", default=None,
+                    help="build once for GPU jobs elsewhere: run the CPU stages, push what passed them to this "
+                         "registry repository and record its digest (then `nox -s matrix -- --github --staged "
+                         "RESULTS` lists the verify jobs)")
     a = ap.parse_args(list(argv))
-    return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip,
+    return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip, stage=a.stage,
                    fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,
                    profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
                    builder=a.builder, cache_ref=a.cache_ref, cache_keep=_cache_keep(a.cache_keep, env),
@@ -155,6 +162,12 @@ def check_options(spec: Matrix, opts: Options) -> None:
     if unknown:
         msg = f"unknown stage(s) {', '.join(unknown)}"
         raise ConfigError(msg, hint="stages are: " + ", ".join(results.LADDER))
+    if opts.stage is not None:
+        conflict = "--no-verify" if not opts.verify else "--per-gpu" if opts.per_gpu else None
+        if conflict:
+            msg = f"--stage runs the CPU stages and pushes what passed them: it cannot go with {conflict}"
+            raise ConfigError(msg, hint=f"drop {conflict}, or --stage")
+        distribution.check_repository(opts.stage, "--stage")
     if opts.profile not in spec.spec.profiles:
         msg = f"no server profile {opts.profile!r} in {opts.ws.matrix}"
         raise ConfigError(msg, hint="profiles there: " + ", ".join(spec.spec.profiles))
@@ -168,6 +181,8 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client = engine.connect()
     found = engine.check(client)
+    if opts.stage:
+        staging.check(opts.stage, opts.env)   # before an hour of building, not after
     ctx = prepare(client, spec, buildable, opts, run_dir)
     current = ctx.candidates
     missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
@@ -319,7 +334,7 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     stages: list[StageResult] = []
     key = reused = None
     if build.status is Status.PASSED and opts.verify:
-        plan = Plan.for_cell(cell, stages=opts.stages, profile=spec.spec.profiles[opts.profile],
+        plan = Plan.for_cell(cell, stages=_stages(opts), profile=spec.spec.profiles[opts.profile],
                              profile_name=opts.profile)
         key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
         reused = reuse.find(ctx.history, cell.id, key, ctx.trusted)
@@ -335,8 +350,14 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
             for stage in stages:
                 log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
                          stage.failure_class or stage.reason or "")
-    return cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
-                       reused_from=reused.origin() if reused else None, **facts)
+    record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
+                         reused_from=reused.origin() if reused else None, **facts)
+    if opts.stage and record.verdict in staging.STAGED_VERDICTS:
+        with log.working(f"staging {cell.id} in {opts.stage}"):
+            image = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
+        record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
+                             reused_from=reused.origin() if reused else None, **facts)
+    return record
 
 
 def tag_cell(run: RunResults, spec: Matrix, ctx: Context, path: Path) -> None:
@@ -352,6 +373,13 @@ def tag_cell(run: RunResults, spec: Matrix, ctx: Context, path: Path) -> None:
     refs = tagcmd.apply(ctx.client, checked, spec.spec.tags)
     run.cells[-1] = record.model_copy(update={"tags": refs})
     results.save(run, path)
+
+
+def _stages(opts: Options) -> list[str] | None:
+    """The stages to run: all (or --stages); with --stage only those that need no GPU."""
+    if not opts.stage:
+        return opts.stages
+    return [s for s in opts.stages or results.LADDER if s in CPU_STAGES]
 
 
 def _verify(image: str, cell: Cell, plan: Plan, ctx: Context, opts: Options, logs: Path) -> list[StageResult]:

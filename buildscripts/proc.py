@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -54,11 +54,11 @@ def quote(argv: Sequence[str]) -> str:
 
 
 def _start(argv: tuple[str, ...], *, env: Mapping[str, str] | None, cwd: Path | None,
-           stdin: bool) -> subprocess.Popen[bytes]:
+           stdin: bool, stdout: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin else None,
-            env=env, cwd=cwd, start_new_session=True,
+            argv, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
+            stdin=subprocess.PIPE if stdin else None, env=env, cwd=cwd, start_new_session=True,
         )
     except OSError as exc:  # not found, not executable (`--python /etc/passwd`), not a program at all
         why = "not found" if isinstance(exc, FileNotFoundError) else exc.strerror
@@ -76,8 +76,12 @@ def run(
     on_line: Callable[[str], None] | None = None,
     keep_lines: int = 400,
     stdin: bytes | None = None,
+    stdout: Path | None = None,
 ) -> Completed:
-    """Run `argv`, teeing stdout+stderr to `log`. Never raises on a non-zero exit: callers decide."""
+    """Run `argv`, teeing stdout+stderr to `log`. Never raises on a non-zero exit: callers decide.
+
+    With `stdout`, the command's standard output goes to that file byte for byte (a manifest whose sha256 is
+    its digest), and only its standard error is teed."""
     argv = tuple(str(a) for a in argv)
     full_env = {**os.environ, **env} if env is not None else None
     started = time.monotonic()
@@ -89,7 +93,8 @@ def run(
         log_handle.write(f"$ {quote(argv)}\n")
         log_handle.flush()
     try:
-        proc = _start(argv, env=full_env, cwd=cwd, stdin=bool(stdin))
+        with stdout.open("wb") if stdout is not None else nullcontext() as out:
+            proc = _start(argv, env=full_env, cwd=cwd, stdin=bool(stdin), stdout=out)
     except BaseException:
         if log_handle:
             log_handle.close()
@@ -97,7 +102,7 @@ def run(
 
     def pump() -> None:
         # `with` closes the pipe: else a ResourceWarning per command (an error under pytest -W error)
-        with cast(IO[bytes], proc.stdout) as stream:
+        with cast(IO[bytes], proc.stderr if stdout is not None else proc.stdout) as stream:
             for raw in stream:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 tail.append(line)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,11 +28,15 @@ def free_port() -> int:
 
 
 class RegistryServer:
-    def __init__(self, folder: Path) -> None:
+    """`netns`: serve inside that network namespace (its own loopback: only what runs in it reaches the
+    registry), as on a machine whose engine has no bridge network."""
+
+    def __init__(self, folder: Path, *, netns: str | None = None) -> None:
         self.binary = needs.tool(BINARY, "apt-get install docker-registry (.ci/install-engine does)")
         self.folder = folder
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
+        self.prefix = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []   # second_engine.in_netns
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, readonly: bool = False) -> None:
@@ -44,20 +49,28 @@ class RegistryServer:
             f"http:\n  addr: {self.url}\n"
         )
         log = (self.folder / "registry.log").open("ab")
-        self.proc = subprocess.Popen([self.binary, "serve", str(config)], stdout=log, stderr=log,
+        self.proc = subprocess.Popen([*self.prefix, self.binary, "serve", str(config)], stdout=log, stderr=log,
                                      start_new_session=True)
         log.close()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"registry exited: {(self.folder / 'registry.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://{self.url}/v2/", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.1)
+            if self._answers():
+                return
+            time.sleep(0.1)
         pytest.fail(f"registry on {self.url} did not answer /v2/ within 20 s")
+
+    def _answers(self) -> bool:
+        if self.prefix:   # another network namespace: asked from inside it
+            ask = f"import urllib.request; urllib.request.urlopen('http://{self.url}/v2/', timeout=2)"
+            return subprocess.run([*self.prefix, sys.executable, "-c", ask], capture_output=True,
+                                  check=False).returncode == 0
+        try:
+            with urllib.request.urlopen(f"http://{self.url}/v2/", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, ConnectionError):
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -55,7 +55,7 @@ def _run(*argv: str) -> None:
 class SecondEngine:
     """dockerd 26 with the containerd image store on `self.host`; everything it made goes at `stop()`."""
 
-    def __init__(self, folder: Path, *, nat: bool = False) -> None:
+    def __init__(self, folder: Path, *, nat: bool = False, netns: str | None = None) -> None:
         self.name = "sgl" + uuid.uuid4().hex[:8]          # bridge names are at most 15 characters
         self.folder = folder
         self.root = folder / "data"
@@ -64,6 +64,9 @@ class SecondEngine:
         self.host = f"unix://{self.sock}"
         self.subnet = f"10.{213 + (int(self.name[3:5], 16) % 40)}.{int(self.name[5:7], 16)}"
         self.nat = nat
+        # In a network namespace of its own the engine runs as on a host without iptables: no bridge at all
+        # (`--bridge=none`, which there deletes no docker0 of the host's), containers on the host network.
+        self.netns = netns
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: docker.DockerClient | None = None
 
@@ -83,17 +86,20 @@ class SecondEngine:
         self.run_dir.mkdir(parents=True)
         config = self.folder / "daemon.json"
         config.write_text(json.dumps({"features": {"containerd-snapshotter": True}}))
-        _run("ip", "link", "add", self.name, "type", "bridge")
-        _run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.name)
-        _run("ip", "link", "set", self.name, "up")
+        if self.netns is None:
+            _run("ip", "link", "add", self.name, "type", "bridge")
+            _run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.name)
+            _run("ip", "link", "set", self.name, "up")
         if self.nat:
             self._nat("-A")
         path = f"{PREFIX / 'usr/bin'}:{PREFIX / 'usr/sbin'}:{os.environ.get('PATH', '')}"
         log = (self.folder / "dockerd.log").open("ab")
+        inside = in_netns(self.netns) if self.netns else []
         self.proc = subprocess.Popen(
-            [str(PREFIX / "usr/sbin/dockerd"), "--config-file", str(config), "--data-root", str(self.root),
+            [*inside, str(PREFIX / "usr/sbin/dockerd"), "--config-file", str(config), "--data-root", str(self.root),
              "--exec-root", str(self.run_dir / "exec"), "--pidfile", str(self.folder / "dockerd.pid"),
-             "-H", self.host, "--bridge", self.name, "--iptables=false", "--ip6tables=false"],
+             "-H", self.host, "--bridge", "none" if self.netns else self.name, "--iptables=false",
+             "--ip6tables=false"],
             stdout=log, stderr=log, env={**os.environ, "PATH": path}, start_new_session=True)
         log.close()
         deadline = time.monotonic() + 60
@@ -154,9 +160,27 @@ class SecondEngine:
             _run("iptables", action if action == "-D" else "-I", "FORWARD", direction, self.name, "-j", "ACCEPT")
 
 
+def in_netns(name: str) -> list[str]:
+    """The prefix that runs a command in network namespace `name` and nothing else: `ip netns exec` also
+    mounts a /sys of its own, which hides the cgroup hierarchy an engine needs."""
+    return ["nsenter", f"--net=/run/netns/{name}"]
+
+
 @contextmanager
-def second_engine(folder: Path, *, nat: bool = False) -> Iterator[SecondEngine]:
-    engine = SecondEngine(folder, nat=nat)
+def network_namespace() -> Iterator[str]:
+    """A network namespace of its own, its loopback up (nothing else: nothing outside reaches it); deleted after."""
+    name = "sglns" + uuid.uuid4().hex[:8]
+    _run("ip", "netns", "add", name)
+    try:
+        _run(*in_netns(name), "ip", "link", "set", "lo", "up")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+@contextmanager
+def second_engine(folder: Path, *, nat: bool = False, netns: str | None = None) -> Iterator[SecondEngine]:
+    engine = SecondEngine(folder, nat=nat, netns=netns)
     try:
         engine.start()
         yield engine

@@ -1,17 +1,20 @@
 """`nox -s matrix`: the selected cell ids, one per line (or JSON), like cibuildwheel's
 --print-build-identifiers. `--all` adds excluded cells with their reasons; `--github` prints the
-job matrix of the CI workflow (one job per cell, or per cell and arch, with its runner labels)."""
+job matrix of the CI workflow (one job per cell, or per cell and arch, with its runner labels), and
+with `--staged RESULTS` the verify jobs of what a build staged: the same rows, each with the
+`image` to verify by digest (`REPO@sha256:…`). `--build-runner` prints the build job's labels."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log
+from .. import log, results
 from ..workspace import Workspace, path_argument
 from .cells import Cell, select
 from .load import load
@@ -32,14 +35,27 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     output.add_argument("--json", action="store_true", help="machine-readable output")
     output.add_argument("--github", action="store_true",
                         help="the GitHub Actions job matrix, one compact JSON line ({\"include\": [...]})")
+    output.add_argument("--build-runner", action="store_true",
+                        help="the labels of the CI build job's runner (runners.build), one compact JSON line")
+    ap.add_argument("--staged", type=path_argument, metavar="RESULTS",
+                    help="with --github: the verify jobs of the cells RESULTS staged (`build --stage REPO`), "
+                         "each with the image to verify by digest")
     a = ap.parse_args(list(argv))
     if a.github and a.all:
         ap.error("--github lists the jobs of buildable cells only; drop --all")
+    if a.staged and not a.github:
+        ap.error("--staged goes with --github: it lists the verify jobs of a staging build")
     spec = load(a.matrix)
+    if a.build_runner:
+        print(json.dumps(list(spec.spec.runners.build), separators=(",", ":")))
+        return 0
     cells = select(spec.cells, a.only, a.skip, include_excluded=a.all)
     if a.github:
+        jobs = github_jobs(cells, spec.spec.runners)
+        if a.staged:
+            jobs = staged_jobs(jobs, a.staged, results.matrix_digest(spec.spec), a.matrix)
         # Compact, one line: the workflow writes it to $GITHUB_OUTPUT as `matrix=...`.
-        print(json.dumps({"include": github_jobs(cells, spec.spec.runners)}, separators=(",", ":")))
+        print(json.dumps({"include": jobs}, separators=(",", ":")))
         return 0
     if a.json:
         rows = [{**c.axes(), "id": c.id, "excluded": c.excluded,
@@ -71,3 +87,14 @@ def github_jobs(cells: Sequence[Cell], runners: Runners) -> list[dict[str, objec
         jobs.extend({"cell": cell.id, "arch": arch, "runs-on": list(runners.archs[arch]),
                      "name": f"{cell.id} on {arch}"} for arch in cell.archs if arch in runners.archs)
     return jobs
+
+
+def staged_jobs(jobs: Sequence[dict[str, object]], path: Path, digest: str, matrix: Path) -> list[dict[str, object]]:
+    """The jobs of the cells the results at `path` staged, each with `image`: `REPO@sha256:…` to verify.
+    A cell that was not staged (it failed, or was expected to fail, a CPU stage) gets no GPU job."""
+    run = results.load(path)
+    warning = results.check_matrix(run, path, matrix, digest, allow_other=False)
+    if warning:
+        log.warn(warning)
+    subjects = {c.cell_id: c.image.subject for c in run.cells if c.image.subject}
+    return [{**job, "image": subjects[str(job["cell"])]} for job in jobs if str(job["cell"]) in subjects]

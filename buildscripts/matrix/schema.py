@@ -236,9 +236,11 @@ Labels = Annotated[tuple[Annotated[str, AfterValidator(_runner_label)], ...], Af
 class Runners(Strict):
     """The CI runners a cell's GPU job asks for (`nox -s matrix -- --github`): labels, all of which
     a runner must carry. Without per-arch labels a cell runs once on any runner with the default
-    labels; with them, once per listed arch, each on a runner whose labels name that GPU."""
+    labels; with them, once per listed arch, each on a runner whose labels name that GPU. The build
+    job (`nox -s build -- --stage REPO`) runs on a runner with the `build` labels: no GPU needed."""
 
     default: Labels = ("self-hosted", "linux", "x64", "gpu")
+    build: Labels = ("self-hosted", "linux", "x64", "build")
     archs: dict[str, Labels] = Field(default_factory=dict, description="arch from `archs:` -> labels")
 
 

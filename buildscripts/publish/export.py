@@ -2,9 +2,12 @@
 (and LXC's `oci` template) accepts, its sha256, and an install note with the exact commands.
 
 The archive is `NAME.oci.tar`: an OCI layout (oci-layout, index.json, blobs/) with gzip layers, written
-by skopeo from the local engine, with the cell's facts as manifest annotations (cell id, lock hashes,
-verdict, verified archs). Only an image a sealed results record vouches for (the gate of `tag` and
-`promote`, publish/trusted.py) is exported, unless `--force`, and then the annotations say so.
+by skopeo, with the cell's facts as manifest annotations (cell id, lock hashes, verdict, verified archs).
+An image whose signed verdicts are attached in its registry is copied from there by digest, and its
+verdicts travel beside the archive (NAME.oci.tar.verdicts.json, trust/carried.py: what `nox -s check --
+oci-archive:PATH` reads); any other image is copied from the local engine and carries none. Only an
+image a sealed results record vouches for (the gate of `tag` and `promote`, publish/trusted.py) is
+exported, unless `--force`, and then the annotations say so.
 Everything is made in a hidden folder next to the target and moved into place at the end: an
 interrupted or failed export leaves no partial archive.
 """
@@ -29,11 +32,21 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import disk, engine, log, matrix, proc, results
-from ..errors import ConfigError, DiskSpaceError, ExportError, ResultsError
+from .. import disk, distribution, engine, log, matrix, proc, results
+from ..errors import (
+    ConfigError,
+    DiskSpaceError,
+    ExportError,
+    NotVerified,
+    RegistryError,
+    ResultsError,
+    ToolMissingError,
+)
 from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
 from ..refs import FORMS, reference_problem
 from ..results import RunResults
+from ..trust import carried
+from ..trust.keys import PublicKey
 from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
 from . import pct, trusted
@@ -210,7 +223,8 @@ def check_target(out: Path, need_bytes: int) -> None:
 
 
 def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
-           cuda: str | None = None, labels: Mapping[str, str] | None = None) -> Exported:
+           cuda: str | None = None, labels: Mapping[str, str] | None = None, tested: carried.Tested | None = None,
+           env: Mapping[str, str] | None = None) -> Exported:
     size = int(image.attrs.get("Size", 0))
     # skopeo first copies the image out of the engine uncompressed (into TMPDIR: the work folder here), then
     # writes the gzip layout (about half); packing consumes the layout blob by blob.
@@ -221,7 +235,8 @@ def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, f
     started = time.monotonic()
     try:
         with _writing(out):
-            digest = _made(skopeo, image, work, out, name=name, labels=labels, forced=forced, cuda=cuda)
+            digest = _made(skopeo, image, work, out, name=name, labels=labels, forced=forced, cuda=cuda,
+                           tested=tested, env=env or {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
@@ -242,15 +257,19 @@ def _writing(out: Path) -> Iterator[None]:
 
 
 def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels: Mapping[str, str],
-          forced: str | None, cuda: str | None) -> str:
-    """Archive, checksum and install note made in `work`, then moved into `out`; the archive's sha256."""
+          forced: str | None, cuda: str | None, tested: carried.Tested | None, env: Mapping[str, str]) -> str:
+    """Archive, checksum, install note (and the carried verdicts) made in `work`, then moved into `out`; the
+    archive's sha256. An image whose signed verdicts are attached in its registry is copied from there, by
+    digest, so that the archive's layers are the tested blobs themselves (gzip stays gzip: skopeo reuses
+    them); any other from the local engine."""
     work.mkdir()
-    done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip",
-                     f"docker-daemon:{image.id}", f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
-                    env={"TMPDIR": str(work)})
+    source = [*distribution.source_access(tested.source, env), f"docker://{tested.source}"] if tested \
+        else [f"docker-daemon:{image.id}"]
+    done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip", *source,
+                     f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200, env={**env, "TMPDIR": str(work)})
     if not done.ok:
-        msg = f"skopeo could not export {image.id}: {done.tail(5)}"
-        raise ExportError(msg, hint="check that skopeo can reach the Docker engine (DOCKER_HOST)")
+        msg = f"skopeo could not export {tested.source if tested else image.id}: {done.tail(5)}"
+        raise ExportError(msg, hint="check that skopeo can reach the registry, or the Docker engine (DOCKER_HOST)")
     bad = layer_problems(work / "layout")
     if bad:
         msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
@@ -259,14 +278,41 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
     pack(work / "layout", work / archive.name)
     digest = sha256_of(work / archive.name)
-    (work / f"{archive.name}.sha256").write_text(f"{digest}  {archive.name}\n")
-    plan = pct.Plan(archive=archive.name, cuda=cuda)
+    sums, visible = [f"{digest}  {archive.name}"], [f"{archive.name}.sha256", note.name]
+    if tested:
+        side = carried.sidecar(work / archive.name)
+        carried.write(side, tested)
+        try:
+            carried.read(work / archive.name)   # the archive holds the tested image, or nothing is moved out
+        except NotVerified as exc:
+            msg = f"the archive skopeo wrote is not the tested image: {exc.message}"
+            raise ExportError(msg, hint="skopeo rewrote what it should have copied; upgrade skopeo") from None
+        sums.append(f"{sha256_of(side)}  {side.name}")
+        visible.insert(0, side.name)
+    (work / f"{archive.name}.sha256").write_text("\n".join(sums) + "\n")
+    plan = pct.Plan(archive=archive.name, cuda=cuda, verdicts=bool(tested))
     (work / note.name).write_text(pct.install_note(
         plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
     # The visible steps: the archive last, so that a checksum beside an archive is always its own.
-    for made in (f"{archive.name}.sha256", note.name, archive.name):
+    for made in (*visible, archive.name):
         (work / made).replace(out / made)
     return digest
+
+
+def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str]) -> carried.Tested | None:
+    """The first registry digest of `image` (its RepoDigests) whose signed verdicts are attached, with them."""
+    digests = [str(d) for d in image.attrs.get("RepoDigests") or []]
+    for ref in digests:
+        try:
+            found = carried.gather(ref, keys, env)
+        except (RegistryError, ToolMissingError) as exc:
+            log.warn(f"{ref}: its verdicts cannot be read ({exc.message})")
+            continue
+        if found:
+            return found
+    log.warn(f"{image.id} has no signed verdict in a registry ({', '.join(digests) or 'never pushed'}): "
+             "the archive carries none, and `nox -s check` cannot vouch for it")
+    return None
 
 
 def archive_name(image: Image, what: str) -> str:
@@ -300,8 +346,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if a.name is not None:
         safe_name(a.name)  # a bad name is said before the engine is asked anything
     spec = matrix.load(a.matrix)
-    vouched = trusted.earned(vouched_runs(a.results, ws, spec, a.allow_other_matrix), spec,
-                             trusted.keys_from(a, ws, env))
+    keys = trusted.keys_from(a, ws, env)
+    vouched = trusted.earned(vouched_runs(a.results, ws, spec, a.allow_other_matrix), spec, keys)
     client = engine.connect()
     image = resolve(client, a.image, vouched)
     record = vouching(str(image.id), vouched)
@@ -314,8 +360,10 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                                     "or pass --force to export it marked as unverified")
     name = safe_name(a.name) if a.name else archive_name(image, a.image)
     cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    with log.working(f"exporting {image.id} to {a.out}"):
-        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels)
+    tested = attested(image, keys, env)
+    with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
+        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,
+                      env=env)
     if why_not:
         log.warn(f"exported although {why_not}; the archive's annotations say so")
     log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "

@@ -8,7 +8,12 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..trust.sources import SOURCE_KEY
+
 GPU_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+TEMPLATE_CACHE = "/var/lib/vz/template/cache"   # the `local` storage's templates
+# The container's config records the image it came from in its description (comment lines of
+# /etc/pve/lxc/CTID.conf, which the container cannot edit): what preflight and `verify --lxc` check.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,18 +26,25 @@ class Plan:
     cores: int = 16
     gpus: Sequence[str] = GPU_NODES
     cuda: str | None = None       # the image's CUDA, for the preflight
+    verdicts: bool = False        # its signed verdicts travel beside it (NAME.oci.tar.verdicts.json)
     server_args: str = "--model-path /models/MODEL --host 0.0.0.0 --port 30000"
 
     @property
     def template(self) -> str:
         return f"{self.storage}:vztmpl/{self.archive}"
 
+    @property
+    def source(self) -> str:
+        """The image the container is made from, as `nox -s check` takes it (once copied to the cache)."""
+        return f"oci-archive:{TEMPLATE_CACHE}/{self.archive}"
+
 
 def create(plan: Plan) -> list[str]:
     """`pct create`: the image's own values (Env, Entrypoint/Cmd) override create options, so the
     container's resources and devices go on afterwards with `pct set`."""
     return ["pct", "create", plan.ctid, plan.template, "--hostname", f"sglang-{plan.ctid}", "--unprivileged", "1",
-            "--rootfs", plan.rootfs, "--net0", "name=eth0,bridge=vmbr0,ip=dhcp"]
+            "--rootfs", plan.rootfs, "--net0", "name=eth0,bridge=vmbr0,ip=dhcp",
+            "--description", f"{SOURCE_KEY}: {plan.source}"]
 
 
 def set_resources(plan: Plan) -> list[str]:
@@ -48,9 +60,12 @@ def server_args(plan: Plan) -> list[str]:
 
 def commands(plan: Plan) -> list[list[str]]:
     cuda = ["--cuda", plan.cuda] if plan.cuda else []
+    check = [["nox", "-s", "check", "--", f"oci-archive:{plan.archive}"]] if plan.verdicts else []
+    sidecar = [f"{plan.archive}.verdicts.json"] if plan.verdicts else []
     return [
         ["sha256sum", "-c", f"{plan.archive}.sha256"],
-        ["cp", plan.archive, "/var/lib/vz/template/cache/"],
+        *check,
+        ["cp", plan.archive, *sidecar, f"{TEMPLATE_CACHE}/"],
         create(plan),
         set_resources(plan),
         ["pct", "start", plan.ctid],
@@ -69,6 +84,13 @@ def install_note(plan: Plan, *, image: str, annotations: dict[str, str], forced:
     else:
         lines += [f"Verified on {annotations.get('io.sglang-images.verified.archs', '?')} "
                   f"({annotations.get('io.sglang-images.verified.gpus', '?')}).", ""]
+    if plan.verdicts:
+        lines += [f"Its signed verdicts travel beside it ({plan.archive}.verdicts.json): `nox -s check -- "
+                  f"oci-archive:{plan.archive}` proves, offline, that this archive holds the image a verifier "
+                  "signed for (keep the two files together).", ""]
+    else:
+        lines += ["This archive carries no signed verdict (the image was not promoted to a registry with its "
+                  "verdicts attached): `nox -s check` cannot vouch for it.", ""]
     lines += ["On the Proxmox host, next to the archive:", "", "```sh"]
     lines += [shlex.join(argv) for argv in commands(plan)]
     lines += ["```", "",

@@ -1,7 +1,8 @@
 """`nox -s preflight`: is this LXC host (Proxmox or plain LXC), and optionally one container, ready to
 run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
-container a few questions, and prints per check what passed, what failed, and the exact lines to add.
-It never edits the host or the container.
+container a few questions, checks the signed verdict of the image the container records as its source,
+and prints per check what passed, what failed, and the exact lines to add. It never edits the host or
+the container.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.table import Table
 from .. import log
 from ..errors import ConfigError, PreflightFailed
 from ..matrix.schema import CUDA_FLAVOURS
+from ..trust import keys, sources
 from ..verify.lxc import LXC_PATH, STANDARD_NODES, Target, config_line, missing_rule_lines, running
 from ..workspace import Workspace
 
@@ -340,7 +342,7 @@ def printable(text: str) -> str:
 
 
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    del ws, env  # read-only host inspection: nothing of the workspace or the environment
+    ws, env = ws or Workspace.at(), env or {}
     ap = argparse.ArgumentParser(prog="nox -s preflight --", description=__doc__.splitlines()[0])
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--ctid", help="a Proxmox container id to check too (read with pct)")
@@ -348,9 +350,15 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--cuda", help="the image's CUDA, e.g. 13.0 (checked against the host's driver)")
     ap.add_argument("--lxc-path", type=Path, default=None,
                     help=f"LXC's container folder (plain LXC; default {LXC_PATH})")
+    ap.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
+                    help="also trust verdicts signed by this public key (keys/*.pub are trusted always)")
     a = ap.parse_args(list(argv))
     target = _target(a)
-    checks = run_checks(HostView(), container_view(target) if target else None, a.cuda)
+    view = container_view(target) if target else None
+    checks = run_checks(HostView(), view, a.cuda)
+    if view is not None:   # the image it came from, as its config records it: verified, for that digest?
+        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env, a.trust_key), env)
+        checks.append(Check("image's signed verdict", status, detail))
     show(checks)
     failed = [c.name for c in checks if c.status == "fail"]
     if failed:

@@ -1,5 +1,9 @@
 """`nox -s promote`: publish the cells that earned good tags to a registry, by digest.
 
+Cells whose records name a staged digest (a staging build and the GPU jobs that verified its digests) are
+promoted by pointing the good tags at that digest in the registry (publish/bydigest.py). The others, built
+and verified on one machine, are pushed from its engine, as follows.
+
 For each verified cell the gate lets through (publish/trusted.py: a sealed record of a matrix cell):
 push the tested image by its id under its candidate tag, read the digest back from the registry and
 pull it by digest to prove it is the image the results name as tested; then push each good tag (the
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +29,7 @@ from ..matrix import Matrix
 from ..matrix.schema import Tags
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
-from . import recorded, registry, tags, trusted
+from . import bydigest, recorded, registry, tags, trusted, writer
 
 if TYPE_CHECKING:
     import docker
@@ -121,6 +126,8 @@ def promote_file(
     run = results.load(path)
     count = 0
     for checked in trusted.sift(run, spec, keys, only):
+        if isinstance(checked, trusted.Trusted) and checked.record.image.subject:
+            continue   # promoted by digest (publish/bydigest.py)
         if isinstance(checked, trusted.Refused) or checked.why_not or not checked.record.tags:
             log.step(checked.cell_id, "promote", "skipped", detail=checked.why_not or "no good tag applied")
             continue
@@ -149,6 +156,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     trusted.add_arguments(parser)
     parser.add_argument("--arch-tags-only", action="store_true",
                         help="push only the tags that name an arch (a CI job that verified one arch of a cell)")
+    parser.add_argument("--repair", action="store_true",
+                        help="point a good tag that moved since these results promoted it back at their verified "
+                             "digest (without it, such a tag is refused: it may be a newer promotion's)")
+    parser.add_argument("--lock-wait", type=float, default=writer.DEFAULT_WAIT_S, metavar="SECONDS",
+                        help="how long to wait for another promotion of the same repository (default: "
+                             f"{writer.DEFAULT_WAIT_S:.0f})")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
     loaded = matrix.load(ws.matrix)
@@ -175,8 +188,17 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         recorded.check_writable(path, "promote")
         trusted.refuse(trusted.sift(run, loaded, keys, args.only), path)
     recorded.check_selection(runs, args.only)
-    client = engine.connect()
-    cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-    total = sum(promote_file(client, path, url, cfg, loaded, keys, args.only) for path in paths)
+    total = bydigest.promote(runs, loaded, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
+                             log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")
+    if any(_pushed_from_here(run, loaded, keys, args.only) for run in runs.values()):
+        client = engine.connect()
+        cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
+        total += sum(promote_file(client, path, url, cfg, loaded, keys, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0
+
+
+def _pushed_from_here(run: results.RunResults, spec: Matrix, keys: Sequence[PublicKey], only: Sequence[str]) -> bool:
+    """The run holds a cell that earned good tags here and names no staged digest: pushed from this engine."""
+    return any(isinstance(c, trusted.Trusted) and not c.why_not and c.record.tags and not c.record.image.subject
+               for c in trusted.sift(run, spec, keys, only))

@@ -12,12 +12,13 @@ import contextlib
 import re
 from typing import TYPE_CHECKING, Any
 
+from .. import distribution
 from ..errors import RegistryError
 
 if TYPE_CHECKING:
     import docker
 
-PUSH, PULL, READ = "push of", "pull of", "reading"  # what failed, in messages
+PUSH, PULL, READ = distribution.PUSH, distribution.PULL, distribution.READ
 HOST_RE = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")  # ASCII digits only (`\d` takes any)
 
 
@@ -41,24 +42,6 @@ def split_ref(ref: str) -> tuple[str, str]:
     return repository, tag
 
 
-def _scrub(text: str) -> str:
-    """Remove anything shaped like credentials from an engine message before it is shown."""
-    text = re.sub(r"//[^/@\s:]+:[^/@\s]+@", "//***@", text)
-    return re.sub(r"(?i)(authorization|auth|password|token)([\"'=: ]+)\S+", r"\1\2***", text)
-
-
-def _error(action: str, ref: str, detail: str) -> RegistryError:
-    detail = _scrub(detail)
-    hint = "check that the registry runs and answers, and that `docker login HOST` was done if it needs auth"
-    if "connection refused" in detail or "no such host" in detail or "dial tcp" in detail:
-        hint = "the registry is unreachable: start it, or pass the right --registry HOST:PORT"
-    elif "405" in detail or "not allowed" in detail.lower() or "read-only" in detail.lower():
-        hint = "the registry refuses writes (read-only, or no push right here); no tag was moved"
-    elif "unauthorized" in detail.lower() or "denied" in detail.lower():
-        hint = "the registry refused: run `docker login HOST` (credentials live in docker's config.json)"
-    return RegistryError(f"{action} {ref} failed: {detail}", hint=hint)
-
-
 def push(client: docker.DockerClient, image_id: str, ref: str) -> str:
     """Tag `image_id` (by id, so nothing else can slip in) as `ref`, push it, return the manifest digest."""
     import docker.errors
@@ -75,11 +58,11 @@ def push(client: docker.DockerClient, image_id: str, ref: str) -> str:
             if aux.get("Tag") == tag and aux.get("Digest"):
                 digest = str(aux["Digest"])
     except docker.errors.APIError as exc:
-        raise _error(PUSH, ref, str(exc.explanation or exc)) from None
+        raise distribution.failure(PUSH, ref, str(exc.explanation or exc)) from None
     if failure is not None:
-        raise _error(PUSH, ref, failure)
+        raise distribution.failure(PUSH, ref, failure)
     if digest is None:
-        raise _error(PUSH, ref, "the engine reported no digest")
+        raise distribution.failure(PUSH, ref, "the engine reported no digest")
     return digest
 
 
@@ -90,24 +73,13 @@ def remote_digest(client: docker.DockerClient, ref: str) -> str:
     try:
         found = client.api.inspect_distribution(ref)  # type: ignore[no-untyped-call]
     except docker.errors.APIError as exc:
-        raise _error(READ, ref, str(exc.explanation or exc)) from None
+        raise distribution.failure(READ, ref, str(exc.explanation or exc)) from None
     return str(found["Descriptor"]["digest"])
 
 
 def pull(client: docker.DockerClient, ref: str) -> str:
     """Pull `ref` (`repo:tag` or `repo@sha256:...`) and return the local image id."""
-    import docker.errors
-
-    repository, _, digest = ref.partition("@")
-    try:
-        if digest:
-            image = client.images.pull(repository, tag=digest)
-        else:
-            repo, tag = split_ref(ref)
-            image = client.images.pull(repo, tag=tag)
-    except docker.errors.APIError as exc:
-        raise _error(PULL, ref, str(exc.explanation or exc)) from None
-    return str(image.id)
+    return distribution.pull(client, ref)
 
 
 def untag(client: docker.DockerClient, ref: str) -> None:

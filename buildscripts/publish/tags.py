@@ -14,7 +14,7 @@ A cell that did not earn its tags never touches them: the previous good image st
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
@@ -74,11 +74,17 @@ def good_tags(cell: Trusted, cfg: Tags) -> list[str]:
     check_templates(cfg)
     if cell.why_not is not None:
         return []
+    return named(cfg, cell.cell.axes(), cell.archs, every_arch=cell.every_arch)
+
+
+def named(cfg: Tags, axes: Mapping[str, str], archs: Sequence[str], *, every_arch: bool) -> list[str]:
+    """`repository:tag` of each good tag template, in their order, each once: one per arch of `archs` (as tags
+    spell them, `sm90`) for a template with `{arch}`; for one without, its tag when `every_arch`."""
+    check_templates(cfg)
     refs: list[str] = []
     for template in cfg.good:
-        archs = cell.archs if "{arch}" in template else ([""] if cell.every_arch else [])
-        for arch in archs:
-            ref = f"{cfg.repository}:{render(template, {**cell.cell.axes(), 'arch': arch})}"
+        for arch in archs if "{arch}" in template else ([""] if every_arch else []):
+            ref = f"{cfg.repository}:{render(template, {**axes, 'arch': arch})}"
             if ref not in refs:
                 refs.append(ref)
     return refs

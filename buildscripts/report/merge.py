@@ -51,7 +51,11 @@ def _key(stage: StageResult) -> StageKey:
 
 
 def same_build(older: CellResult, newer: CellResult) -> bool:
-    """Both records tested one build: the same image id, or the same content-addressed candidate tag."""
+    """Both records tested one build: the same manifest digest (a staging build and the GPU jobs that pulled
+    it: engines may name one image by different ids), the same image id, or the same content-addressed
+    candidate tag."""
+    if older.image.digest and newer.image.digest:
+        return older.image.digest == newer.image.digest
     if older.image.id == newer.image.id:
         return True
     ids = (older.image.id or "", newer.image.id or "")

@@ -71,12 +71,21 @@ class StageResult(Record):
 
 
 class ImageInfo(Record):
-    ref: str | None = None          # candidate tag
-    id: str | None = None           # image id (sha256:...)
-    digest: str | None = None       # registry digest once pushed
+    ref: str | None = None          # candidate tag (or, verified by digest, the `REPO@sha256:…` pulled)
+    id: str | None = None           # image id (sha256:...) in the engine that ran it
+    digest: str | None = None       # manifest digest in a registry: the subject of its verdicts
+    # The registry repository `digest` was read back from (staged by `build --stage`, or pulled by
+    # `verify REPO@sha256:…`); with it, `subject` names the tested image wherever it is copied.
+    repository: str | None = None
+    platform_digest: str | None = None  # when `digest` is an index: the manifest of the platform that ran
     size_bytes: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     layers: dict[str, int] = Field(default_factory=dict)  # bytes per Dockerfile stage, largest first
+
+    @property
+    def subject(self) -> str | None:
+        """`REPO@sha256:…` of the tested image in a registry, when it was staged there or pulled from it."""
+        return f"{self.repository}@{self.digest}" if self.repository and self.digest else None
 
 
 class BuildResult(Record):

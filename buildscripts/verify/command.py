@@ -1,6 +1,8 @@
 """`nox -s verify -- IMAGE | --host | --lxc CTID | --lxc-name NAME`: run the verification ladder inside any
 image, in a Python environment on this machine, or in place in a running LXC container; classify failures,
-print the verdict and save the results, sealed with this verifier's key (trust/keys.py)."""
+print the verdict and save the results, sealed with this verifier's key (trust/keys.py). `IMAGE` as
+`REPO@sha256:…` (or with `--pull`) is pulled by digest first and recorded as that digest: what a GPU job of
+a staging build does (verify/pulled.py)."""
 
 from __future__ import annotations
 
@@ -15,16 +17,16 @@ from docker.errors import ImageNotFound
 from rich.markup import escape
 from rich.table import Table
 
-from .. import disk, engine, log, results
+from .. import disk, distribution, engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..results.notes import measured, warnings
-from ..trust import keys, seal
+from ..trust import keys, seal, sources, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc
+from . import gpus, lxc, pulled, reuse
 from .container import KEEP_ENV, network_options
 from .host import verify_on_host
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -35,7 +37,10 @@ MAX_STAGE_TIMEOUT = float(MAX_TIMEOUT_S)
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="nox -s verify --", description=__doc__)
-    ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3)")
+    ap.add_argument("image", nargs="?", help="image reference or id (any image with a python3); REPO@sha256:… is "
+                                             "pulled by that digest first")
+    ap.add_argument("--pull", action="store_true",
+                    help="pull IMAGE by digest before verifying it, and refuse a tag (what CI's GPU jobs pass)")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
@@ -55,12 +60,16 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
     ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    ap.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
+                    help="with --lxc: also trust the source image's verdicts signed by this public key")
     a = ap.parse_args(list(argv))
     in_place = a.host or a.lxc is not None or a.lxc_name is not None
     if not in_place and not a.image:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
     if in_place and a.image:
         ap.error("give an IMAGE or a place to verify in (--host, --lxc, --lxc-name), not both")
+    if in_place and a.pull:
+        ap.error("--pull goes with an IMAGE by digest (REPO@sha256:…), not with --host or --lxc")
     check_arguments(a)
     return a
 
@@ -83,6 +92,8 @@ def check_arguments(a: argparse.Namespace) -> None:
         if problem:
             msg = f"IMAGE {problem}"
             raise ConfigError(msg, hint=f"give an image as {FORMS}, or an image id (`docker images` lists them)")
+        if a.pull:
+            pulled.pinned(a.image)  # a tag is refused here, before the engine is asked anything
     if a.python is not None and not a.python.strip():
         msg = "--python '' names no interpreter"
         raise ConfigError(msg, hint="give the interpreter's path, e.g. --python /opt/venv/bin/python, or leave "
@@ -129,8 +140,11 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
         client = engine.connect()
+        source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
+                  if a.pull or distribution.by_digest(a.image) else None)
+        image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
         try:
-            labels = image_facts(client, a.image).labels
+            labels = image_facts(client, image).labels
         except ImageNotFound:
             labels = {}
         # The image's cell label names its log folder: an image is input too, and may carry any text there.
@@ -141,15 +155,20 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         log.info(found_gpus.summary())
         for warning in found_gpus.warnings:
             log.warn(warning)
-        cell = check_image(client, a.image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
+        cell = check_image(client, image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                            stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1")
+                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
         cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(spec.spec))
     cell = seal.record(run, cell, signing, out)
+    if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
+        verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
+                               probe=reuse.probe_digest(), env=env)
     show(cell)
     log.info(f"results: {out}; probe log: {run_dir / cell.cell_id / 'probe.log'}")
+    if a.lxc is not None or a.lxc_name is not None:
+        _say_source(_lxc_target(a), keys.trusted(ws.root, env, a.trust_key), env)
     if results.is_unexpected(cell.verdict):
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
@@ -188,7 +207,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
-    target = lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
+    target = _lxc_target(a)
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
@@ -204,6 +223,24 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
                        expected=cell.expected_failure() if cell else None,
                        build=BuildResult(status=Status.PASSED, reason=f"in place: {target.shown}"),
                        image=ImageInfo(ref=where, id=where, labels=labels), stages=found, run_id=run_id)
+
+
+def _lxc_target(a: argparse.Namespace) -> lxc.Target:
+    return lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
+
+
+def _say_source(target: lxc.Target, trusted: Sequence[keys.PublicKey], env: Mapping[str, str]) -> None:
+    """The signed verdict of the image the container records as its source (its config, on the host): a run
+    in place verifies the container as it is now, the verdict says what the image it came from earned."""
+    try:
+        config: str | None = target.config_path().read_text(errors="replace")
+    except OSError:
+        config = None
+    status, detail = sources.source_verdict(config, trusted, env)
+    if status == "pass":
+        log.info(f"source image: {detail}")
+    else:
+        log.warn(f"source image: {detail}")
 
 
 def _detail(stage: StageResult) -> str:

@@ -53,14 +53,17 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
                 matrix: Matrix | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
                 stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
                 options: Mapping[str, Any] | None = None, profile: Profile | None = None,
-                profile_name: str = "default", keep: bool = False) -> CellResult:
+                profile_name: str = "default", keep: bool = False, pulled: ImageInfo | None = None) -> CellResult:
     """verify_image + judge in one call (what `verify IMAGE` and end-to-end tests use). The targets come
     from `archs`, else `cell`, else the cell of `matrix` the image's labels name, else the labels,
-    else the defaults; so does the lane and the declared expected failure."""
+    else the defaults; so does the lane and the declared expected failure. `pulled`: where the image came
+    from by digest (verify/pulled.py), recorded with it."""
     try:
         info = image_facts(client, image)
     except ImageNotFound:
         info = ImageInfo(ref=image)
+    if pulled is not None:
+        info = info.model_copy(update=pulled.model_dump(include={"ref", "repository", "digest", "platform_digest"}))
     label_lane, label_archs = lane_from_labels(info.labels)
     cell_id = cell.id if cell else info.labels.get(f"{LABEL_PREFIX}.cell", "adhoc")
     cell = cell or (matrix_cell(matrix, cell_id) if matrix else None)

@@ -41,10 +41,12 @@ def test_the_workflows_have_no_actionlint_findings(workflow: Path) -> None:
 
 def test_actionlint_reports_an_expression_pasted_into_a_script(tmp_path: Path) -> None:
     text = WORKFLOW.read_text()
-    planted = 'echo "${{ github.event.pull_request.title }}"\n          nox -s build -- --only "$CELL"'
+    line = 'nox -s verify -- --pull "$IMAGE" --run-id "$RUN_ID"'
+    assert line in text
+    planted = f'echo "${{{{ github.event.pull_request.title }}}}"\n          {line}'
     bad = tmp_path / ".github" / "workflows" / "bad.yml"
     bad.parent.mkdir(parents=True)
-    bad.write_text(text.replace('nox -s build -- --only "$CELL"', planted, 1))
+    bad.write_text(text.replace(line, planted, 1))
     done = lint(bad)
     assert done.returncode == 1
     assert "github.event.pull_request.title" in done.stdout and "untrusted" in done.stdout

@@ -1,5 +1,5 @@
-"""The cell job's shell steps, taken from the workflow and run with bash as a runner runs them
-(`bash -e`), against stand-in `nox`, `uv`, `docker` and `nvidia-smi` that record how they were called."""
+"""The jobs' shell steps, taken from the workflow and run with bash as a runner runs them (`bash -e`), against
+stand-in `nox`, `uv`, `docker`, `skopeo` and `nvidia-smi` that record how they were called."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BASH = shutil.which("bash") or "/bin/bash"  # found here: the scripts run with a PATH of stand-ins
-STEPS: list[dict[str, Any]] = yaml.safe_load(
-    (ROOT / ".github" / "workflows" / "sglang-images.yml").read_text())["jobs"]["cell"]["steps"]
+JOBS: dict[str, dict[str, Any]] = yaml.safe_load(
+    (ROOT / ".github" / "workflows" / "sglang-images.yml").read_text())["jobs"]
 
 
-def script(name: str) -> str:
-    found = [s["run"] for s in STEPS if s.get("name") == name]
+def script(name: str, job: str = "verify") -> str:
+    found = [s["run"] for s in JOBS[job]["steps"] if s.get("name") == name]
     assert len(found) == 1
     return str(found[0])
 
@@ -29,11 +29,12 @@ def tools(tmp_path: Path) -> Path:
     """A bin folder of stand-ins: each logs its arguments and stdin; nvidia-smi reports $FAKE_CAP."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("nox", "uv", "docker"):
+    for name in ("nox", "uv", "docker", "skopeo"):
         tool = bin_dir / name
         tool.write_text(f'#!/bin/bash\necho "{name} $*" >> "$CALLS"\n'
                         f'input=$(cat)\nif [ -n "$input" ]; then echo "stdin: $input" >> "$CALLS"; fi\n'
-                        f'if [ -n "$DOCKER_CONFIG" ]; then mkdir -p "$DOCKER_CONFIG"; fi\n')
+                        f'if [ -n "$DOCKER_CONFIG" ]; then mkdir -p "$DOCKER_CONFIG"; fi\n'
+                        f'if [ -n "$FAKE_OUT" ]; then echo "$FAKE_OUT"; fi\n')
         tool.chmod(0o755)
     smi = bin_dir / "nvidia-smi"
     smi.write_text('#!/bin/bash\necho "nvidia-smi $*" >> "$CALLS"\necho "$FAKE_CAP"\n')
@@ -41,11 +42,12 @@ def tools(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def run(step: str, tmp_path: Path, path: str, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
+def run(step: str, tmp_path: Path, path: str, job: str = "verify",
+        **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
     calls = tmp_path / "calls.log"
     calls.write_text("")
-    done = subprocess.run([BASH, "--noprofile", "--norc", "-e", "-c", script(step)], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+    done = subprocess.run([BASH, "--noprofile", "--norc", "-e", "-c", script(step, job)], capture_output=True,
+                          cwd=tmp_path, text=True, timeout=60, stdin=subprocess.DEVNULL,
                           env={"PATH": path, "CALLS": str(calls), "RUNNER_NAME": "gpu-runner-7", **env})
     return done, calls.read_text()
 
@@ -89,32 +91,66 @@ def test_the_gpu_check_warns_without_nvidia_smi(tools: Path, tmp_path: Path) -> 
 
 
 def test_promotion_is_skipped_cleanly_without_a_registry(tools: Path, tmp_path: Path) -> None:
-    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools), REGISTRY="", RUN_ID="r1")
+    done, calls = run("Promote the tested digests", tmp_path, system_path(tools), job="promote", REGISTRY="")
     assert done.returncode == 0
     assert "::notice title=Promotion skipped::" in done.stdout
     assert calls == ""  # neither docker login nor nox ran
 
 
-def test_promotion_logs_in_with_the_secrets_on_stdin_and_removes_the_login(tools: Path, tmp_path: Path) -> None:
+def test_promotion_logs_in_to_both_registries_with_the_secrets_on_stdin_and_removes_the_login(
+        tools: Path, tmp_path: Path) -> None:
     config = tmp_path / "docker-config"
-    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools),
-                      REGISTRY="registry.example:5000/team", REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret",
-                      RUN_ID="gh1.1-cell-any", ARCH="any", DOCKER_CONFIG=str(config))
+    done, calls = run("Promote the tested digests", tmp_path, system_path(tools), job="promote",
+                      REGISTRY="registry.example:5000/team", STAGING="staging.example/team/staging",
+                      REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret", DOCKER_CONFIG=str(config))
     assert done.returncode == 0, done.stdout + done.stderr
     assert calls.splitlines() == [
-        "docker login registry.example:5000 --username bot --password-stdin",
-        "stdin: s3cret",
-        "nox -s promote -- --registry registry.example:5000/team --results runs/gh1.1-cell-any/results.json",
+        "docker login registry.example:5000 --username bot --password-stdin", "stdin: s3cret",
+        "docker login staging.example --username bot --password-stdin", "stdin: s3cret",
+        "nox -s promote -- --registry registry.example:5000/team --results collected/*/results.json",
     ]
     assert "s3cret" not in done.stdout + done.stderr
     assert not config.exists()  # the job's login is gone with the step
 
 
-def test_a_job_of_one_arch_promotes_only_the_tags_that_name_an_arch(tools: Path, tmp_path: Path) -> None:
-    done, calls = run("Promote what earned good tags", tmp_path, system_path(tools),
-                      REGISTRY="registry.example:5000/team", RUN_ID="gh1.1-cell-sm_100a", ARCH="sm_100a",
+def test_the_build_stages_what_it_builds_when_a_staging_repository_is_set(tools: Path, tmp_path: Path) -> None:
+    config = tmp_path / "docker-config"
+    done, calls = run("Build once, check on the CPU, stage", tmp_path, system_path(tools), job="build",
+                      STAGING="ghcr.io/org/staging", REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret",
+                      ONLY="*", RUN_ID="gh1.1-build", DOCKER_CONFIG=str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == ["docker login ghcr.io --username bot --password-stdin", "stdin: s3cret",
+                                  "nox -s build -- --only * --run-id gh1.1-build --stage ghcr.io/org/staging"]
+    assert not config.exists()
+    done, calls = run("Build once, check on the CPU, stage", tmp_path, system_path(tools), job="build",
+                      STAGING="", ONLY="sglang0.5.16-*", RUN_ID="gh1.1-build", DOCKER_CONFIG=str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "::notice title=Nothing staged::" in done.stdout
+    assert calls.splitlines() == ["nox -s build -- --only sglang0.5.16-* --run-id gh1.1-build"]
+
+
+def test_the_verify_jobs_and_their_count_go_to_the_job_outputs(tools: Path, tmp_path: Path) -> None:
+    output = tmp_path / "github-output"
+    rows = '{"include":[{"cell":"a","image":"r@sha256:1"},{"cell":"b","image":"r@sha256:2"}]}'
+    (tmp_path / "runs" / "gh1.1-build").mkdir(parents=True)
+    (tmp_path / "runs" / "gh1.1-build" / "results.json").write_text("{}")
+    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="build",
+                      ONLY="*", RUN_ID="gh1.1-build", RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output),
+                      FAKE_OUT=rows)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output.read_text().splitlines() == [f"matrix={rows}", "count=2"]
+    output.write_text("")
+    (tmp_path / "runs" / "gh1.1-build" / "results.json").unlink()   # the build failed before its first cell
+    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="build",
+                      ONLY="*", RUN_ID="gh1.1-build", RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output))
+    assert done.returncode == 0 and calls == ""
+    assert output.read_text().splitlines() == ['matrix={"include":[]}', "count=0"]
+
+
+def test_a_gpu_job_logs_in_to_pull_and_verifies_the_digest(tools: Path, tmp_path: Path) -> None:
+    done, calls = run("Verify the staged digest", tmp_path, system_path(tools), IMAGE="ghcr.io/org/staging@sha256:ab",
+                      RUN_ID="gh1.1-cell-sm_100a", REGISTRY_USERNAME="reader", REGISTRY_PASSWORD="r34d",
                       DOCKER_CONFIG=str(tmp_path / "docker-config"))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert calls.splitlines() == [
-        "nox -s promote -- --registry registry.example:5000/team --results runs/gh1.1-cell-sm_100a/results.json "
-        "--arch-tags-only"]
+    assert calls.splitlines() == ["docker login ghcr.io --username reader --password-stdin", "stdin: r34d",
+                                  "nox -s verify -- --pull ghcr.io/org/staging@sha256:ab --run-id gh1.1-cell-sm_100a"]

@@ -1,7 +1,8 @@
 """The CI workflow (.github/workflows/sglang-images.yml), read as GitHub would and its commands run in
-process: the setup job's matrix command is the one the workflow holds, its output equals
-`nox -s matrix -- --github`, every `matrix.<key>` the workflow uses is in every row, each job's
-build command selects exactly its cell, and the report job merges what the jobs upload.
+process: the build job runs on the build runner matrix.yaml names and builds the selection once; its
+verify jobs are the rows of `nox -s matrix -- --github` for the cells it staged, each with its digest;
+every `matrix.<key>` the workflow uses is in every row; each verify job pulls exactly its digest into its
+own run and artifact; one promote job, one at a time, promotes and merges what the jobs upload.
 
 The `${{ }}` expressions the workflow uses are property look-ups and `a || 'b'`; `evaluate` below
 reads just those, so that a new kind of expression fails here instead of being guessed at."""
@@ -21,6 +22,8 @@ import yaml
 
 from buildscripts import matrix, pipeline, report, results
 from buildscripts.matrix import listing
+from buildscripts.results import ImageInfo
+from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
 from tests.results_factory import make_run
 
@@ -69,11 +72,9 @@ def command(script: str, prefix: str, env: Mapping[str, str]) -> list[str]:
     return [string.Template(w).substitute(env) for w in words[len(shlex.split(prefix)) + 1:]]
 
 
-def setup_argv(only_input: str) -> list[str]:
-    jobs_step = step("setup", "Job matrix from matrix.yaml")
+def build_env(only_input: str) -> dict[str, str]:
     context = {"inputs": {"only": only_input}, "github": GITHUB}
-    env = {k: evaluate(v, context) for k, v in jobs_step["env"].items()} | {"RUNNER_TEMP": "/tmp"}
-    return command(jobs_step["run"], "nox -s matrix", env)
+    return {k: evaluate(v, context) for k, v in JOBS["build"]["env"].items()} | {"RUNNER_TEMP": "/tmp"}
 
 
 def github_rows(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[str, list[dict[str, Any]]]:
@@ -83,56 +84,96 @@ def github_rows(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[st
     return out, rows
 
 
+def staged_results(tmp_path: Path, cell_ids: list[str]) -> Path:
+    """A staging build's results.json in which `cell_ids` were staged (and the others were not)."""
+    run = make_run(run_id="gh4242.1-build", kinds=("verified", "expected-failure"))
+    run.matrix_digest = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
+    image = ImageInfo(repository="registry.example/team/staging", digest="sha256:" + "5d" * 32,
+                      id="sha256:" + "1d" * 32)
+    run.cells = [results.CellResult(cell_id=c, image=image) for c in cell_ids]
+    path = tmp_path / "runs" / run.run_id / "results.json"
+    results.save(run, path)
+    return path
+
+
+def test_the_setup_job_names_the_build_runner_from_matrix_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    runner = step("setup", "Build runner from matrix.yaml")
+    assert command(runner["run"], "nox -s matrix", {"RUNNER_TEMP": "/tmp"}) == ["--build-runner"]
+    assert listing.main(["--build-runner"]) == 0
+    labels = json.loads(capsys.readouterr().out)
+    assert labels == list(matrix.load(ROOT / "matrix.yaml").spec.runners.build) and "gpu" not in labels
+    assert JOBS["setup"]["outputs"]["build-runner"] == "${{ steps.runner.outputs.labels }}"
+    assert JOBS["build"]["runs-on"] == JOBS["promote"]["runs-on"] == "${{ fromJSON(needs.setup.outputs.build-runner) }}"
+
+
 @pytest.mark.parametrize(("only_input", "same_as"), [
     ("", ["--github"]),  # push and pull_request: no input, every buildable cell
     ("sglang0.5.16-*", ["--github", "--only", "sglang0.5.16-*"]),  # a manual run's filter
 ])
-def test_the_setup_job_emits_what_matrix_github_prints(
-        capsys: pytest.CaptureFixture[str], only_input: str, same_as: list[str]) -> None:
-    from_workflow, rows = github_rows(capsys, setup_argv(only_input))
-    expected, _ = github_rows(capsys, same_as)
-    assert from_workflow == expected and rows
+def test_the_verify_jobs_are_what_matrix_github_prints_for_the_staged_cells_with_their_digest(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, only_input: str, same_as: list[str]) -> None:
+    _, planned = github_rows(capsys, same_as)
+    staged = [planned[0]["cell"], planned[-1]["cell"]]
+    env = build_env(only_input) | {"RUN_ID": "gh4242.1-build"}
+    argv = command(step("build", "Verify jobs of the staged digests")["run"], "nox -s matrix", env)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        staged_results(tmp_path, staged)
+        from_workflow, rows = github_rows(capsys, argv)
     assert "\n" not in from_workflow.rstrip("\n")  # `echo "matrix=..." >> $GITHUB_OUTPUT` takes one line
-    assert JOBS["setup"]["outputs"]["matrix"] == "${{ steps.jobs.outputs.matrix }}"
-    assert step("setup", "Job matrix from matrix.yaml")["id"] == "jobs"
+    assert [{k: v for k, v in r.items() if k != "image"} for r in rows] == [r for r in planned if r["cell"] in staged]
+    assert {r["image"] for r in rows} == {"registry.example/team/staging@sha256:" + "5d" * 32}
+    assert JOBS["build"]["outputs"]["matrix"] == "${{ steps.jobs.outputs.matrix }}"
+    assert step("build", "Verify jobs of the staged digests")["id"] == "jobs"
 
 
-def test_the_cell_job_runs_one_job_per_row_on_its_runners() -> None:
-    cell = JOBS["cell"]
-    assert cell["needs"] == "setup"
-    assert cell["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.setup.outputs.matrix) }}"}
-    assert cell["runs-on"] == "${{ matrix.runs-on }}"
-
-
-def test_every_matrix_key_the_workflow_uses_is_in_every_row(capsys: pytest.CaptureFixture[str]) -> None:
-    used = {key for expr in EXPR.findall(TEXT) for key in re.findall(r"(?<![\w.-])matrix\.([\w-]+)", expr)}
-    assert {"cell", "arch", "runs-on", "name"} <= used
-    _, rows = github_rows(capsys, setup_argv(""))
-    for row in rows:
-        assert used <= row.keys(), f"the workflow uses matrix keys {sorted(used - row.keys())} a row lacks"
-
-
-def test_each_job_builds_exactly_its_cell_into_its_own_run_and_artifact(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_build_job_builds_the_selection_once_and_stages_it() -> None:
     spec = matrix.load(ROOT / "matrix.yaml")
-    _, rows = github_rows(capsys, setup_argv(""))
-    # Two arch jobs of one cell as well, as per-arch runner labels make them.
-    rows += [{**rows[0], "arch": "sm_100a"}, {**rows[0], "arch": "sm_120a"}]
+    build = step("build", "Build once, check on the CPU, stage")
+    env = build_env("sglang0.5.16-*") | {"STAGING": "registry.example/team/staging"}
+    argv = command(build["run"], "nox -s build", env)
+    opts = pipeline.parse([*argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
+    assert [c.id for c in matrix.select(spec.cells, opts.only)] == [c.id for c in matrix.select(spec.cells,
+                                                                                                 ["sglang0.5.16-*"])]
+    assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
+    assert build["env"]["STAGING"] == "${{ vars.SGLANG_IMAGES_STAGING }}"
+
+
+def test_each_verify_job_pulls_exactly_its_digest_into_its_own_run_and_artifact(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    job = JOBS["verify"]
+    assert job["needs"] == "build" and "needs.build.outputs.count != '0'" in job["if"]
+    assert job["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.build.outputs.matrix) }}"}
+    assert job["runs-on"] == "${{ matrix.runs-on }}"
+    _, rows = github_rows(capsys, ["--github"])
+    rows += [{**rows[0], "arch": "sm_100a"}, {**rows[0], "arch": "sm_120a"}]   # per-arch runner labels
     artifacts, run_ids = set(), set()
-    for row in rows:
+    for n, row in enumerate(rows):
+        row = {**row, "image": f"registry.example/staging@sha256:{n:064x}"}
         context = {"matrix": row, "github": GITHUB, "env": {}}
-        env = {k: evaluate(v, context) for k, v in JOBS["cell"]["env"].items()}
-        argv = command(step("cell", "Build and verify")["run"], "nox -s build", env)
-        opts = pipeline.parse(argv, Workspace.at(ROOT), env)
-        assert [c.id for c in matrix.select(spec.cells, opts.only)] == [row["cell"]]
-        assert opts.run_id == env["RUN_ID"]
-        upload = step("cell", "Upload results and logs")
+        env = {k: evaluate(v, context) for k, v in job["env"].items()}
+        argv = command(step("verify", "Verify the staged digest")["run"], "nox -s verify", env)
+        parsed = verify_command.parse(argv)
+        assert parsed.pull and parsed.image == row["image"] and parsed.run_id == env["RUN_ID"]
+        upload = step("verify", "Upload results and logs")
         context["env"] = env
         assert upload["if"] == "always()"
-        assert evaluate(upload["with"]["path"], context) == f"runs/{opts.run_id}/"
+        assert evaluate(upload["with"]["path"], context) == f"runs/{parsed.run_id}/"
         artifacts.add(evaluate(upload["with"]["name"], context))
-        run_ids.add(opts.run_id)
+        run_ids.add(parsed.run_id)
     assert len(artifacts) == len(run_ids) == len(rows)  # no job overwrites another's results
+    assert "results-build" not in artifacts
+
+
+def test_every_matrix_key_the_workflow_uses_is_in_every_verify_job(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    used = {key for expr in EXPR.findall(TEXT) for key in re.findall(r"(?<![\w.-])matrix\.([\w-]+)", expr)}
+    assert {"cell", "arch", "runs-on", "name", "image"} <= used
+    _, planned = github_rows(capsys, ["--github"])
+    path = staged_results(tmp_path, [r["cell"] for r in planned])
+    _, rows = github_rows(capsys, ["--github", "--staged", str(path)])
+    for row in rows:
+        assert used <= row.keys(), f"the workflow uses matrix keys {sorted(used - row.keys())} a row lacks"
 
 
 def test_no_expression_is_pasted_into_a_shell_script() -> None:
@@ -142,24 +183,25 @@ def test_no_expression_is_pasted_into_a_shell_script() -> None:
             assert "${{" not in s.get("run", ""), f"{name}: step {s.get('name')!r} pastes an expression"
 
 
-def test_promotion_runs_where_the_image_is_and_skips_without_a_registry() -> None:
-    promote = step("cell", "Promote what earned good tags")
+def test_one_promote_job_at_a_time_after_every_job_and_never_for_pull_requests() -> None:
+    job = JOBS["promote"]
+    assert job["needs"] == ["setup", "build", "verify"] and job["if"].startswith("always()")
+    assert job["concurrency"] == {"group": "sglang-images-promote", "cancel-in-progress": False}
+    promote = step("promote", "Promote the tested digests")
     assert "github.event_name != 'pull_request'" in promote["if"]
     assert promote["env"]["REGISTRY"] == "${{ vars.SGLANG_IMAGES_REGISTRY }}"
     assert all(v.startswith("${{ secrets.") for k, v in promote["env"].items() if k.startswith("REGISTRY_"))
     script = promote["run"]
     assert script.index('if [ -z "$REGISTRY" ]') < script.index("exit 0") < script.index("nox -s promote")
-    argv = command(script, "nox -s promote", {"REGISTRY": "127.0.0.1:5000", "RUN_ID": "r1"})
-    assert argv == ["--registry", "127.0.0.1:5000", "--results", "runs/r1/results.json"]
+    argv = command(script, "nox -s promote", {"REGISTRY": "127.0.0.1:5000"})
+    assert argv == ["--registry", "127.0.0.1:5000", "--results", "collected/*/results.json"]
 
 
-def test_the_report_job_merges_what_the_cell_jobs_upload(
+def test_the_promote_job_merges_what_the_jobs_upload(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    job = JOBS["report"]
-    assert job["needs"] == ["setup", "cell"] and job["if"].startswith("always()")
-    download = step("report", "Download every job's results")
-    upload_name = step("cell", "Upload results and logs")["with"]["name"]
-    assert upload_name.startswith(download["with"]["pattern"].rstrip("*"))
+    download = step("promote", "Download every job's results")
+    for job in ("build", "verify"):
+        assert step(job, "Upload results and logs")["with"]["name"].startswith(download["with"]["pattern"].rstrip("*"))
     # Two jobs' artifacts as download-artifact lays them out: one folder per artifact name, each
     # holding that job's run folder (results.json, its own report/ and the logs).
     collected = tmp_path / download["with"]["path"]
@@ -169,9 +211,11 @@ def test_the_report_job_merges_what_the_cell_jobs_upload(
         results.save(run, collected / f"results-{run_id}" / "report" / "results.json")
     monkeypatch.chdir(tmp_path)
     summary = tmp_path / "summary.md"
-    argv = command(step("report", "Merge into one report")["run"], "nox -s report", {})
+    merge = step("promote", "Merge into one report")
+    assert merge["if"] == "always()"
+    argv = command(merge["run"], "nox -s report", {})
     assert report.main(argv, Workspace.at(tmp_path), {"GITHUB_STEP_SUMMARY": str(summary)}) == 0
-    out = tmp_path / step("report", "Upload the report")["with"]["path"]
+    out = tmp_path / step("promote", "Upload the report")["with"]["path"]
     merged = results.load(out / "results.json")
     assert merged.run_id == "merged:gh1-a-sm_100a+gh1-b-any"
     assert {c.verdict.value for c in merged.cells} == {"verified", "expected-failure"}

@@ -22,7 +22,8 @@ def test_pct_lines_create_then_set_the_gpu() -> None:
     plan = pct.Plan(archive="cell.oci.tar", ctid="210", storage="nas", cuda="13.0")
     assert pct.create(plan) == ["pct", "create", "210", "nas:vztmpl/cell.oci.tar", "--hostname", "sglang-210",
                                 "--unprivileged", "1", "--rootfs", "local-lvm:64", "--net0",
-                                "name=eth0,bridge=vmbr0,ip=dhcp"]
+                                "name=eth0,bridge=vmbr0,ip=dhcp", "--description",
+                                "sglang-images-source: oci-archive:/var/lib/vz/template/cache/cell.oci.tar"]
     assert pct.set_resources(plan)[-8:] == ["--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidiactl", "--dev2",
                                             "/dev/nvidia-uvm", "--dev3", "/dev/nvidia-uvm-tools"]
     lines = [" ".join(c) for c in pct.commands(plan)]
@@ -31,6 +32,16 @@ def test_pct_lines_create_then_set_the_gpu() -> None:
                                          "/etc/sglang-images/server.args")
     forced = pct.install_note(plan, image="sha256:x", annotations={}, forced="no GPU run")
     assert "Not verified on a GPU" in forced and "pct create 210 nas:vztmpl/cell.oci.tar" in forced
+    assert "carries no signed verdict" in forced and "nox -s check" not in " ".join(lines)
+
+
+def test_the_note_of_an_archive_with_verdicts_checks_them_first() -> None:
+    plan = pct.Plan(archive="cell.oci.tar", verdicts=True)
+    lines = [" ".join(c) for c in pct.commands(plan)]
+    assert lines[:3] == ["sha256sum -c cell.oci.tar.sha256", "nox -s check -- oci-archive:cell.oci.tar",
+                         "cp cell.oci.tar cell.oci.tar.verdicts.json /var/lib/vz/template/cache/"]
+    note = pct.install_note(plan, image="sha256:x", annotations={}, forced=None)
+    assert "nox -s check -- oci-archive:cell.oci.tar" in note and "keep the two files together" in note
 
 
 def test_lxc_targets_and_their_command_lines() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts import distribution
 from buildscripts.errors import ConfigError, RegistryError
 from buildscripts.publish import promote, registry
 
@@ -34,7 +35,7 @@ def test_good_registry_urls_pass() -> None:
 
 def test_engine_messages_lose_anything_like_credentials() -> None:
     engine_says = 'Get "https://bob:hunter2@reg.example/v2/": auth=abc123 denied'
-    err = registry._error(registry.PUSH, "r/x:y", engine_says)
+    err = distribution.failure(registry.PUSH, "r/x:y", engine_says)
     assert "hunter2" not in str(err) and "abc123" not in str(err)
     assert "docker login" in str(err)
 

@@ -1,0 +1,293 @@
+"""A registry's manifests by digest: read and copied through skopeo, pulled through the engine.
+
+A verdict belongs to one manifest digest, so everything that crosses a registry here is addressed by
+digest, and every digest is read back from the registry (the sha256 of the bytes it serves), never
+taken from a push's output alone. Copies keep the digest (`skopeo copy --all --preserve-digests`: it
+refuses to write anything that would need another manifest); `docker buildx imagetools create` would
+wrap the image in a new index, a new digest, and is not used.
+
+skopeo (in Debian since bookworm, on GitHub's Ubuntu runners) speaks to the registry itself: plain HTTP
+only for a registry on loopback (as the engine allows 127.0.0.0/8), credentials from the Docker config
+that `docker login` wrote ($DOCKER_CONFIG/config.json), or skopeo's own REGISTRY_AUTH_FILE. No credential
+appears in a message: the registry's words are scrubbed first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import proc
+from .errors import ConfigError, RegistryError
+from .refs import REFERENCE, repository_problem
+
+if TYPE_CHECKING:
+    import docker
+
+PUSH, PULL, READ, COPY = "push of", "pull of", "reading", "copy to"  # what failed, in messages
+INDEX_TYPES = frozenset({"application/vnd.oci.image.index.v1+json",
+                         "application/vnd.docker.distribution.manifest.list.v2+json"})
+ABSENT_RE = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
+SKOPEO_HINT = "install skopeo (`apt-get install skopeo`; `.ci/install-engine` does it)"
+READ_TIMEOUT, COPY_TIMEOUT = 120.0, 3 * 3600.0    # a copy between registries moves gigabytes
+
+
+# ---------------------------------------------------------------- references
+
+
+def by_digest(ref: str) -> tuple[str, str] | None:
+    """`host/repo[:tag]@sha256:…` -> (`host/repo`, `sha256:…`); None when `ref` names no digest."""
+    match = REFERENCE.fullmatch(ref)
+    if match is None or not match["digest"]:
+        return None
+    return match["name"], match["digest"]
+
+
+def repository_of(ref: str) -> str:
+    """The repository part of a reference (`host:5000/repo:tag@sha256:…` -> `host:5000/repo`)."""
+    match = REFERENCE.fullmatch(ref)
+    return match["name"] if match else ref
+
+
+def host(repository: str) -> str:
+    """The registry host of a repository (`docker.io` when its first part names none, as Docker reads it)."""
+    first, sep, _ = repository.partition("/")
+    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def is_loopback(repository: str) -> bool:
+    name = host(repository).rsplit(":", 1)[0].strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- messages
+
+
+def scrub(text: str) -> str:
+    """Remove anything shaped like credentials from a registry's or engine's message before it is shown."""
+    text = re.sub(r"//[^/@\s:]+:[^/@\s]+@", "//***@", text)
+    return re.sub(r"(?i)(authorization|auth|password|token)([\"'=: ]+)\S+", r"\1\2***", text)
+
+
+def failure(action: str, ref: str, detail: str) -> RegistryError:
+    """A RegistryError for a registry request that failed, with the likely fix."""
+    detail = scrub(detail)
+    hint = "check that the registry runs and answers, and that `docker login HOST` was done if it needs auth"
+    lower = detail.lower()
+    if "connection refused" in lower or "no such host" in lower or "dial tcp" in lower:
+        hint = "the registry is unreachable: start it, or pass the right --registry HOST:PORT"
+    elif "405" in detail or "not allowed" in lower or "read-only" in lower:
+        hint = "the registry refuses writes (read-only, or no push right here); no tag was moved"
+    elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
+        hint = "the registry refused: run `docker login HOST` (credentials live in docker's config.json)"
+    return RegistryError(f"{action} {ref} failed: {detail}", hint=hint)
+
+
+# ---------------------------------------------------------------- manifests
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One manifest as the registry served it: its digest is the sha256 of those very bytes."""
+
+    ref: str
+    digest: str
+    data: dict[str, Any]
+
+    @property
+    def media_type(self) -> str:
+        return str(self.data.get("mediaType") or "")
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES or (not self.media_type and "manifests" in self.data)
+
+    @property
+    def config_digest(self) -> str | None:
+        config = self.data.get("config")
+        return str(config.get("digest")) if isinstance(config, dict) and config.get("digest") else None
+
+    def platform(self, os: str, architecture: str) -> str | None:
+        """The digest of this index's manifest for `os`/`architecture` (None: not an index, or none there)."""
+        for entry in self.data.get("manifests") or []:
+            wanted = entry.get("platform") or {}
+            if wanted.get("os") == os and wanted.get("architecture") == architecture:
+                return str(entry.get("digest"))
+        return None
+
+    def children(self) -> list[str]:
+        return [str(e.get("digest")) for e in self.data.get("manifests") or [] if e.get("digest")]
+
+
+@dataclass(frozen=True)
+class Located:
+    """An image in a registry, read back: what `ref` resolved to, and the ids an engine may give it."""
+
+    repository: str
+    digest: str                    # the manifest (or index) digest: the subject of its verdicts
+    platform_digest: str | None    # when `digest` is an index: the manifest of the engine's platform
+    # An engine names a pulled image by its manifest's digest (containerd image store) or by its config's
+    # digest (the classic store): an image id outside this set is another image.
+    ids: frozenset[str]
+
+    @property
+    def subject(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+def locate(ref: str, env: Mapping[str, str], *, platform: tuple[str, str] = ("linux", "amd64"),
+           log: Path | None = None) -> Located:
+    """Where `ref` (a tag or a digest) points now, and, for an index, its manifest for `platform`."""
+    top = served(ref, env, log=log)
+    ids = {top.digest, *filter(None, [top.config_digest])}
+    platform_digest = None
+    if top.is_index:
+        platform_digest = top.platform(*platform)
+        if platform_digest is None:
+            msg = f"{ref} is an index with no manifest for {'/'.join(platform)}"
+            raise RegistryError(msg, hint="build the image for this platform, or verify it on a machine of one "
+                                          "of its platforms")
+        child = served(f"{repository_of(ref)}@{platform_digest}", env, log=log)
+        ids |= {child.digest, *filter(None, [child.config_digest])}
+    return Located(repository_of(ref), top.digest, platform_digest, frozenset(ids))
+
+
+def said(done: proc.Completed) -> str:
+    """skopeo's last words without its log framing (`time=… level=fatal msg="…"`)."""
+    last = done.tail(1) if not done.timed_out else f"no answer within {done.duration_s:.0f} s"
+    found = re.search(r'msg="(.*)"\s*$', last)
+    return (found.group(1).replace('\\"', '"') if found else last) or f"skopeo exit {done.returncode}"
+
+
+def skopeo() -> str:
+    return proc.which("skopeo", hint=SKOPEO_HINT)
+
+
+def _access(flag: str, repository: str, env: Mapping[str, str]) -> list[str]:
+    """TLS off for loopback only; the Docker config's credentials when $DOCKER_CONFIG names one."""
+    args = [f"--{flag}tls-verify=false"] if is_loopback(repository) else []
+    config = Path(env["DOCKER_CONFIG"]) / "config.json" if env.get("DOCKER_CONFIG") else None
+    if config is not None and config.is_file() and not env.get("REGISTRY_AUTH_FILE"):
+        args.append(f"--{flag}authfile={config}")
+    return args
+
+
+def source_access(ref: str, env: Mapping[str, str]) -> list[str]:
+    """`skopeo copy`'s flags for reading `ref` as its source (what export copies from a registry)."""
+    return _access("src-", repository_of(ref), env)
+
+
+def _read(argv: list[str], ref: str, env: Mapping[str, str], log: Path | None) -> bytes | None:
+    """skopeo's standard output byte for byte; None when the registry says it has no such thing."""
+    with tempfile.TemporaryDirectory(prefix="sglang-images-skopeo-") as scratch:
+        out = Path(scratch) / "stdout"
+        done = proc.run([skopeo(), *argv], timeout=READ_TIMEOUT, log=log, env=dict(env), stdout=out)
+        if done.ok:
+            return out.read_bytes()
+    if not done.timed_out and ABSENT_RE.search(done.output) and "dial tcp" not in done.output:
+        return None
+    raise failure(READ, ref, said(done))
+
+
+def lookup(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Manifest | None:
+    """The manifest the registry serves for `ref` (a tag or a digest) now; None when it serves none.
+
+    By digest, skopeo checks that the bytes hash to that digest; by tag, the digest is taken of them here."""
+    out = _read(["inspect", "--raw", *_access("", repository_of(ref), env), f"docker://{ref}"], ref, env, log)
+    if out is None:
+        return None
+    try:
+        data = json.loads(out)
+    except ValueError:
+        raise failure(READ, ref, "the registry served something that is not a JSON manifest") from None
+    if not isinstance(data, dict):
+        raise failure(READ, ref, "the registry served something that is not a manifest")
+    digest = "sha256:" + hashlib.sha256(out).hexdigest()
+    wanted = by_digest(ref)
+    if wanted and wanted[1] != digest:  # skopeo checks this too: a second look costs nothing
+        raise failure(READ, ref, f"the registry served a manifest of digest {digest}")
+    return Manifest(ref, digest, data)
+
+
+def served(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Manifest:
+    """The manifest the registry serves for `ref`; a RegistryError naming it when the registry has none."""
+    found = lookup(ref, env, log=log)
+    if found is None:
+        msg = f"the registry serves no manifest for {ref}"
+        raise RegistryError(msg, hint="it was deleted, or never pushed there: build and stage it again "
+                                      "(`nox -s build -- --stage REPO`)")
+    return found
+
+
+def raw(ref: str, env: Mapping[str, str], *, config: bool = False, log: Path | None = None) -> bytes:
+    """The bytes the registry serves for `ref`'s manifest (with `config`: the config blob that manifest
+    names), byte for byte: what an OCI archive carries to show which image it holds (trust/carried.py)."""
+    flags = ["--config"] if config else []
+    out = _read(["inspect", "--raw", *flags, *_access("", repository_of(ref), env), f"docker://{ref}"], ref, env, log)
+    if out is None:
+        msg = f"the registry serves no {'config' if config else 'manifest'} for {ref}"
+        raise RegistryError(msg, hint="it was deleted, or never pushed there")
+    return out
+
+
+def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:
+    """Copy `source` to `destination` (a tag or `@digest`) keeping the manifest digest (all platforms of an
+    index); skopeo refuses rather than write another digest."""
+    done = proc.run([skopeo(), "copy", "--all", "--preserve-digests", "--quiet",
+                     *_access("src-", repository_of(source), env), *_access("dest-", repository_of(destination), env),
+                     f"docker://{source}", f"docker://{destination}"], timeout=COPY_TIMEOUT, log=log, env=dict(env))
+    if not done.ok:
+        raise failure(COPY, destination, said(done))
+
+
+def tags(repository: str, env: Mapping[str, str], *, log: Path | None = None) -> list[str]:
+    """The repository's tags ([] when the registry knows no such repository)."""
+    out = _read(["list-tags", *_access("", repository, env), f"docker://{repository}"], repository, env, log)
+    if out is None:
+        return []
+    try:
+        return [str(t) for t in json.loads(out).get("Tags") or []]
+    except (ValueError, AttributeError):
+        raise failure(READ, repository, "the registry's tag list is not JSON") from None
+
+
+def check_repository(repository: str, flag: str) -> str:
+    """`repository` as a registry repository of the form `HOST[:PORT]/NAME` (no tag, no digest)."""
+    problem = repository_problem(repository)
+    if problem or "/" not in repository:
+        msg = f"{flag} {problem or repr(repository) + ' names no registry host'}"
+        raise ConfigError(msg, hint=f"e.g. {flag} 127.0.0.1:5000/sglang-images-staging or "
+                                    f"{flag} ghcr.io/ORG/sglang-images-staging")
+    return repository
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def pull(client: docker.DockerClient, ref: str) -> str:
+    """Pull `ref` (`repo:tag` or `repo@sha256:...`) into the engine and return the local image id."""
+    import docker.errors
+
+    pinned = by_digest(ref)
+    try:
+        if pinned:
+            image = client.images.pull(pinned[0], tag=pinned[1])
+        else:
+            repository, sep, tag = ref.rpartition(":")
+            repo, tag = (repository, tag) if sep and "/" not in tag else (ref, "latest")
+            image = client.images.pull(repo, tag=tag)
+    except docker.errors.APIError as exc:
+        raise failure(PULL, ref, str(exc.explanation or exc)) from None
+    return str(image.id)

@@ -1,0 +1,259 @@
+"""Promotion by digest: the good tags point at the very manifest the GPU jobs verified.
+
+Input: the results of a staging build (`build --stage REPO`) and of the GPU jobs that verified what it
+staged (`verify REPO@sha256:…`), every record through the gate (publish/trusted.py). Per cell, the records
+that name one subject (`image.repository@image.digest`) are weighed together, across the files:
+
+- an arch is verified when the newest record whose GPU stages ran on it says so (`Trusted.archs`), and
+  its per-arch tag (`…-verified-sm100`) then points at the digest;
+- the arch-free tag needs every arch the CI verifies the cell on (its targets that `runners.archs` gives a
+  runner; with none given, at least one arch), each verified, and no record of that digest failed.
+
+Nothing is written before everything was checked, under the destination repository's lock
+(publish/writer.py): the registry serves the subject, and as the image each record tested (its id is the
+digest of that manifest or of its config); no good tag moved since these results promoted it (a tag that
+did is refused, not moved back, unless `--repair`: promotion cannot tell a tamper from a newer promotion).
+Then the digest is copied into the release repository keeping its digest and its attachments (when that is
+another repository), the signed verdicts are attached to it, and each tag is pointed at the digest with
+`skopeo copy --preserve-digests` and read back. No child image, no rebuild, no new index. A tag is one
+manifest write: stopped at any point (SIGKILL included), every good tag is where it was or on the verified
+digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import distribution, log
+from ..errors import RegistryError, ResultsError
+from ..matrix import Matrix
+from ..matrix.schema import Tags
+from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
+from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
+from ..trust import verdicts
+from ..trust.keys import PublicKey
+from . import recorded, tags, trusted, writer
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One gated record that names a subject, and the results file it came from."""
+
+    path: Path
+    checked: trusted.Trusted
+
+    @property
+    def subject(self) -> str:
+        return str(self.checked.record.image.subject)
+
+
+@dataclass
+class Promotion:
+    """What one cell's records earned for one digest, and where its tags go."""
+
+    cell_id: str
+    source: str                       # the repository the digest was staged in (and verified from)
+    digest: str
+    evidence: list[Evidence]
+    arch_tags: list[str]              # tag names, `…-verified-sm100`
+    free_tags: list[str]              # the arch-free ones (empty when withheld)
+    withheld: str | None = None       # why the arch-free tags were withheld
+    moves: dict[str, str | None] = field(default_factory=dict)   # tag -> digest it serves now (None: absent)
+
+    @property
+    def tags(self) -> list[str]:
+        """Per-arch tags first: an arch-free tag is never ahead of the arch tags it sums up."""
+        return self.arch_tags + self.free_tags
+
+
+def gather(runs: Mapping[Path, RunResults], spec: Matrix, keys: Sequence[PublicKey],
+           only: Sequence[str] = ()) -> dict[str, list[Evidence]]:
+    """Per cell, the gated records (of every file) that name a subject in a registry."""
+    found: dict[str, list[Evidence]] = {}
+    for path, run in runs.items():
+        for checked in trusted.sift(run, spec, keys, only):
+            if isinstance(checked, trusted.Trusted) and checked.record.image.subject:
+                found.setdefault(checked.cell_id, []).append(Evidence(path, checked))
+    return found
+
+
+def required_archs(cell_archs: Sequence[str], runner_archs: Sequence[str]) -> list[str]:
+    """The archs the arch-free tag needs verified: the cell's targets that the CI verifies on a runner of
+    their own (`runners.archs`); none when it names none (any one GPU runner verifies the cell)."""
+    return [tag_form(a) for a in cell_archs if a in runner_archs]
+
+
+def weigh(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -> Promotion | str:
+    """The tags one cell's records earned for the digest they name, or why it earned none."""
+    by_subject: dict[str, list[Evidence]] = {}
+    for item in evidence:
+        by_subject.setdefault(item.subject, []).append(item)
+    outcomes = [_weigh_one(cell_id, items, spec, cfg) for items in by_subject.values()]
+    earned = [p for p in outcomes if isinstance(p, Promotion)]
+    if len(earned) > 1:
+        named = "; ".join(f"{p.source}@{p.digest} ({', '.join(sorted({e.path.name for e in p.evidence}))})"
+                          for p in earned)
+        msg = f"{cell_id}: records of {len(earned)} different images earned good tags: {named}"
+        raise ResultsError(msg, hint="a good tag vouches for one digest: promote the results of one build "
+                                     "(its staging job and the GPU jobs of its digests)")
+    if earned:
+        return earned[0]
+    return "; ".join(sorted({p for p in outcomes if isinstance(p, str)}))
+
+
+def _weigh_one(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -> Promotion | str:
+    first = evidence[0].checked
+    deciding: dict[str, Evidence] = {}   # arch family -> the newest record whose GPU stages ran there
+    for item in sorted(evidence, key=lambda e: e.checked.record.finished or ""):
+        for arch in gpu_runs(item.checked.judged):
+            deciding[arch] = item
+    verified = sorted({tag_form(a) for a, e in deciding.items() if tag_form(a) in e.checked.archs})
+    if not verified:
+        why = {e.checked.why_not or "" for e in evidence} - {""}
+        return "; ".join(sorted(why)) or "no GPU stage ran on a target arch"
+    not_verified = sorted(tag_form(a) for a, e in deciding.items()   # failed or incomplete there (not off-target)
+                          if arch_outcomes(e.checked.judged).get(a) in (ARCH_FAILED, ARCH_INCOMPLETE))
+    required = required_archs(first.cell.archs, list(spec.spec.runners.archs))
+    missing = [a for a in required if a not in verified]
+    failed = [e.path.name for e in evidence if is_unexpected(e.checked.judged.verdict)
+              or e.checked.judged.first_failure() is not None]
+    withheld = ("; ".join(filter(None, [
+        f"not verified on {', '.join(missing)}" if missing else "",
+        f"{', '.join(not_verified)}: GPU stages did not all pass" if not_verified else "",
+        f"a record of this digest failed ({', '.join(sorted(set(failed)))})" if failed else ""])) or None)
+    axes = first.cell.axes()
+    return Promotion(cell_id, str(first.record.image.repository), str(first.record.image.digest), list(evidence),
+                     arch_tags=_names(tags.named(cfg, axes, verified, every_arch=False)),
+                     free_tags=[] if withheld else _names(tags.named(cfg, axes, [], every_arch=True)),
+                     withheld=withheld)
+
+
+def _names(refs: Sequence[str]) -> list[str]:
+    return [ref.rsplit(":", 1)[1] for ref in refs]
+
+
+# ---------------------------------------------------------------- the registry, checked
+
+
+def check_subject(promotion: Promotion, env: Mapping[str, str], *, log_file: Path | None = None) -> None:
+    """The registry serves the subject, as the image every record tested; RegistryError naming the file."""
+    subject = f"{promotion.source}@{promotion.digest}"
+    top = distribution.lookup(subject, env, log=log_file)
+    if top is None:
+        files = ", ".join(sorted({str(e.path) for e in promotion.evidence}))
+        msg = (f"{promotion.cell_id}: the results ({files}) name {subject}, which the registry does not serve: "
+               "the digest in the results is not the registry's; no tag was moved")
+        raise RegistryError(msg, hint="it was deleted or never pushed there; build and stage it again, and "
+                                      "verify what the staging build records")
+    for item in promotion.evidence:
+        image = item.checked.record.image
+        ids = {top.digest, *filter(None, [top.config_digest])}
+        if image.platform_digest:
+            if image.platform_digest not in top.children():
+                ids = set()
+            else:
+                child = distribution.served(f"{promotion.source}@{image.platform_digest}", env, log=log_file)
+                ids |= {child.digest, *filter(None, [child.config_digest])}
+        if item.checked.image_id not in ids:
+            msg = (f"{promotion.cell_id}: {item.path} says {subject} is the tested image {item.checked.image_id}, "
+                   "but the registry's manifest there is another image: the digest in the results is not the "
+                   "registry's; no tag was moved")
+            raise RegistryError(msg, hint="use the results the verifier wrote for that digest, or verify it again")
+
+
+def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], *, repair: bool,
+               log_file: Path | None = None) -> None:
+    """Read what each good tag serves now; refuse one that moved since these results promoted it."""
+    recorded_at = {ref: digest for e in promotion.evidence for ref, digest in e.checked.record.promoted.items()}
+    for tag in promotion.tags:
+        ref = f"{dest}:{tag}"
+        found = distribution.lookup(ref, env, log=log_file)
+        current = found.digest if found else None
+        before = recorded_at.get(ref)
+        if before and current not in (before, promotion.digest) and not repair:
+            msg = (f"{promotion.cell_id}: {ref} serves {current or 'nothing'}, but these results promoted it to "
+                   f"{before}: it moved since; nothing was moved back")
+            raise RegistryError(msg, hint="promotion cannot tell a tamper from a newer promotion: find out who "
+                                          "moved it; to point it at the verified digest again, promote with --repair")
+        promotion.moves[tag] = current
+
+
+# ---------------------------------------------------------------- writing
+
+
+def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequence[PublicKey], *,
+          log_file: Path | None = None) -> dict[str, str]:
+    """Copy, attach, point the tags; return {reference: digest} of what now serves the verified digest."""
+    pinned = f"{dest}@{promotion.digest}"
+    if dest != promotion.source:
+        distribution.copy(f"{promotion.source}@{promotion.digest}", pinned, env, log=log_file)
+        distribution.served(pinned, env, log=log_file)   # the copy is there, under the very digest
+        carry_attachments(promotion.source, dest, promotion.digest, env, log_file=log_file)
+    files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
+    if files:
+        verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, log_file=log_file)
+    published = {pinned: promotion.digest}
+    for tag in promotion.tags:
+        ref = f"{dest}:{tag}"
+        if promotion.moves.get(tag) != promotion.digest:
+            log.info(f"{ref}: {promotion.moves.get(tag) or 'new'} -> {promotion.digest}")
+            distribution.copy(pinned, ref, env, log=log_file)
+        served = distribution.served(ref, env, log=log_file).digest
+        if served != promotion.digest:
+            msg = f"{ref} serves {served} right after it was pointed at {promotion.digest}"
+            raise RegistryError(msg, hint="another writer moved it meanwhile; promote again, alone")
+        published[ref] = promotion.digest
+    return published
+
+
+def carry_attachments(source: str, dest: str, digest: str, env: Mapping[str, str], *,
+                      log_file: Path | None = None) -> list[str]:
+    """Copy the attachment tags of `digest` (cosign's `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no
+    referrers API) from `source` to `dest`, each keeping its digest; return the tags copied."""
+    prefix = digest.replace(":", "-")
+    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefix)]
+    for tag in carried:
+        distribution.copy(f"{source}:{tag}", f"{dest}:{tag}", env, log=log_file)
+    return carried
+
+
+def record(runs: Mapping[Path, RunResults], promotion: Promotion, published: Mapping[str, str]) -> None:
+    """Write what was published into every record the promotion rests on, file by file."""
+    for path in sorted({e.path for e in promotion.evidence}):
+        run = runs[path]
+        for item in (e for e in promotion.evidence if e.path == path):
+            cell = run.cells[item.checked.position]
+            run.cells[item.checked.position] = cell.model_copy(update={"promoted": {**cell.promoted, **published}})
+        recorded.save(run, path, f"{promotion.cell_id}: {', '.join(published)} point at {promotion.digest}")
+
+
+def promote(runs: Mapping[Path, RunResults], spec: Matrix, url: str, keys: Sequence[PublicKey],
+            env: Mapping[str, str], *, only: Sequence[str] = (), repair: bool = False,
+            wait_s: float = writer.DEFAULT_WAIT_S, log_file: Path | None = None) -> int:
+    """Promote every cell whose records name a staged digest; return how many got good tags."""
+    cfg = spec.spec.tags
+    dest = f"{url}/{cfg.repository}"
+    evidence = gather(runs, spec, keys, only)
+    if not evidence:
+        return 0
+    weighed = {cell_id: weigh(cell_id, items, spec, cfg) for cell_id, items in evidence.items()}
+    for cell_id, outcome in weighed.items():
+        if isinstance(outcome, str):
+            log.step(cell_id, "promote", "skipped", detail=outcome)
+    chosen = [p for p in weighed.values() if isinstance(p, Promotion)]
+    if not chosen:
+        return 0
+    with writer.sole_writer(dest, env, wait_s=wait_s):
+        for promotion in chosen:    # every check before the first write
+            check_subject(promotion, env, log_file=log_file)
+            plan_moves(promotion, dest, env, repair=repair, log_file=log_file)
+        for promotion in chosen:
+            published = apply(promotion, dest, env, keys, log_file=log_file)
+            record(runs, promotion, published)
+            detail = ", ".join(promotion.tags) + (f" (arch-free tag withheld: {promotion.withheld})"
+                                                   if promotion.withheld else "")
+            log.step(promotion.cell_id, "promote", "passed", detail=f"{detail} -> {promotion.digest}")
+    return len(chosen)
+

@@ -1,0 +1,265 @@
+"""Signed verdicts: one in-toto test-result Statement per cell and GPU arch, in a DSSE envelope.
+
+The verify side signs (`sign_verdicts`): right after the run judged a cell it verified by digest, with the
+verifier's key, and writes the envelopes beside the results (runs/RUN/attestations/CELL/ARCH.json); it uploads
+nothing, so a GPU runner needs no write access to any registry. The promote job attaches them to the image
+digest (`attach_verdicts`: one writer, cosign's `sha256-<hex>.att` tag; a verdict already there is not added
+again), and only those that a trusted key signed for that very digest. Anyone reads them back with
+`open_verdict` (what `nox -s check` does) or with `cosign verify-attestation --key`: the envelope is the one
+cosign writes (DER signatures, a keyid cosign ignores).
+
+An arch gets a Statement only when this run's GPU stages ran on it: absence says "not tested here", never
+"failed". What was tested and failed is signed too, as FAILED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import log
+from ..errors import ConfigError, NotVerified
+from ..results import GPU_STAGES, CellResult, family
+from ..workspace import checked_name
+from . import cosign, dsse, keys, statement
+from .keys import PublicKey
+
+FOLDER = "attestations"                      # under a run folder: FOLDER/CELL/ARCH.json
+GOOD_RESULTS = ("PASSED", "WARNED")
+DIGEST_REF = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class SignedVerdict:
+    """One Statement whose signature a trusted key made, read for what it vouches."""
+
+    arch: str | None                 # the GPU arch its GPU tests name (None: it names none, or several)
+    result: str                      # PASSED | WARNED | FAILED (as signed)
+    digests: tuple[str, ...]         # its subjects, `sha256:…`
+    subjects: tuple[str, ...]        # the repositories it names (informative: the digest is what counts)
+    passed: tuple[str, ...]
+    warned: tuple[str, ...]
+    failed: tuple[str, ...]
+    signer: PublicKey
+    url: str | None
+
+    def why_not(self) -> str | None:
+        """Why this verdict does not show its arch verified (None: it does)."""
+        if self.arch is None:
+            return "it names no single GPU arch"
+        if self.result not in GOOD_RESULTS:
+            return f"its result is {self.result}" + (f" ({', '.join(self.failed)})" if self.failed else "")
+        if self.failed:
+            return f"it lists failed tests ({', '.join(self.failed)})"
+        missing = [s for s in GPU_STAGES if f"{s}@{self.arch}" not in self.passed + self.warned]
+        if missing:
+            return f"GPU stages did not pass on {self.arch}: {', '.join(missing)}"
+        return None
+
+    def names_arch(self, arch: str) -> bool:
+        return self.arch is not None and family(self.arch) == family(arch)
+
+
+def split_digest_ref(ref: str) -> tuple[str, str]:
+    """`REPO@sha256:HEX` -> (REPO, `sha256:HEX`); a ConfigError for anything else (a tag can move)."""
+    match = DIGEST_REF.fullmatch(ref.strip())
+    if match is None:
+        msg = f"{ref!r} is not REPOSITORY@sha256:DIGEST"
+        raise ConfigError(msg, hint="a verdict belongs to one digest: name the image by it, not by a tag")
+    return match.group("repository"), match.group("digest")
+
+
+def run_url(env: Mapping[str, str]) -> str | None:
+    """The CI run that verified (GitHub Actions' own variables), when there is one."""
+    server, repo, run = (env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if not (server and repo and run):
+        return None
+    attempt = env.get("GITHUB_RUN_ATTEMPT")
+    return f"{server.rstrip('/')}/{repo}/actions/runs/{run}" + (f"/attempts/{attempt}" if attempt else "")
+
+
+def configuration(cell: CellResult, *, matrix: Path, probe: str) -> dict[str, str]:
+    """The inputs of the verification, name -> sha256: matrix.yaml, the cell's lockfiles, the probe."""
+    found = {matrix.name: hashlib.sha256(matrix.read_bytes()).hexdigest(), "buildscripts/probe": probe}
+    found.update(cell.locks)
+    return found
+
+
+def tested_archs(cell: CellResult) -> list[str]:
+    """The cell's target archs on which this record's GPU stages ran (passed or not)."""
+    ran = {family(s.arch) for s in cell.stages if s.name in GPU_STAGES and s.arch}
+    return [arch for arch in cell.targets if family(arch) in ran]
+
+
+def verdict_files(run_dir: Path, cell_id: str) -> list[Path]:
+    """The envelopes a run wrote for one cell (what the promote job attaches)."""
+    return sorted((run_dir / FOLDER / checked_name(cell_id, "cell id")).glob("*.json"))
+
+
+def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, probe: str,
+                  env: Mapping[str, str]) -> list[Path]:
+    """Sign one Statement per arch the cell's GPU stages ran on, for `image` (REPO@sha256:…, the digest that
+    was verified), with this verifier's key; write them under run_dir/attestations/CELL/; return the files."""
+    repository, digest = split_digest_ref(image)
+    archs = tested_archs(cell)
+    if not archs:
+        log.info(f"{cell.cell_id}: no GPU stage ran on a target arch: no verdict to sign")
+        return []
+    key = keys.signing_key(env)
+    config, url = configuration(cell, matrix=matrix, probe=probe), run_url(env)
+    folder = run_dir / FOLDER / checked_name(cell.cell_id, "cell id")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for arch in archs:
+        document = statement.statement(cell, arch, subject=repository, digest=digest, configuration=config, url=url)
+        payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+        path = folder / f"{checked_name(arch, 'arch')}.json"
+        scratch = path.with_name(f".{path.name}.{os.getpid()}")
+        scratch.write_text(json.dumps(dsse.sign(payload, dsse.IN_TOTO, key), indent=1) + "\n")
+        scratch.replace(path)   # a reader sees the old envelope or the new one, never half of one
+        written.append(path)
+    log.info(f"{cell.cell_id}: signed verdicts for {', '.join(archs)} of {digest[:19]} with key "
+             f"{key.public.keyid[:16]} ({folder})")
+    return written
+
+
+def open_verdict(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "the attestation") -> SignedVerdict:
+    """What a signed Statement vouches for; NotVerified (naming `where`) when no trusted key signed it or it
+    is no test-result Statement."""
+    try:
+        payload, signer = dsse.verify(envelope, dsse.IN_TOTO, trusted)
+        document = dsse.payload_json(payload)
+    except dsse.EnvelopeError as exc:
+        msg = f"{where}: {exc.message}"
+        raise NotVerified(msg, hint=exc.hint) from None
+    if not isinstance(document, dict) or document.get("_type") != statement.STATEMENT_TYPE \
+            or document.get("predicateType") != statement.TEST_RESULT:
+        msg = f"{where}: signed, but not an in-toto test-result Statement"
+        raise NotVerified(msg, hint=f"a verdict is a {statement.STATEMENT_TYPE} of {statement.TEST_RESULT}")
+    subjects = [s for s in document.get("subject") or [] if isinstance(s, dict)]
+    found = document.get("predicate")
+    predicate: dict[str, Any] = found if isinstance(found, dict) else {}
+    tests = {k: tuple(str(t) for t in predicate.get(k) or [] if isinstance(t, str))
+             for k in ("passedTests", "warnedTests", "failedTests")}
+    gpu_archs = {t.rsplit("@", 1)[1] for names in tests.values() for t in names
+                 if "@" in t and t.rsplit("@", 1)[0] in GPU_STAGES}
+    digests = tuple(f"sha256:{s['digest']['sha256']}" for s in subjects
+                    if isinstance(s.get("digest"), dict) and isinstance(s["digest"].get("sha256"), str))
+    return SignedVerdict(
+        arch=next(iter(gpu_archs)) if len(gpu_archs) == 1 else None, result=str(predicate.get("result")),
+        digests=digests, subjects=tuple(str(s.get("name", "")) for s in subjects),
+        passed=tests["passedTests"], warned=tests["warnedTests"], failed=tests["failedTests"], signer=signer,
+        url=predicate.get("url") if isinstance(predicate.get("url"), str) else None)
+
+
+def read_envelope(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        msg = f"cannot read the verdict {path}: {exc}"
+        raise NotVerified(msg, hint="it was damaged or is no signed verdict: verify the image again") from None
+
+
+def same_envelope(a: Any, b: Any) -> bool:
+    """Two envelopes of the same payload and signatures (however their JSON was spaced)."""
+    def key(env: Any) -> tuple[Any, ...]:
+        if not isinstance(env, Mapping):
+            return (None,)
+        sigs = sorted(str(s.get("sig")) for s in env.get("signatures") or [] if isinstance(s, Mapping))
+        return env.get("payloadType"), env.get("payload"), tuple(sigs)
+    return key(a) == key(b)
+
+
+def attach_verdicts(files: Sequence[Path], ref: str, *, trusted: Sequence[PublicKey],
+                    log_file: Path | None = None) -> list[Path]:
+    """Attach the verdicts in `files` to `ref` (REPO@sha256:…) with cosign; return those newly attached.
+
+    Every file is checked first (signed by a trusted key, a Statement for this very digest): one that is not
+    stops the promotion before anything is attached. A verdict already attached is not attached again."""
+    _, digest = split_digest_ref(ref)
+    envelopes = []
+    for path in files:
+        envelope = read_envelope(path)
+        verdict = open_verdict(envelope, trusted, where=str(path))
+        if digest not in verdict.digests:
+            msg = f"{path} is a verdict for {', '.join(verdict.digests) or 'no digest'}, not for {ref}"
+            raise NotVerified(msg, hint="a verdict is attached only to the digest that was verified")
+        envelopes.append((path, envelope))
+    present = cosign.download(ref, log_file=log_file)
+    attached = []
+    for path, envelope in envelopes:
+        if any(same_envelope(envelope, p) for p in present):
+            log.info(f"{path.name}: already attached to {ref}")
+            continue
+        cosign.attach(path, ref, log_file=log_file)
+        attached.append(path)
+    if attached:
+        now = cosign.download(ref, log_file=log_file)
+        lost = [p for p, e in envelopes if not any(same_envelope(e, n) for n in now)]
+        if lost:
+            msg = f"{ref}: the registry does not return {', '.join(p.name for p in lost)} after attaching it"
+            raise NotVerified(msg, hint="another writer replaced the attestations meanwhile; promote again, alone")
+    return attached
+
+
+@dataclass(frozen=True)
+class ArchFinding:
+    """What the valid verdicts for one digest say of one arch."""
+
+    arch: str
+    verified: bool
+    detail: str
+    verdicts: tuple[SignedVerdict, ...]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    digest: str
+    archs: tuple[ArchFinding, ...]
+    ignored: tuple[str, ...]          # why each envelope that does not count was left out
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.archs) and all(a.verified for a in self.archs)
+
+
+def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
+          archs: Sequence[str] = ()) -> Judgement:
+    """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
+
+    Only a verdict a trusted key signed, for this very digest, counts; the others are listed as ignored. An
+    arch is verified when at least one counts for it and every one that counts for it passed there: a
+    FAILED verdict of the same digest and arch is never outvoted."""
+    valid: list[SignedVerdict] = []
+    ignored: list[str] = []
+    for number, envelope in enumerate(envelopes, 1):
+        try:
+            verdict = open_verdict(envelope, trusted, where=f"attestation {number}")
+        except NotVerified as exc:
+            ignored.append(exc.message)
+            continue
+        if digest not in verdict.digests:
+            ignored.append(f"attestation {number}: a verdict for {', '.join(verdict.digests) or 'no digest'}, "
+                           f"not for {digest}")
+            continue
+        valid.append(verdict)
+    asked = list(archs) or sorted({v.arch for v in valid if v.arch}, key=family)
+    findings = []
+    for arch in asked:
+        group = tuple(v for v in valid if v.names_arch(arch))
+        if not group:
+            named = sorted({v.arch for v in valid if v.arch})
+            also = f" (valid verdicts name {', '.join(named)})" if named else ""
+            findings.append(ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", group))
+            continue
+        reasons = list(dict.fromkeys(why for why in (v.why_not() for v in group) if why))
+        detail = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in group}))}: every " \
+                                                     f"GPU stage passed on {arch}"
+        findings.append(ArchFinding(arch, not reasons, detail, group))
+    return Judgement(digest, tuple(findings), tuple(ignored))

@@ -1,0 +1,341 @@
+"""Signed verdicts end to end with real parts: a loopback registry (Debian's docker-registry), tiny images of
+this test, verdicts signed by a verifier key and attached by the promote side's own function (real cosign),
+`nox -s check` as a user runs it, and `cosign verify-attestation` on what was attached. The cell record that
+is signed stands in for a GPU run (no GPU here): what is tested is that a verdict, once signed, holds only
+for its digest, its arch and its key, and that each forgery is refused with its reason and exit code.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from buildscripts.errors import CannotCheck, NotVerified
+from buildscripts.publish import registry
+from buildscripts.trust import carried, cosign, keys, statement, verdicts
+from buildscripts.verify.reuse import probe_digest
+from tests import needs
+from tests.cli import cli
+from tests.integration.tinyimages import owner_change
+from tests.registry_server import RegistryServer, free_port
+from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
+
+pytestmark = pytest.mark.registry
+ROOT = Path(__file__).resolve().parents[2]
+NOT_VERIFIED, CANNOT_CHECK = NotVerified.exit_code, CannotCheck.exit_code
+
+
+@dataclass
+class World:
+    """One registry, one verifier key, one stranger's key, and the tiny images pushed there."""
+
+    client: docker.DockerClient
+    server: RegistryServer
+    folder: Path
+    repository: str
+    verifier_env: dict[str, str]
+    verifier_pub: Path
+    stranger_env: dict[str, str]
+    checker_env: dict[str, str]      # a user's: no key of its own, trusts only what --key names
+    images: list[str] = field(default_factory=list)
+
+    def push(self, tag: str, *, keep_local: bool = False) -> str:
+        """A new tiny image (unique content) pushed as REPOSITORY:tag; its digest. Unless `keep_local`, the
+        engine forgets the tag (and with it the pushed digest), so that `check` reads the tag from the
+        registry."""
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            payload = uuid.uuid4().hex.encode()
+            info = tarfile.TarInfo("hello.txt")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        name, tag_here = "sglang-images-test-attest", uuid.uuid4().hex[:10]
+        self.client.api.import_image_from_data(data.getvalue(), repository=name, tag=tag_here,
+                                               changes=[owner_change(), 'CMD ["/hi"]'])
+        image_id = str(self.client.images.get(f"{name}:{tag_here}").id)
+        self.images.append(image_id)
+        digest = registry.push(self.client, image_id, f"{self.repository}:{tag}")
+        if not keep_local:
+            registry.untag(self.client, f"{self.repository}:{tag}")
+        return digest
+
+    def ref(self, digest: str) -> str:
+        return f"{self.repository}@{digest}"
+
+    def sign(self, digest: str, arch: str = "sm_100", env: dict[str, str] | None = None) -> list[Path]:
+        """What a verifier that ran every GPU stage of a cell on `arch` signs for `digest`."""
+        gpu = {"sm_100": "NVIDIA B200", "sm_120": "NVIDIA RTX PRO 6000"}[arch]
+        cell = finish(make_cell("verified"), stages=cpu_passed() + gpu_passed(gpu, arch))
+        run = self.folder / f"run-{uuid.uuid4().hex[:8]}"
+        return verdicts.sign_verdicts(cell, run, image=self.ref(digest), matrix=ROOT / "matrix.yaml",
+                                      probe=probe_digest(), env=env or self.verifier_env)
+
+    def trusted(self) -> list[keys.PublicKey]:
+        return [keys.read_public(self.verifier_pub)]
+
+    def check(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return cli("check", *args, "--key", str(self.verifier_pub), env=self.checker_env, timeout=300)
+
+
+def key_env(folder: Path) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"SGLANG_IMAGES_KEY_DIR": str(folder), "SGLANG_IMAGES_SIGNING_KEY": "", "SGLANG_IMAGES_SIGNING_KEY_FILE": ""}
+
+
+@pytest.fixture(scope="module")
+def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    needs.tools("cosign", "skopeo")
+    folder = tmp_path_factory.mktemp("attest")
+    server = RegistryServer(folder / "registry")
+    server.folder.mkdir()
+    server.start()
+    verifier = key_env(folder / "verifier")
+    pub = folder / "verifier.pub"
+    pub.write_bytes(keys.signing_key(verifier).public.pem)
+    made = World(client, server, folder, f"{server.url}/sglang-images-test-{uuid.uuid4().hex[:8]}", verifier, pub,
+                 key_env(folder / "stranger"), key_env(folder / "checker"))
+    try:
+        yield made
+    finally:
+        server.stop()
+        for image_id in made.images:
+            client.images.remove(image_id, force=True)
+        shutil.rmtree(server.folder / "data", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def promoted(world: World) -> tuple[str, list[Path]]:
+    """An image promoted with its sm_100 verdict attached by the promote side: (digest, verdict files)."""
+    digest = world.push("good", keep_local=True)   # the engine keeps its RepoDigest: export and local checks
+    files = world.sign(digest)
+    assert verdicts.attach_verdicts(files, world.ref(digest), trusted=world.trusted()) == files
+    return digest, files
+
+
+def attach_directly(world: World, envelope: Any, digest: str) -> None:
+    """What anyone with write access to the registry can do: attach any envelope, bypassing promotion."""
+    path = world.folder / f"forged-{uuid.uuid4().hex[:8]}.json"
+    path.write_text(json.dumps(envelope))
+    cosign.attach(path, world.ref(digest))
+
+
+def test_cosign_verify_attestation_accepts_what_promotion_attached(world: World,
+                                                                   promoted: tuple[str, list[Path]]) -> None:
+    digest, _ = promoted
+    done = subprocess.run(["cosign", "verify-attestation", "--key", str(world.verifier_pub), "--insecure-ignore-tlog",
+                           "--type", statement.TEST_RESULT, world.ref(digest)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    document = json.loads(base64.b64decode(json.loads(line)["payload"]))
+    assert document["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
+    assert document["predicate"]["result"] == "PASSED" and "server@sm_100a" in document["predicate"]["passedTests"]
+    names = {c["name"] for c in document["predicate"]["configuration"]}
+    assert {"matrix.yaml", "buildscripts/probe"} < names and any(n.startswith("lockfiles/") for n in names)
+
+
+def test_check_verifies_the_tag_the_digest_and_the_local_image(world: World, promoted: tuple[str, list[Path]]) -> None:
+    digest, _ = promoted
+    for name in (f"{world.repository}:good", world.ref(digest)):
+        done = world.check(name, "--json")
+        assert done.returncode == 0, done.stderr
+        (found,) = json.loads(done.stdout)
+        assert found["digest"] == digest and found["verified"] and list(found["archs"]) == ["sm_100a"]
+    assert world.check(f"{world.repository}:good", "--arch", "sm_100a").returncode == 0
+    image = world.client.images.get(world.ref(digest))
+    local = f"sglang-images-test-attest-local:{uuid.uuid4().hex[:8]}"   # a name only this engine knows
+    image.tag(local)
+    try:
+        done = world.check(local)   # the engine's record of what it pushed: RepoDigests
+        assert done.returncode == 0 and f"local image, {world.ref(digest)}" in done.stdout, done.stderr
+    finally:
+        registry.untag(world.client, local)
+
+
+def test_a_second_promotion_attaches_nothing_more(world: World, promoted: tuple[str, list[Path]]) -> None:
+    digest, files = promoted
+    assert verdicts.attach_verdicts(files, world.ref(digest), trusted=world.trusted()) == []
+    assert len(cosign.download(world.ref(digest))) == 1
+
+
+def test_an_sm_100_verdict_does_not_claim_sm_120(world: World, promoted: tuple[str, list[Path]]) -> None:
+    done = world.check(f"{world.repository}:good", "--arch", "sm_120a")
+    assert done.returncode == NOT_VERIFIED, done.stderr
+    assert "no valid signed verdict for sm_120a (valid verdicts name sm_100a)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unsigned_or_hand_edited_passed_is_refused(world: World, promoted: tuple[str, list[Path]]) -> None:
+    _, files = promoted
+    digest = world.push("forged")
+    real = json.loads(files[0].read_text())
+    document = json.loads(base64.b64decode(real["payload"]))
+    document["subject"][0]["digest"]["sha256"] = digest.removeprefix("sha256:")   # "PASSED, for this digest"
+    edited = {**real, "payload": base64.b64encode(json.dumps(document).encode()).decode()}
+    # cosign attaches no envelope without a signature entry: an empty one is what "unsigned" comes to
+    unsigned = {**edited, "signatures": [{"keyid": "", "sig": ""}]}
+    with pytest.raises(NotVerified, match="no valid signature by a trusted key"):   # promotion refuses them ...
+        verdicts.attach_verdicts([write(world, edited)], world.ref(digest), trusted=world.trusted())
+    assert cosign.download(world.ref(digest)) == []
+    for envelope in (edited, unsigned):   # ... and a registry that holds them anyway earns nothing
+        attach_directly(world, envelope, digest)
+    done = world.check(f"{world.repository}:forged")
+    assert done.returncode == NOT_VERIFIED
+    assert done.stdout.count("no valid signature by a trusted key") == 2 and "no valid signed verdict" in done.stdout
+    direct = subprocess.run(["cosign", "verify-attestation", "--key", str(world.verifier_pub), "--insecure-ignore-tlog",
+                             "--type", statement.TEST_RESULT, world.ref(digest)], capture_output=True, text=True)
+    assert direct.returncode != 0   # cosign agrees
+
+
+def write(world: World, envelope: Any) -> Path:
+    path = world.folder / f"envelope-{uuid.uuid4().hex[:8]}.json"
+    path.write_text(json.dumps(envelope))
+    return path
+
+
+def test_a_verdict_signed_by_another_key_is_refused(world: World) -> None:
+    digest = world.push("stranger")
+    files = world.sign(digest, arch="sm_120", env=world.stranger_env)
+    with pytest.raises(NotVerified, match="no valid signature"):
+        verdicts.attach_verdicts(files, world.ref(digest), trusted=world.trusted())
+    attach_directly(world, json.loads(files[0].read_text()), digest)
+    done = world.check(f"{world.repository}:stranger", "--arch", "sm_120a")
+    assert done.returncode == NOT_VERIFIED and "no valid signature by a trusted key" in done.stdout
+    stranger_pub = world.folder / "stranger.pub"
+    stranger_pub.write_bytes(keys.signing_key(world.stranger_env).public.pem)
+    trusting = cli("check", f"{world.repository}:stranger", "--key", str(stranger_pub), env=world.checker_env)
+    assert trusting.returncode == 0, trusting.stderr   # whom to trust is the reader's choice, by key
+
+
+def test_a_verdict_for_another_digest_is_refused(world: World, promoted: tuple[str, list[Path]]) -> None:
+    tested, files = promoted
+    other = world.push("other")
+    with pytest.raises(NotVerified, match=f"is a verdict for {tested}, not for"):
+        verdicts.attach_verdicts(files, world.ref(other), trusted=world.trusted())
+    attach_directly(world, json.loads(files[0].read_text()), other)   # copied to the other image's .att
+    done = world.check(f"{world.repository}:other")
+    assert done.returncode == NOT_VERIFIED
+    assert f"a verdict for {tested}, not for {other}" in done.stdout
+
+
+def test_a_tag_moved_after_promotion_fails_the_check(world: World) -> None:
+    first = world.push("moving")
+    verdicts.attach_verdicts(world.sign(first), world.ref(first), trusted=world.trusted())
+    assert world.check(f"{world.repository}:moving").returncode == 0
+    moved = world.push("moving")
+    done = world.check(f"{world.repository}:moving")
+    assert done.returncode == NOT_VERIFIED
+    assert f"is not verified for {moved}: no valid signed verdict is attached" in done.stderr
+    assert world.check(world.ref(first)).returncode == 0   # the tested digest itself still is
+
+
+def test_an_unreachable_registry_is_cannot_check(world: World) -> None:
+    done = world.check(f"127.0.0.1:{free_port()}/nothing:here")
+    assert done.returncode == CANNOT_CHECK and "cannot check" in done.stderr and "Traceback" not in done.stderr
+    assert world.check(f"{world.repository}:no-such-tag").returncode == CANNOT_CHECK
+
+
+# ---------------------------------------------------------------- an OCI archive carries them
+
+
+@pytest.fixture(scope="module")
+def archive(world: World, promoted: tuple[str, list[Path]]) -> Path:
+    out = world.folder / "export"
+    done = cli("export", world.ref(promoted[0]), "--out", str(out), "--name", "good", "--force",
+               "--trust-key", str(world.verifier_pub), env=world.checker_env)
+    assert done.returncode == 0, done.stderr
+    made = out / "good.oci.tar"
+    assert sorted(p.name for p in out.iterdir()) == ["good.oci.tar", "good.oci.tar.sha256",
+                                                      "good.oci.tar.verdicts.json", "good.proxmox.md"]
+    assert len((out / "good.oci.tar.sha256").read_text().splitlines()) == 2
+    note = (out / "good.proxmox.md").read_text()
+    assert "nox -s check -- oci-archive:good.oci.tar" in note and "sglang-images-source: oci-archive:" in note
+    return made
+
+
+def test_the_archive_holds_the_tested_image(world: World, archive: Path, promoted: tuple[str, list[Path]]) -> None:
+    done = world.check(f"oci-archive:{archive}", "--json")
+    assert done.returncode == 0, done.stderr
+    (found,) = json.loads(done.stdout)
+    assert found["digest"] == promoted[0] and list(found["archs"]) == ["sm_100a"]
+    assert world.check(f"oci-archive:{archive}", "--arch", "sm_120a").returncode == NOT_VERIFIED
+
+
+def tampered(archive: Path, name: str) -> Path:
+    """A copy of `archive` and its verdicts in a folder of their own."""
+    folder = archive.parent.parent / f"tampered-{name}"
+    folder.mkdir()
+    copy = folder / archive.name
+    shutil.copy(archive, copy)
+    shutil.copy(carried.sidecar(archive), carried.sidecar(copy))
+    return copy
+
+
+def test_an_archive_without_its_verdicts_or_with_edited_ones_is_not_verified(world: World, archive: Path) -> None:
+    bare = tampered(archive, "bare")
+    carried.sidecar(bare).unlink()
+    done = world.check(f"oci-archive:{bare}")
+    assert done.returncode == NOT_VERIFIED and "carries no signed verdict" in done.stderr
+    edited = tampered(archive, "edited")
+    record = json.loads(carried.sidecar(edited).read_text())
+    document = json.loads(base64.b64decode(record["attestations"][0]["payload"]))
+    tests = document["predicate"]["passedTests"]
+    document["predicate"]["passedTests"] = [t.replace("sm_100a", "sm_120a") for t in tests]
+    record["attestations"][0]["payload"] = base64.b64encode(json.dumps(document).encode()).decode()
+    carried.sidecar(edited).write_text(json.dumps(record))
+    done = world.check(f"oci-archive:{edited}", "--arch", "sm_120a")
+    assert done.returncode == NOT_VERIFIED and "no valid signature by a trusted key" in done.stdout
+
+
+def test_an_archive_of_another_image_beside_the_verdicts_is_refused(world: World, archive: Path) -> None:
+    swapped = world.push("swapped", keep_local=True)
+    out = world.folder / "export-swapped"
+    done = cli("export", world.ref(swapped), "--out", str(out), "--name", "good", "--force", env=world.checker_env)
+    assert done.returncode == 0, done.stderr
+    assert "carries none" in done.stderr and not carried.sidecar(out / "good.oci.tar").exists()
+    shutil.copy(carried.sidecar(archive), carried.sidecar(out / "good.oci.tar"))
+    done = world.check(f"oci-archive:{out / 'good.oci.tar'}")
+    assert done.returncode == NOT_VERIFIED and "its layers are not the tested image's" in done.stderr
+
+
+def test_an_archive_whose_layer_bytes_changed_is_refused(world: World, archive: Path) -> None:
+    flipped = tampered(archive, "flipped")
+    with tarfile.open(flipped) as tar:
+        layer = max((m for m in tar.getmembers() if m.name.startswith("blobs/sha256/")), key=lambda m: m.size)
+    with flipped.open("r+b") as fh:   # one byte of the largest blob (a layer), its name and the manifest kept
+        fh.seek(layer.offset_data + layer.size // 2)
+        byte = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    done = world.check(f"oci-archive:{flipped}")
+    assert done.returncode == NOT_VERIFIED and "holds other bytes than its name says" in done.stderr
+
+
+def test_preflight_checks_the_source_a_container_records(world: World, archive: Path) -> None:
+    """Read-only, from the container's config alone (this machine has no GPU, so the host checks fail)."""
+    lxc_path = world.folder / "lxc"
+    for name, source in (("recorded", f"oci-archive:{archive}"), ("unverified", f"{world.repository}:forged")):
+        (lxc_path / name).mkdir(parents=True)
+        (lxc_path / name / "config").write_text(f"# sglang-images-source%3A {source}\nlxc.uts.name = {name}\n")
+    trust = ["--lxc-path", str(lxc_path), "--trust-key", str(world.verifier_pub)]
+    done = cli("preflight", "--lxc-name", "recorded", *trust, env=world.checker_env)
+    row = next(line for line in done.stdout.splitlines() if "image's signed" in line)
+    assert "✓ pass" in row, done.stdout
+    done = cli("preflight", "--lxc-name", "unverified", *trust, env=world.checker_env)
+    row = next(line for line in done.stdout.splitlines() if "image's signed" in line)
+    assert "! warn" in row and "Traceback" not in done.stderr
+    done = cli("preflight", "--lxc-name", "recorded", "--lxc-path", str(lxc_path), env=world.checker_env)
+    row = next(line for line in done.stdout.splitlines() if "image's signed" in line)
+    assert "! warn" in row   # the verifier's key is no key the project or this user trusts

@@ -1,0 +1,261 @@
+"""Promotion by digest against a real registry on loopback, skopeo and cosign, with tiny images.
+
+The staging build is real (`staging.stage` pushes from this engine and reads the digest back); the GPU jobs'
+records carry fixture GPU stages (no GPU here: tests/digest_records.py), sealed like every verifier's record.
+Every test checks the registry itself (`skopeo inspect`) for where each good tag points.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts import distribution, matrix, results
+from buildscripts.errors import RegistryError
+from buildscripts.publish import promote, staging, writer
+from buildscripts.results import CellResult
+from buildscripts.trust import cosign, keys, verdicts
+from buildscripts.workspace import Workspace
+from tests import needs
+from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
+from tests.integration.tinyimages import owner_change
+from tests.registry_server import RegistryServer
+
+pytestmark = pytest.mark.registry
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ)
+ARCH_TAG, FREE_TAG = "0.5.16-torch2.11.0-cu130-pip-verified-{}", "0.5.16-torch2.11.0-cu130-pip"
+STAGING = "sglang-images-staging"
+
+
+@pytest.fixture
+def tiny(client: docker.DockerClient) -> Iterator[Callable[[], str]]:
+    """Tiny images of unique content (a one-file `docker import`); removed afterwards."""
+    made: list[str] = []
+
+    def make() -> str:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            payload = f"by digest {uuid.uuid4()}".encode()
+            info = tarfile.TarInfo("hello.txt")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        repository = f"sglang-images-bydigest-test-{uuid.uuid4().hex[:8]}"
+        client.api.import_image_from_data(data.getvalue(), repository=repository, tag="t",
+                                          changes=[owner_change()])
+        made.append(f"{repository}:t")
+        return str(client.images.get(made[-1]).id)
+
+    yield make
+    for ref in made:
+        client.images.remove(ref, force=True)
+
+
+class Staged:
+    """A staging build of the 0.5.16 pip cell (a tiny image under its name) and where promotion goes."""
+
+    def __init__(self, client: docker.DockerClient, server: RegistryServer, tmp: Path, image_id: str) -> None:
+        self.matrix_path = arch_runners_matrix(tmp / "project")
+        self.spec = matrix.load(self.matrix_path)
+        self.cell = cell_of(self.spec)
+        self.tmp = tmp
+        self.url = server.url
+        self.source = f"{server.url}/{STAGING}"
+        self.dest = f"{server.url}/{self.spec.spec.tags.repository}"
+        image = staging.stage(client, built(self.cell, image_id), self.source, ENV)
+        self.build = built(self.cell, image_id).model_copy(update={"image": image})
+        self.digest = str(image.digest)
+        save(self.build, tmp / "collected" / "build" / "results.json", self.spec)
+
+    def job(self, arch: str, *, sign: bool = True, record: CellResult | None = None) -> Path:
+        """The results of the GPU job of `arch` (and its signed verdict, as the verify side writes it)."""
+        found = record or gpu_job(self.build, arch)
+        path = save(found, self.tmp / "collected" / f"verify-{arch}" / "results.json", self.spec)
+        if sign:
+            verdicts.sign_verdicts(found, path.parent, image=str(found.image.subject), matrix=self.matrix_path,
+                                   probe="0" * 64, env=ENV)
+        return path
+
+    def argv(self, *extra: str, results_glob: str = "collected/*/results.json") -> list[str]:
+        return ["--matrix", str(self.matrix_path), "--registry", self.url, "--results", str(self.tmp / results_glob),
+                *extra]
+
+    def promote(self, *extra: str, results_glob: str = "collected/*/results.json") -> int:
+        ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
+        return promote.main(self.argv(*extra, results_glob=results_glob), ws,
+                            {**ENV, writer.LOCK_DIR_ENV: str(self.tmp / "locks")})
+
+    def served(self, tag: str) -> str | None:
+        found = distribution.lookup(f"{self.dest}:{tag}", ENV)
+        return found.digest if found else None
+
+
+@pytest.fixture
+def staged(client: docker.DockerClient, server: RegistryServer, tmp_path: Path,
+           tiny: Callable[[], str]) -> Staged:
+    needs.tool("skopeo")
+    return Staged(client, server, tmp_path, tiny())
+
+
+def skopeo_digest(ref: str) -> str:
+    """`skopeo inspect`'s own answer, independent of the code under test."""
+    done = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{ref}"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_good_tags_point_at_the_tested_digest_per_arch_then_arch_free(staged: Staged) -> None:
+    staged.job("sm_100")
+    assert staged.promote() == 0   # the build and sm_100 only
+    assert staged.served(ARCH_TAG.format("sm100")) == staged.digest
+    assert staged.served(FREE_TAG) is None            # sm_120 is not verified yet: no arch-free tag
+    staged.job("sm_120")
+    assert staged.promote() == 0
+    for tag in (ARCH_TAG.format("sm100"), ARCH_TAG.format("sm120"), FREE_TAG):
+        assert skopeo_digest(f"{staged.dest}:{tag}") == staged.digest
+    # no child image, no new index: the release repository holds the tested manifest itself
+    assert distribution.served(f"{staged.dest}@{staged.digest}", ENV).digest == staged.digest
+    saved = results.load(staged.tmp / "collected" / "verify-sm_120" / "results.json").cells[0]
+    assert saved.promoted[f"{staged.dest}:{FREE_TAG}"] == staged.digest
+
+
+def test_the_copy_to_the_release_repository_keeps_the_digest_and_its_attachments(staged: Staged) -> None:
+    needs.tool("cosign")
+    trusted = [keys.signing_key(ENV).public]
+    files = verdicts.verdict_files(staged.job("sm_100").parent, staged.cell.id)
+    verdicts.attach_verdicts(files, f"{staged.source}@{staged.digest}", trusted=trusted)   # attached in staging
+    attachment = staged.digest.replace(":", "-") + ".att"
+    before = skopeo_digest(f"{staged.source}:{attachment}")
+    staged.job("sm_120")
+    assert staged.promote() == 0
+    assert skopeo_digest(f"{staged.dest}@{staged.digest}") == staged.digest
+    found = cosign.download(f"{staged.dest}@{staged.digest}")
+    archs = {verdicts.open_verdict(e, trusted).arch for e in found}
+    assert archs == {"sm_100a", "sm_120a"}   # the carried one, and the one attached at promotion
+    assert skopeo_digest(f"{staged.source}:{attachment}") == before   # staging's attachment left as it was
+
+
+def test_results_naming_a_digest_the_registry_does_not_serve_move_no_tag(
+        staged: Staged, client: docker.DockerClient, tiny: Callable[[], str]) -> None:
+    absent = "sha256:" + "0" * 64
+    image = staged.build.image.model_copy(update={"digest": absent})
+    staged.job("sm_100", sign=False, record=gpu_job(staged.build.model_copy(update={"image": image}), "sm_100"))
+    with pytest.raises(RegistryError, match="does not serve: the digest in the results is not the registry's"):
+        staged.promote()
+    assert distribution.tags(staged.dest, ENV) == []
+    # A digest the registry does serve, but of another image than the one the record says it tested.
+    other = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
+    image = staged.build.image.model_copy(update={"digest": other.digest})
+    staged.job("sm_100", sign=False, record=gpu_job(staged.build.model_copy(update={"image": image}), "sm_100"))
+    with pytest.raises(RegistryError, match="is another image: the digest in the results is not the registry's"):
+        staged.promote(results_glob="collected/verify-*/results.json")
+    assert distribution.tags(staged.dest, ENV) == []
+
+
+def test_a_tag_moved_after_promotion_is_refused_then_repaired_on_request(
+        staged: Staged, client: docker.DockerClient, tiny: Callable[[], str]) -> None:
+    staged.job("sm_100")
+    staged.job("sm_120")
+    assert staged.promote() == 0
+    other = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
+    distribution.copy(f"{staged.source}@{other.digest}", f"{staged.dest}:{FREE_TAG}", ENV)   # the tamper
+    with pytest.raises(RegistryError, match="it moved since; nothing was moved back") as refused:
+        staged.promote()
+    assert "--repair" in str(refused.value)
+    assert staged.served(FREE_TAG) == other.digest    # refused: nothing written
+    assert staged.promote("--repair") == 0
+    assert skopeo_digest(f"{staged.dest}:{FREE_TAG}") == staged.digest
+
+
+SHIM = """#!/bin/bash
+# skopeo, paused before its Nth copy to a tag: where a promotion is killed
+if [ "$1" = copy ]; then
+  case "${@: -1}" in *@sha256:*|*:sha256-*) ;; *)
+    n=$(( $(cat "$SHIM_DIR/count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$SHIM_DIR/count"
+    if [ "$n" -ge "$SHIM_STOP_AT" ]; then touch "$SHIM_DIR/paused"; sleep 600; fi;;
+  esac
+fi
+exec REAL "$@"
+"""
+
+
+def test_sigkill_mid_promote_leaves_no_good_tag_on_an_unverified_digest(
+        staged: Staged, client: docker.DockerClient, tiny: Callable[[], str]) -> None:
+    staged.job("sm_100")
+    staged.job("sm_120")
+    old = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
+    distribution.copy(f"{staged.source}@{old.digest}", f"{staged.dest}:{FREE_TAG}", ENV)  # an earlier release
+    shim = staged.tmp / "shim"
+    shim.mkdir()
+    (shim / "skopeo").write_text(SHIM.replace("REAL", str(shutil.which("skopeo"))))
+    (shim / "skopeo").chmod(0o755)
+    env = {**ENV, "PATH": f"{shim}:{ENV['PATH']}", "SHIM_DIR": str(shim), "SHIM_STOP_AT": "2",
+           writer.LOCK_DIR_ENV: str(staged.tmp / "locks")}
+    proc = subprocess.Popen([sys.executable, "-m", "buildscripts", "promote", *staged.argv()], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (shim / "paused").exists():
+            assert proc.poll() is None, "the promotion ended before it was paused"
+            assert time.monotonic() < deadline, "the promotion never reached its second tag"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    tags = {t: staged.served(t) for t in (ARCH_TAG.format("sm100"), ARCH_TAG.format("sm120"), FREE_TAG)}
+    assert tags == {ARCH_TAG.format("sm100"): staged.digest, ARCH_TAG.format("sm120"): None, FREE_TAG: old.digest}
+    assert all(not c.promoted for p in (staged.tmp / "collected").glob("*/results.json") for c in results.load(p).cells)
+    assert staged.promote() == 0   # the lock went with the killed process: the next promotion just runs
+    assert {t: staged.served(t) for t in tags} == dict.fromkeys(tags, staged.digest)
+
+
+def test_two_promotions_at_once_lose_no_attachment(staged: Staged) -> None:
+    """Each promotion attaches the verdict of one arch to the same digest (cosign's `.att` tag is read, extended
+    and written back): run side by side, one waits for the other's lock, and both verdicts stay."""
+    needs.tool("cosign")
+    staged.job("sm_100")
+    staged.job("sm_120")
+    env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks")}
+    procs = [subprocess.Popen([sys.executable, "-m", "buildscripts", "promote",
+                               *staged.argv(results_glob=f"collected/*{arch}/results.json")],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for arch in ("sm_100", "sm_120")]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    trusted = [keys.signing_key(ENV).public]
+    found = cosign.download(f"{staged.dest}@{staged.digest}")
+    assert sorted(str(verdicts.open_verdict(e, trusted).arch) for e in found) == ["sm_100a", "sm_120a"]
+
+
+def test_a_second_promotion_waits_for_the_first_and_writes_nothing_meanwhile(staged: Staged) -> None:
+    staged.job("sm_100")
+    env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks"), "PYTHONUNBUFFERED": "1"}
+    with writer.sole_writer(staged.dest, env):
+        proc = subprocess.Popen([sys.executable, "-m", "buildscripts", "promote", *staged.argv()], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        waiting = ""
+        for line in proc.stdout:
+            waiting += line
+            if "waiting for the promotion" in line:
+                break
+        assert "waiting for the promotion" in waiting, waiting
+        assert distribution.tags(staged.dest, ENV) == []    # nothing written while the other holds the lock
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, waiting + out
+    assert staged.served(ARCH_TAG.format("sm100")) == staged.digest
+    with (pytest.raises(RegistryError, match=r"another promotion of \S+ holds"), writer.sole_writer(staged.dest, env),
+          writer.sole_writer(staged.dest, env, wait_s=0.5)):
+        pass
