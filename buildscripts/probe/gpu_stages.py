@@ -41,6 +41,7 @@ with warnings.catch_warnings(record=True) as caught:
         out["count"] = torch.cuda.device_count()
         major, minor = torch.cuda.get_device_capability(0)
         out.update(capability=f"{major}.{minor}", name=torch.cuda.get_device_name(0))
+        out["uuid"] = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))  # the host looks it up
         out["sum"] = float(torch.ones(1 << 20, device="cuda").sum())  # a real allocation and kernel
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
