@@ -36,7 +36,7 @@ from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, ce
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
 from .verify import gpus, reuse
-from .verify.container import KEEP_ENV, network_options
+from .verify.container import KEEP_ENV, network_plan
 from .verify.ladder import verify_image
 from .verify.pergpu import combine_per_gpu, verify_per_gpu
 from .verify.plan import Plan
@@ -86,6 +86,8 @@ class Context:
     trusted: list[PublicKey]            # whose seals count: for reused records and the tag step
     # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
+    handed: gpus.Handed = field(default_factory=gpus.Handed)   # the GPU container_options give (the GPU facts)
+    cut_problem: str | None = None      # why verification containers keep a network, when they do
 
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
@@ -240,9 +242,11 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
             run_dir: Path) -> Context:
     info = client.info()
     discovery = gpus.discover(info)
-    network = network_options(client)
-    options = {**gpus.container_options(discovery, gpu=opts.gpu if discovery.usable_in_containers else None),
-               **network}
+    network, cut_problem = network_plan(client)
+    gpu = opts.gpu if discovery.usable_in_containers else None
+    options = {**gpus.container_options(discovery, gpu=gpu), **network}
+    if cut_problem:
+        log.warn(f"the server stage keeps a network: {cut_problem}")
     builder = cache.builder(opts.builder, info)
     shared, notes = cache.plan(shared_cache(spec, opts), builder) if buildable else (None, [])
     for note in notes:
@@ -260,7 +264,8 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
     key = keys.signing_key(opts.env)
     ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared,
-                  key, keys.trusted(opts.ws.root, opts.env))
+                  key, keys.trusted(opts.ws.root, opts.env), handed=gpus.handed(discovery, gpu),
+                  cut_problem=cut_problem)
     ctx.candidates.update({c.id: candidate(c, spec, ctx, opts.ws) for c in buildable})
     return ctx
 
@@ -387,6 +392,7 @@ def _verify(image: str, cell: Cell, plan: Plan, ctx: Context, opts: Options, log
     if opts.per_gpu and ctx.discovery.usable_in_containers:
         return combine_per_gpu(verify_per_gpu(ctx.client, image, plan, ctx.discovery, logs=logs,
                                               run_id=opts.run_id, cell_id=cell.id, keep=opts.keep_containers,
-                                              extra_options=ctx.network_options))
+                                              extra_options=ctx.network_options, cut_problem=ctx.cut_problem))
     return verify_image(ctx.client, image, plan, log_file=logs / "probe.log", run_id=opts.run_id, cell_id=cell.id,
-                        options=ctx.container_options, keep=opts.keep_containers)
+                        options=ctx.container_options, handed=ctx.handed, cut_problem=ctx.cut_problem,
+                        keep=opts.keep_containers)

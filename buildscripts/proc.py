@@ -73,7 +73,7 @@ def run(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-    on_line: Callable[[str], None] | None = None,
+    on_line: Callable[[str], object] | None = None,
     keep_lines: int = 400,
     stdin: bytes | None = None,
     stdout: Path | None = None,

@@ -1,5 +1,5 @@
 """python -m probe --archs sm_90a,sm_100a [--also-archs sm_103a] --lane-cuda 13.0 [--stages a,b] [--out FILE]
-[--mode host]"""
+    [--mode host] [--model-dir DIR --stop-file FILE [--cut-network]]   (the host's side of the server stages)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,11 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--server-args", default="[]", help="JSON list of sglang.launch_server flags")
     ap.add_argument("--server-env", default="{}", help="JSON object of env vars for the server")
     ap.add_argument("--server-profile", default="default", help="the profile's name in matrix.yaml")
-    ap.add_argument("--model-path", default=None)
+    ap.add_argument("--model-path", default=None, help="a model to serve as it is (no reference)")
+    ap.add_argument("--model-dir", default=None, help="the host's tiny model; the probe adds the tokenizer")
+    ap.add_argument("--stop-file", default=None, help="the host creates it once it has observed the server")
+    ap.add_argument("--cut-network", action="store_true", help="start the server with no route out")
+    ap.add_argument("--serve-host", default="127.0.0.1", help="the address the server listens on")
     ap.add_argument("--out", default=None, help="also write all results as JSON to this file")
     a = ap.parse_args(argv)
     ctx = core.Context(
@@ -32,6 +36,7 @@ def main(argv: "list[str] | None" = None) -> int:
         lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
         stage_timeout=a.stage_timeout, server_args=json.loads(a.server_args),
         server_env=json.loads(a.server_env), server_profile=a.server_profile, model_path=a.model_path,
+        model_dir=a.model_dir, stop_file=a.stop_file, cut_network=a.cut_network, serve_host=a.serve_host,
     )
     unknown = [s for s in a.stages.split(",") if s and s not in core.REGISTRY]
     if unknown:

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RESULT_PREFIX = "@@probe-result "
+# The server hand-over (serving.py): the probe names its server's port and waits; the host observes it.
+SERVE_PREFIX = "@@probe-serve "             # {"port", "pid", "host", "stop_file", "log"}
+SERVER_EXIT_PREFIX = "@@probe-server-exit "  # {"code"}: the server died while the host was watching
 PASSED, FAILED, SKIPPED, ABORTED = "passed", "failed", "skipped", "aborted"
 
 
@@ -30,7 +33,11 @@ class Context:
     server_args: List[str] = field(default_factory=list)
     server_env: Dict[str, str] = field(default_factory=dict)
     server_profile: str = "default"       # the profile's name: baked caches are claimed per profile
-    model_path: Optional[str] = None      # a user model; default: a tiny model made in the image
+    model_path: Optional[str] = None      # a user model, served as it is
+    model_dir: Optional[str] = None       # the host's tiny model (weights, config): the probe adds a tokenizer
+    stop_file: Optional[str] = None       # the host creates it when it has observed the server
+    cut_network: bool = False             # start the server with no route out (netcut.py)
+    serve_host: str = "127.0.0.1"         # the address the server listens on
     results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
 
@@ -120,8 +127,8 @@ def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[D
     return results
 
 
-def emit(result: Dict[str, Any]) -> None:
-    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=str) + "\n")
+def emit(result: Dict[str, Any], prefix: str = RESULT_PREFIX) -> None:
+    sys.stdout.write(prefix + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
 
 

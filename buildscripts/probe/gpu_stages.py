@@ -43,6 +43,7 @@ with warnings.catch_warnings(record=True) as caught:
         out.update(capability=f"{major}.{minor}", name=torch.cuda.get_device_name(0))
         free, total = torch.cuda.mem_get_info(0)  # before anything is allocated: what others hold (gpumemory)
         out["memory"] = {"free_bytes": free, "total_bytes": total}
+        out["uuid"] = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))  # the host looks it up
         out["sum"] = float(torch.ones(1 << 20, device="cuda").sum())  # a real allocation and kernel
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"

@@ -4,6 +4,8 @@
 
 Each GPU's results go to DIR/gpu<i>.json and its work files to <workdir>-gpu<i>; every probe
 picks its own free server port. This is what a user with one server per GPU runs (stdlib only).
+Run alone, without a verifier to observe them, the probes skip the server stages (probe/serving.py):
+the GPU-side checks up to kernel-smoke are what this shows; `verify` judges servers.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Any, Deque, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import jitlog
 
@@ -131,19 +131,29 @@ def http(url: str, body: Optional[Dict[str, Any]] = None, timeout: float = 5.0) 
 
 def wait_ready(server: Server, path: str = "/health_generate", deadline_s: float = 900.0,
                interval_s: float = 1.0, request_timeout_s: float = 30.0) -> Readiness:
-    """Poll `path` until 200, the process exits (fail fast) or `deadline_s` passes since start."""
+    """Poll `path` of a server process of ours until 200, the process exits (fail fast) or `deadline_s`."""
+    return poll_ready(lambda timeout: http(server.base_url + path, timeout=timeout), server.proc.poll,
+                      started=server.started, deadline_s=deadline_s, interval_s=interval_s,
+                      request_timeout_s=request_timeout_s)
+
+
+def poll_ready(ask: Callable[[float], Tuple[Optional[int], str]], exited: Callable[[], Optional[int]], *,
+               started: float, deadline_s: float = 900.0, interval_s: float = 1.0,
+               request_timeout_s: float = 30.0) -> Readiness:
+    """Ask (`ask(timeout)` -> (status, body)) until 200, `exited()` names an exit code, or `deadline_s`
+    passes since `started` (time.monotonic()). The host's observation of a server uses this too."""
     res = Readiness(ready=False)
-    end = server.started + deadline_s
+    end = started + deadline_s
     while True:
         now = time.monotonic()
-        if server.proc.poll() is not None:
-            res.exit_code = server.proc.returncode
+        res.exit_code = exited()
+        if res.exit_code is not None:
             break
         if now >= end:
             res.timed_out = True
             break
-        code, text = http(server.base_url + path, timeout=max(0.5, min(request_timeout_s, end - now)))
-        elapsed = round(time.monotonic() - server.started, 2)
+        code, text = ask(max(0.5, min(request_timeout_s, end - now)))
+        elapsed = round(time.monotonic() - started, 2)
         if code is not None and res.seconds_to_http is None:
             res.seconds_to_http = elapsed
         res.last_answer = f"{code if code is not None else 'no answer'}: {text[:200]}"
@@ -151,9 +161,9 @@ def wait_ready(server: Server, path: str = "/health_generate", deadline_s: float
             res.ready, res.seconds_to_ready = True, elapsed
             break
         time.sleep(max(0.0, min(interval_s, end - time.monotonic())))
-    if res.exit_code is None and not res.ready and server.proc.poll() is not None:
-        res.exit_code = server.proc.returncode
-    res.waited_s = round(time.monotonic() - server.started, 2)
+    if res.exit_code is None and not res.ready:
+        res.exit_code = exited()
+    res.waited_s = round(time.monotonic() - started, 2)
     return res
 
 

@@ -7,6 +7,7 @@ a staging build does (verify/pulled.py)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -27,10 +28,11 @@ from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
 from . import gpus, lxc, pulled, reuse
-from .container import KEEP_ENV, network_options
-from .host import verify_on_host
+from .container import KEEP_ENV, network_plan
+from .host import HostRunner
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
+from .runner import Options, verify
 
 MAX_STAGE_TIMEOUT = float(MAX_TIMEOUT_S)
 
@@ -139,26 +141,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
     else:
-        client = engine.connect()
-        source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
-                  if a.pull or distribution.by_digest(a.image) else None)
-        image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
-        try:
-            labels = image_facts(client, image).labels
-        except ImageNotFound:
-            labels = {}
-        # The image's cell label names its log folder: an image is input too, and may carry any text there.
-        checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
-        found_gpus = gpus.discover(client.info())
-        options = {**gpus.container_options(found_gpus, gpu=a.gpu if found_gpus.usable_in_containers else None),
-                   **network_options(client)}
-        log.info(found_gpus.summary())
-        for warning in found_gpus.warnings:
-            log.warn(warning)
-        cell = check_image(client, image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
-                           stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                           profile=profile, profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
-        cell = cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
+        cell = _verify_image(a, run_dir, run_id, archs, stages, profile, spec, env)
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(spec.spec))
     cell = seal.record(run, cell, signing, out)
@@ -173,6 +156,34 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
     return 0
+
+
+def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
+                  stages: list[str] | None, profile: Profile, spec: Matrix, env: Mapping[str, str]) -> CellResult:
+    client = engine.connect()
+    source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
+              if a.pull or distribution.by_digest(a.image) else None)
+    image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
+    try:
+        labels = image_facts(client, image).labels
+    except ImageNotFound:
+        labels = {}
+    # The image's cell label names its log folder: an image is input too, and may carry any text there.
+    checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
+    found_gpus = gpus.discover(client.info())
+    gpu = a.gpu if found_gpus.usable_in_containers else None
+    network, cut_problem = network_plan(client)
+    options = {**gpus.container_options(found_gpus, gpu=gpu), **network}
+    log.info(found_gpus.summary())
+    for warning in found_gpus.warnings:
+        log.warn(warning)
+    if cut_problem:
+        log.warn(f"the server stage keeps a network: {cut_problem}")
+    cell = check_image(client, image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
+                       stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
+                       handed=gpus.handed(found_gpus, gpu), cut_problem=cut_problem, profile=profile,
+                       profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
+    return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
 
 
 def stage_timeout(a: argparse.Namespace, profile: Profile) -> float:
@@ -196,8 +207,9 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
                      stage_timeout=stage_timeout(a, profile), profile=profile, profile_name=a.profile,
                      also_archs=also_archs)
-    found = verify_on_host(plan, log_file=run_dir / cell_id / "probe.log", workdir=run_dir / cell_id / "work",
-                           env=env, python=python)
+    found = verify(HostRunner(python, env, run_dir / cell_id / "work"),
+                   Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
+                           handed=gpus.on_host(_host_gpus(), {**os.environ, **env})))
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
                        image=ImageInfo(ref="host", id=f"host:{python}"), stages=found, run_id=run_id)
 
@@ -217,7 +229,9 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
     cell = matrix_cell(spec, image_cell)   # the cell's declared expected failure applies in place too
-    found = lxc.verify_in_lxc(target, plan, log_file=run_dir / cell_id / "probe.log", python=a.python or "python3")
+    found = verify(lxc.LxcRunner(target, a.python or "python3"),
+                   Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
+                           handed=gpus.on_host(_host_gpus(), {})))
     where = f"lxc:{target.tool}:{target.ident}"
     return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(labels), targets=plan.archs,
                        expected=cell.expected_failure() if cell else None,
@@ -241,6 +255,13 @@ def _say_source(target: lxc.Target, trusted: Sequence[keys.PublicKey], env: Mapp
         log.info(f"source image: {detail}")
     else:
         log.warn(f"source image: {detail}")
+
+
+def _host_gpus() -> gpus.Discovery:
+    """This machine's GPUs (host and LXC mode: the probe runs here, with what the machine has)."""
+    found = gpus.discover(None)
+    log.info(found.summary())
+    return found
 
 
 def _detail(stage: StageResult) -> str:

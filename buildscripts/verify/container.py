@@ -1,10 +1,13 @@
 """The container runner: the probe inside an image, one labelled container per verification, always removed.
 
-The container runs a keep-alive (the image's own python3, else `sleep`); the probe package is
-copied in with put_archive (nothing is installed into the image) and executed with `docker exec`,
-its output streamed line by line so that a container killed mid-stage still leaves the stages done
-so far. A stage that produces no result within its deadline ends the probe (the container is
-killed); a dead container is reported with its exit status and last log lines.
+The container runs a keep-alive (the image's own python3, else `sleep`); the probe package and the
+host's tiny model are copied in with put_archive (nothing is installed into the image) and the probe
+executed with `docker exec`, its output streamed line by line so that a container killed mid-stage still
+leaves the stages done so far, and fed to the host's observer of the server (handoff.py), which reaches
+the server through the container's network namespace (`network_mode: none`: no route out) and stops the
+probe with a put_archive of the stop file. A stage that produces no result within its deadline ends the
+probe (the container is killed) unless the host itself is at the server; a dead container is reported
+with its exit status and last log lines.
 
 A run killed outright (SIGKILL, a lost machine) cannot remove its container in `finally`, and the
 keep-alive would hold it (and a GPU) forever. So each container is labelled with the host and the
@@ -35,12 +38,18 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 
 from .. import log
-from ..results import StageResult
+from . import netns
+from .handoff import Handoff, Handover, Unreachable
+from .observe import Endpoint
 from .output import ProbeRun, failed, interpret
-from .plan import Plan, grace
+from .plan import grace
+from .runner import Options, Outcome
+from .tinymodel import TinyModel
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
+MODEL_ROOT = f"{PROBE_ROOT}/model"          # the host's tiny model (weights, config)
+STOP_FILE = f"{PROBE_ROOT}/stop"            # created by the host once it has observed the server
 LABEL_RUN, LABEL_CELL = "sglang-images.run", "sglang-images.cell"
 # Who owns a container: host name and "PID START" (the start time tells a reused pid from the owner).
 LABEL_HOST, LABEL_OWNER, LABEL_KEPT = "sglang-images.host", "sglang-images.owner-process", "sglang-images.kept"
@@ -49,54 +58,116 @@ KEEPALIVES = (["python3", "-c", "import time; time.sleep(1e9)"], ["sleep", "infi
 NOT_FOUND_RE = re.compile(r"executable file not found|no such file or directory", re.I)
 
 
-def probe_archive(source: Path = PROBE_SOURCE) -> bytes:
-    """A tar of the probe package (its .py files) rooted at PROBE_ROOT."""
+def probe_archive(source: Path = PROBE_SOURCE, model: TinyModel | None = None) -> bytes:
+    """A tar of the probe package (its .py files) rooted at PROBE_ROOT, with the host's tiny model in
+    MODEL_ROOT when there is one."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for folder in ("opt", "opt/probe", "opt/probe/probe"):
+        for folder in ("opt", "opt/probe", "opt/probe/probe", *(["opt/probe/model"] if model else [])):
             info = tarfile.TarInfo(folder)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
         for path in sorted(source.glob("*.py")):
             tar.add(str(path), arcname=f"opt/probe/probe/{path.name}")
+        for name, data in (model.files() if model else {}).items():
+            info = tarfile.TarInfo(f"opt/probe/model/{name}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def network_options(client: docker.DockerClient) -> dict[str, Any]:
-    """Where the engine has no default bridge network (dockerd --bridge=none, as on hosts without
-    iptables), containers can only share the host's network; elsewhere the engine's default is kept."""
+def network_plan(client: docker.DockerClient) -> tuple[dict[str, Any], str | None]:
+    """(docker `run` network options, why the server's network cannot be cut or None).
+
+    A container with `network_mode: none` has loopback only: the server starts with no route out, and the
+    host reaches its port by joining the container's network namespace (netns.py), which needs root and
+    an engine on this machine. Elsewhere the engine's default network is kept and the stage evidence says
+    the network was not cut; where the engine has no default bridge network (dockerd --bridge=none, as on
+    hosts without iptables), containers can only share the host's network."""
+    problem = netns.problem()
+    if problem is None and not str(client.api.base_url).startswith("http+docker://"):
+        problem = f"the engine is not on this machine ({client.api.base_url}): its containers' namespaces are not here"
+    if problem is None:
+        return {"network_mode": "none"}, None
     try:
         bridges = client.networks.list(names=["bridge"])
     except (APIError, DockerException):
-        return {}
-    return {} if any(n.name == "bridge" for n in bridges) else {"network_mode": "host"}
+        return {}, problem
+    return ({} if any(n.name == "bridge" for n in bridges) else {"network_mode": "host"}), problem
 
 
-def verify_in_container(image: str, plan: Plan, *, log_file: Path, run_id: str, cell_id: str,
-                        options: Mapping[str, Any] | None = None,
-                        keep: bool = False) -> list[StageResult]:
-    """The plan's stages inside a container of `image`; every failure is a stage result, never an exception.
+class ContainerReach:
+    """The server inside a verification container: through its network namespace (`network_mode: none`),
+    the host's network, or the container's address on a bridge; the stop file goes in with put_archive."""
 
-    `options` are docker SDK `run` keyword arguments (GPUs, shm, ulimits, environment); `keep` leaves the
-    container behind for debugging (SGLANG_IMAGES_KEEP_CONTAINERS=1 at the top)."""
-    args = plan.probe_args("container")
-    try:
-        with probe_container(image, run_id=run_id, cell_id=cell_id, options=options, keep=keep) as (
-                started, keepalive):
-            if started is None:
-                with log_file.open("a") as fh:
-                    fh.write(f"# cannot start a keep-alive in the image: {keepalive}\n")
-                return [failed("probe", f"no Python interpreter in the image: {keepalive}", "no-python",
-                               log=keepalive)]
-            run = run_probe(started, "python3", args, planned=plan.stages, stage_timeout=plan.stage_timeout,
-                            log_file=log_file)
-    except APIError as exc:  # the engine refused the container itself: a result for this cell, not a crash
-        why = str(exc.explanation or exc)
-        with log_file.open("a") as fh:
-            fh.write(f"# the engine could not start a container: {why}\n")
-        return [failed("container", f"the engine could not start a container from {image}: {why[:300]}",
-                       "container-start-failed", log=why)]
-    return interpret(run, plan.stages, plan.stage_timeout)
+    def __init__(self, wrapped: Any, network_mode: str | None) -> None:
+        self.wrapped, self.network_mode = wrapped, network_mode
+
+    def endpoint(self, handover: Handover) -> Endpoint:
+        self.wrapped.reload()
+        attrs = self.wrapped.attrs
+        if self.network_mode == "none":
+            pid = int(attrs.get("State", {}).get("Pid") or 0)
+            if not pid or not Path(netns.of_process(pid)).exists():
+                msg = f"the container's process {pid} has no network namespace on this machine"
+                raise Unreachable(msg)
+            return Endpoint("127.0.0.1", handover.port, netns.of_process(pid))
+        if self.network_mode == "host":
+            return Endpoint("127.0.0.1", handover.port)
+        settings = attrs.get("NetworkSettings") or {}
+        address = settings.get("IPAddress") or next(
+            (n.get("IPAddress") for n in (settings.get("Networks") or {}).values() if n.get("IPAddress")), "")
+        if not address:
+            msg = "the container has no address the host can reach"
+            raise Unreachable(msg)
+        return Endpoint(address, handover.port)
+
+    def stop(self, handover: Handover) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(Path(STOP_FILE).name)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(b""))
+        self.wrapped.put_archive(str(Path(STOP_FILE).parent), buf.getvalue())
+
+
+class ContainerRunner:
+    """The probe inside a container of `image`; `docker_options` are docker SDK `run` keyword arguments
+    (GPUs, shm, ulimits, environment, network)."""
+
+    mode = "container"
+
+    def __init__(self, image: str, docker_options: Mapping[str, Any] | None = None, *,
+                 cut_problem: str | None = None) -> None:
+        self.image, self.docker_options, self.cut_problem = image, dict(docker_options or {}), cut_problem
+
+    def run(self, options: Options, model: TinyModel | None) -> Outcome:
+        plan = options.plan
+        network = self.docker_options.get("network_mode")
+        args = plan.probe_args("container") + (["--model-dir", MODEL_ROOT] if model else []) + [
+            "--stop-file", STOP_FILE] + ([] if network in ("none", "host") else ["--serve-host", "0.0.0.0"])
+        log_file = options.log_file
+        try:
+            with probe_container(self.image, run_id=options.run_id, cell_id=options.cell_id,
+                                 options=self.docker_options, keep=options.keep) as (started, keepalive):
+                if started is None:
+                    with log_file.open("a") as fh:
+                        fh.write(f"# cannot start a keep-alive in the image: {keepalive}\n")
+                    return Outcome([failed("probe", f"no Python interpreter in the image: {keepalive}",
+                                           "no-python", log=keepalive)])
+                handoff = Handoff(ContainerReach(started.get_wrapped_container(), network), options.handed, model,
+                                  ready_deadline_s=plan.stage_timeout,
+                                  cut_problem=self.cut_problem if network != "none" else None)
+                run = run_probe(started, "python3", args, planned=plan.stages, stage_timeout=plan.stage_timeout,
+                                log_file=log_file, model=model, handoff=handoff)
+                observation = handoff.finish()
+        except APIError as exc:  # the engine refused the container itself: a result for this cell, not a crash
+            why = str(exc.explanation or exc)
+            with log_file.open("a") as fh:
+                fh.write(f"# the engine could not start a container: {why}\n")
+            return Outcome([failed("container", f"the engine could not start a container from {self.image}: "
+                                                f"{why[:300]}", "container-start-failed", log=why)])
+        return Outcome(interpret(run, plan.stages, plan.stage_timeout), observation)
 
 
 @contextmanager
@@ -143,12 +214,14 @@ def _remove(container: DockerContainer, *, keep: bool) -> None:
 
 
 def run_probe(container: DockerContainer, python: str, probe_args: Sequence[str], *, planned: Sequence[str],
-              stage_timeout: float, log_file: Path, env: Mapping[str, str] | None = None) -> ProbeRun:
-    """Copy the probe in, exec it, stream its output to `log_file`; enforce a deadline per stage."""
+              stage_timeout: float, log_file: Path, env: Mapping[str, str] | None = None,
+              model: TinyModel | None = None, handoff: Handoff | None = None) -> ProbeRun:
+    """Copy the probe (and the host's model) in, exec it, stream its output to `log_file` and `handoff`;
+    enforce a deadline per stage (none while the host itself observes the server)."""
     wrapped = container.get_wrapped_container()
     api = container.get_docker_client().client.api
     run = ProbeRun(python=python)
-    wrapped.put_archive("/", probe_archive())
+    wrapped.put_archive("/", probe_archive(model=model))
     argv = [python, "-m", "probe", *probe_args]
     exec_id = api.exec_create(wrapped.id, argv, workdir=PROBE_ROOT,
                               environment={"PYTHONDONTWRITEBYTECODE": "1", **(env or {})})["Id"]
@@ -159,7 +232,7 @@ def run_probe(container: DockerContainer, python: str, probe_args: Sequence[str]
     with log_file.open("a", encoding="utf-8") as log, closing(_Closer(stream)):
         log.write(f"$ docker exec -w {PROBE_ROOT} {wrapped.name} {shlex.join(argv)}\n")
         reader.start()
-        _follow(run, lines, log, planned, stage_timeout, kill=lambda: _kill(wrapped))
+        _follow(run, lines, log, planned, stage_timeout, kill=lambda: _kill(wrapped), handoff=handoff)
         reader.join(timeout=10)
         run.exit_code = api.exec_inspect(exec_id).get("ExitCode")
         state = _state(wrapped, settle=len(run.results) < len(planned))
@@ -201,13 +274,16 @@ def _state(wrapped: Any, settle: bool) -> dict[str, Any]:
 
 
 def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper, planned: Sequence[str],
-            stage_timeout: float, kill: Any) -> None:
+            stage_timeout: float, kill: Any, handoff: Handoff | None = None) -> None:
     """Read lines until the probe ends; kill the container when a stage runs past its deadline."""
     deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
     while True:
         try:
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
         except queue.Empty:
+            if handoff is not None and handoff.busy:   # the host is at the server: its own deadlines apply
+                deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
+                continue
             done = {r.get("name") for r in run.results}
             run.hung_stage = next((s for s in planned if s not in done), "probe")
             log.write(f"# no result within {stage_timeout + grace(stage_timeout):.0f}s: "
@@ -215,9 +291,13 @@ def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper
             kill()
             return
         if line is None:
+            if handoff is not None:
+                handoff.ended = True
             return
         log.write(line + "\n")
         log.flush()
+        if handoff is not None and handoff.feed(line):
+            continue
         if run.add_line(line):
             deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
 

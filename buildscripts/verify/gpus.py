@@ -151,21 +151,51 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
                      warnings=warnings)
 
 
-def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
-                      shm_size: str = SHM_SIZE) -> dict[str, Any]:
-    """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
-    options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
+@dataclass(frozen=True)
+class Handed:
+    """The GPUs the host gave one verification (or has itself, in host and LXC mode): the only source of
+    the GPU facts its results carry, whatever the probe inside says (verify/claims.py)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    why_none: str = "no GPU on this runner"   # when `gpus` is empty: the reason the GPU stages get
+
+
+def handed(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False) -> Handed:
+    """What a container is given: GPU `gpu`, all of them, or none (with the reason)."""
     if not discovery.usable_in_containers:
-        options["environment"][NO_GPU_ENV] = discovery.problem or "no GPU on this runner"
-        return options
+        return Handed(why_none=discovery.problem or "no GPU on this runner")
     if gpu is None and not all_gpus:
-        options["environment"][NO_GPU_ENV] = "no GPU requested for this container"
-        return options
-    chosen = [g for g in discovery.gpus if all_gpus or g.index == gpu]
+        return Handed(why_none="no GPU requested for this container")
+    chosen = tuple(g for g in discovery.gpus if all_gpus or g.index == gpu)
     if not chosen:
         known = ", ".join(str(g.index) for g in discovery.gpus)
         msg = f"GPU {gpu} does not exist on this runner (GPUs: {known or 'none'})"
         raise GpuError(msg, hint="list them with `nvidia-smi -L` and pick one of those indexes")
+    return Handed(chosen)
+
+
+def on_host(discovery: Discovery, env: Mapping[str, str]) -> Handed:
+    """The GPUs a probe on this machine (host mode, an LXC container here) can use: all of them, or those
+    CUDA_VISIBLE_DEVICES names (indexes or UUIDs) in the environment it gets."""
+    if not discovery.gpus:
+        return Handed(why_none=discovery.problem or "no GPU on this runner")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return Handed(discovery.gpus)
+    names = {v.strip() for v in visible.split(",") if v.strip()}
+    chosen = tuple(g for g in discovery.gpus if str(g.index) in names or g.uuid in names)
+    return Handed(chosen, why_none=f"CUDA_VISIBLE_DEVICES={visible!r} names none of this machine's GPUs")
+
+
+def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
+                      shm_size: str = SHM_SIZE) -> dict[str, Any]:
+    """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
+    options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
+    given = handed(discovery, gpu, all_gpus=all_gpus)
+    chosen = given.gpus
+    if not chosen:
+        options["environment"][NO_GPU_ENV] = given.why_none
+        return options
     # Pinned host memory (NCCL, CUDA IPC) needs an unlimited memlock and PyTorch wants a big stack.
     # Only GPU containers ask for them: a runtime may refuse to raise rlimits (rootless, nested).
     options["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1),

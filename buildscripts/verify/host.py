@@ -1,29 +1,84 @@
 """The host runner: the probe in a Python environment of this machine (a venv, a GPU test machine without
-Docker), not in a container. Its output is read by the same parser as a container's."""
+Docker), not in a container. Its output is read by the same parser as a container's.
+
+The server the probe starts there runs in a network namespace of its own (probe/netcut.py) when this
+process can join one (root): no route out, and the host reaches its port from inside. `ProcessReach`
+finds that server by pid and by this verification's marker in its environment, so that a probe cannot
+point the host at some other server of the machine; it serves the LXC runner too.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import proc
-from ..results import StageResult
 from ..trust.keys import KEY_ENV, KEY_FILE_ENV
 from ..workspace import PROJECT_ROOT
+from . import netns
+from .handoff import Handoff, Handover, Unreachable
+from .observe import Endpoint
 from .output import from_process
-from .plan import Plan
+from .runner import VERIFY_ENV, Options, Outcome
+from .tinymodel import TinyModel
 
 
-def verify_on_host(plan: Plan, *, log_file: Path, workdir: Path, env: Mapping[str, str],
-                   python: str = sys.executable) -> list[StageResult]:
-    """Run the plan with `python`; `env` is the environment the probe gets on top of this process's
-    (its PYTHONPATH is kept after the project's, so a staged site folder stays importable), less the
-    verifier's signing key: the environment under test never gets it."""
-    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    done = proc.run([python, "-m", "buildscripts.probe", *plan.probe_args("host"), "--workdir", str(workdir)],
-                    log=log_file, timeout=len(plan.stages) * plan.deadline,
-                    env={**env, KEY_ENV: "", KEY_FILE_ENV: "", "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"},
-                    keep_lines=100000)
-    return from_process(done, plan.stages, plan.stage_timeout, python=python)
+def marker() -> str:
+    """NAME=VALUE that this verification's probe (and the server it starts) carry in their environment."""
+    return f"{VERIFY_ENV}={uuid.uuid4().hex}"
+
+
+class ProcessReach:
+    """The server a probe started on this machine or in an LXC container here: by its pid in the probe's
+    pid namespace and this verification's marker, reached in its own network namespace (or ours)."""
+
+    def __init__(self, mark: str, stop: Callable[[Handover], None], *, enter: bool) -> None:
+        self.mark, self._stop, self.enter = mark, stop, enter
+
+    def endpoint(self, handover: Handover) -> Endpoint:
+        pid = netns.host_pid(handover.pid, self.mark)
+        if pid is None:
+            msg = f"no process {handover.pid} of this verification runs on this machine"
+            raise Unreachable(msg)
+        if self.enter:   # opened at every connection: the namespace netcut moves the server into once it runs
+            return Endpoint("127.0.0.1", handover.port, netns.of_process(pid))
+        host = handover.host if handover.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return Endpoint(host, handover.port)
+
+    def stop(self, handover: Handover) -> None:
+        self._stop(handover)
+
+
+class HostRunner:
+    """`python` with `env` on top of this process's environment (its PYTHONPATH is kept after the project's,
+    so a staged site folder stays importable); the probe's files go to `workdir`."""
+
+    mode = "host"
+
+    def __init__(self, python: str, env: Mapping[str, str], workdir: Path) -> None:
+        self.python, self.env, self.workdir = python, dict(env), workdir
+
+    def run(self, options: Options, model: TinyModel | None) -> Outcome:
+        plan, mark = options.plan, marker()
+        cut_problem = netns.problem()
+        stop = self.workdir / "stop"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        stop.unlink(missing_ok=True)
+        extra = ["--workdir", str(self.workdir), "--stop-file", str(stop)]
+        if model is not None:
+            extra += ["--model-dir", str(model.write(self.workdir / "model"))]
+        if cut_problem is None:
+            extra.append("--cut-network")
+        handoff = Handoff(ProcessReach(mark, lambda _: stop.touch(), enter=cut_problem is None), options.handed,
+                          model, ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
+        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.env.get("PYTHONPATH")]))
+        name, _, value = mark.partition("=")
+        done = proc.run([self.python, "-m", "buildscripts.probe", *plan.probe_args("host"), *extra],
+                        log=options.log_file, timeout=len(plan.stages) * plan.deadline,
+                        env={**self.env, KEY_ENV: "", KEY_FILE_ENV: "",  # the environment under test never gets the key
+                             "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", name: value},
+                        keep_lines=100000, on_line=handoff.feed)
+        observation = handoff.finish()
+        return Outcome(from_process(done, plan.stages, plan.stage_timeout, python=self.python), observation)

@@ -7,11 +7,12 @@ container), then classify failures, judge verdicts and write results.json plus a
       [--note TEXT ...]
 
 There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
-verdict comes from the stages alone, by the same `results.judge` as every other run.
-
-The records are NOT sealed: this command did not run the probe, it reads what came back from elsewhere,
-so its results are for reports only and vouch for nothing (`tag`, `promote`, `export` and the build's
-reuse refuse them). To verify with a seal, run `verify --host` (or `build`, `verify IMAGE`) where the probe runs.
+verdict comes from the stages alone, by the same `results.judge` as every other run. A file is what a
+probe printed, with no host beside it: no GPU was handed over and no server observed, so its GPU stages
+are claims and fail as such (verify/claims.py); a GPU verdict comes from `verify --host` on that machine.
+The file still gives CPU-stage results, and server start-up times (`--timing`) as measurements.
+Its records are NOT sealed either: this command did not run the probe, so they are for reports only and vouch
+for nothing (`tag`, `promote`, `export` and the build's reuse refuse them).
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ from .. import results
 from ..errors import ResultsError
 from ..results import BuildResult, CellResult, ExpectedFailure, RunResults, StageResult, Status, cell_record
 from ..workspace import Workspace
+from . import claims, served
+from .gpus import Handed
 from .output import read_file, to_stage
 
 HOST_BUILD = "host mode: the current Python environment, no image was built"
+FROM_FILE = Handed(why_none="the stages come from a probe's output file: no host handed it a GPU or observed its "
+                            "server (run `verify --host` on that machine)")
 
 
 def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
                     expected: ExpectedFailure | None = None) -> CellResult:
     """The judged record of one host-mode probe output file."""
-    stages = [to_stage(raw) for raw in read_file(path)]
+    stages = claims.backed(served.merge([to_stage(raw) for raw in read_file(path)], None, None), FROM_FILE, "host")
     return cell_record(cell_id, axes=axes, targets=axes.get("archs", "").split(), expected=expected,
                        build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
 

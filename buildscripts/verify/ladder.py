@@ -20,9 +20,11 @@ from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..matrix.tagtemplates import AXIS_FIELDS
 from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, cell_record
-from .container import verify_in_container
+from .container import ContainerRunner
+from .gpus import Handed
 from .output import failed
 from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
+from .runner import Options, verify
 
 
 def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
@@ -33,17 +35,20 @@ def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
 
 
 def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_file: Path, run_id: str = "manual",
-                 cell_id: str = "adhoc", options: Mapping[str, Any] | None = None,
-                 keep: bool = False) -> list[StageResult]:
-    """Run the plan inside `image`; the full output goes to `log_file`; the facts stage carries the image."""
+                 cell_id: str = "adhoc", options: Mapping[str, Any] | None = None, handed: Handed | None = None,
+                 cut_problem: str | None = None, keep: bool = False) -> list[StageResult]:
+    """Run the plan inside `image`; the full output goes to `log_file`; the facts stage carries the image.
+    `options` are the container's docker `run` options; `handed` the GPUs they give it (the only GPU facts
+    its results may carry); `cut_problem` why the container keeps a network, when it does."""
     try:
         info = image_facts(client, image)
     except ImageNotFound:
         return [failed("image", f"image {image} not found in the local engine", "image-missing")]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(f"# image {image} ({info.id}), cell {cell_id}, run {run_id}\n")
-    stages = verify_in_container(image, plan, log_file=log_file, run_id=run_id, cell_id=cell_id, options=options,
-                                 keep=keep)
+    stages = verify(ContainerRunner(image, options, cut_problem=cut_problem),
+                    Options(plan=plan, log_file=log_file, handed=handed or Handed(), run_id=run_id, cell_id=cell_id,
+                            keep=keep))
     image_evidence = info.model_dump(exclude_none=True)
     return [s.model_copy(update={"evidence": {**s.evidence, "image": image_evidence}}) if s.name == "facts" else s
             for s in stages]
@@ -52,7 +57,8 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
 def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Cell | None = None,
                 matrix: Matrix | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
                 stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
-                options: Mapping[str, Any] | None = None, profile: Profile | None = None,
+                options: Mapping[str, Any] | None = None, handed: Handed | None = None,
+                cut_problem: str | None = None, profile: Profile | None = None,
                 profile_name: str = "default", keep: bool = False, pulled: ImageInfo | None = None) -> CellResult:
     """verify_image + judge in one call (what `verify IMAGE` and end-to-end tests use). The targets come
     from `archs`, else `cell`, else the cell of `matrix` the image's labels name, else the labels,
@@ -72,7 +78,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
                      stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name,
                      also_archs=cell.also_audit if cell else matrix.spec.also_audit if matrix else ())
     found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
-                         cell_id=cell_id, options=options, keep=keep)
+                         cell_id=cell_id, options=options, handed=handed, cut_problem=cut_problem, keep=keep)
     build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id
              else BuildResult(status=Status.FAILED, reason=f"image {image} not found"))
     return cell_record(cell_id, axes=cell.axes() if cell else axes_from_labels(info.labels), targets=plan.archs,

@@ -24,9 +24,14 @@ from pathlib import Path
 from .. import proc
 from ..errors import ConfigError
 from ..results import StageResult
-from .container import PROBE_ROOT, probe_archive
+from . import netns
+from .container import MODEL_ROOT, PROBE_ROOT, probe_archive
+from .handoff import Handoff, Handover
+from .host import ProcessReach, marker
 from .output import failed, from_process
 from .plan import Plan
+from .runner import Options, Outcome
+from .tinymodel import TinyModel
 
 PVE_CONFIG = Path("/etc/pve/lxc")
 LXC_PATH = Path("/var/lib/lxc")
@@ -40,6 +45,7 @@ _DENIED_NODE = re.compile(r"(?:Unable to open|cannot (?:create|open)|Can't open)
 # LXC takes almost any name; these are the ones that are safe as a path component, a log folder and a
 # word on a terminal (no /, no leading dot or dash, no spaces or control characters).
 LXC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")
+STOP_FILE = re.compile(r"/tmp/sglang-images-probe\.[A-Za-z0-9]{6,}/stop")   # in probe_script's folder
 # What login(1) sets before the shell starts, from the container's own passwd entry for the user the command
 # runs as (root unless the container maps it); a value the container's lxc.environment set is kept.
 LOGIN_ENV = (
@@ -134,27 +140,51 @@ def cell_labels(target: Target) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def probe_script(plan: Plan, python: str) -> str:
-    """The shell line that unpacks the probe from stdin into a fresh temporary folder, runs it with `python`
-    (its work folder inside that one) and removes the folder again: nothing stays in the container."""
-    args = shlex.join(plan.probe_args("lxc"))
+def probe_script(plan: Plan, python: str, *, mark: str = "", model: bool = False, cut: bool = False) -> str:
+    """The shell line that unpacks the probe (and the host's model) from stdin into a fresh temporary folder,
+    runs it with `python` (its work folder and stop file inside that one; `mark` in its environment) and
+    removes the folder again: nothing stays in the container."""
+    args = shlex.join([*plan.probe_args("lxc"), *(["--cut-network"] if cut else [])])
+    own = ('--workdir "$d/work" --stop-file "$d/stop"' + (f' --model-dir "$d{MODEL_ROOT}"' if model else ""))
+    env = f"{shlex.quote(mark)} " if mark else ""
     return ('d=$(mktemp -d /tmp/sglang-images-probe.XXXXXX) || exit 125; tar -x -C "$d" && '
-            f'cd "$d{PROBE_ROOT}" && PYTHONDONTWRITEBYTECODE=1 {shlex.quote(python)} -m probe {args} '
-            '--workdir "$d/work"; rc=$?; cd / && rm -rf "$d"; exit $rc')
+            f'cd "$d{PROBE_ROOT}" && {env}PYTHONDONTWRITEBYTECODE=1 {shlex.quote(python)} -m probe {args} '
+            f'{own}; rc=$?; cd / && rm -rf "$d"; exit $rc')
 
 
-def verify_in_lxc(target: Target, plan: Plan, *, log_file: Path, python: str = "python3") -> list[StageResult]:
-    """The plan's stages inside a running container; a stopped or unknown container is one failed stage."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    is_running, state = running(target)
-    if not is_running:
-        log_file.write_text(f"# {target.shown} is not running: {state}\n")
-        return [failed("container", f"{target.shown} is not running ({state})", "lxc-not-running", log=state)]
-    argv = target.login_argv(probe_script(plan, python))
-    done = proc.run(argv, log=log_file, timeout=len(plan.stages) * plan.deadline, stdin=probe_archive(),
-                    keep_lines=100000)
-    return [name_missing_rules(stage, target) for stage in from_process(done, plan.stages, plan.stage_timeout,
-                                                                          python=python)]
+class LxcRunner:
+    """The probe inside a running LXC container, with its own Python (`python`: python3 on its PATH, or a
+    venv's); a stopped or unknown container is one failed stage."""
+
+    mode = "lxc"
+
+    def __init__(self, target: Target, python: str = "python3") -> None:
+        self.target, self.python = target, python
+
+    def run(self, options: Options, model: TinyModel | None) -> Outcome:
+        plan, log_file = options.plan, options.log_file
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        is_running, state = running(self.target)
+        if not is_running:
+            log_file.write_text(f"# {self.target.shown} is not running: {state}\n")
+            return Outcome([failed("container", f"{self.target.shown} is not running ({state})", "lxc-not-running",
+                                   log=state)])
+        mark, cut_problem = marker(), netns.problem()
+        handoff = Handoff(ProcessReach(mark, self._stop, enter=cut_problem is None), options.handed, model,
+                          ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
+        script = probe_script(plan, self.python, mark=mark, model=model is not None, cut=cut_problem is None)
+        done = proc.run(self.target.login_argv(script), log=log_file, timeout=len(plan.stages) * plan.deadline,
+                        stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed)
+        observation = handoff.finish()
+        stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python)
+        return Outcome([name_missing_rules(stage, self.target) for stage in stages], observation)
+
+    def _stop(self, handover: Handover) -> None:
+        """The stop file, inside the container (the probe's own folder under /tmp, nowhere else)."""
+        if not STOP_FILE.fullmatch(handover.stop_file):
+            msg = f"the probe named the stop file {handover.stop_file!r}, outside its own folder"
+            raise ValueError(msg)
+        self.target.run(["/bin/sh", "-c", '[ -d "${1%/*}" ] && : > "$1"', "sh", handover.stop_file])
 
 
 def config_line(target: Target, key: str, value: str) -> str:

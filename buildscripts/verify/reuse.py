@@ -1,6 +1,7 @@
 """Results reuse: a verification whose every input is unchanged is not run again.
 
-A verification's outcome depends on the image (its id), the probe's code, the plan (stages, target
+A verification's outcome depends on the image (its id), the probe's code, the host's code that judges
+what the probe reports (claims, the observed server stages, the reference decode), the plan (stages, target
 archs, lane, stage timeout, server profile) and the GPU its GPU stages run on (model, arch, driver,
 how the engine hands it over; or why there is none), and the failure catalogue that classifies a failed
 stage. `key()` hashes exactly these; the pipeline stores the key with each cell's record, and `find()`
@@ -35,13 +36,27 @@ SETTLED = (Verdict.VERIFIED, Verdict.CPU_CHECKED, Verdict.EXPECTED_FAILURE)
 HISTORY = 50   # saved runs looked through, newest first: older results are verified again
 
 
+# The host's side of a verdict: GPU facts, the server stages it observes, its model and reference decode.
+JUDGES = ("claims.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py")
+
+
+def _digest(paths: Iterable[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @cache
 def probe_digest(source: Path = PROBE_SOURCE) -> str:
     """sha256 over the probe package's files (what runs inside the image)."""
-    digest = hashlib.sha256()
-    for path in sorted(source.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return _digest(source.glob("*.py"))
+
+
+@cache
+def judge_digest() -> str:
+    """sha256 over the host's modules that make the GPU stages' results (JUDGES)."""
+    return _digest(Path(__file__).with_name(name) for name in JUDGES)
 
 
 @cache
@@ -62,7 +77,7 @@ def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, obj
 
 def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gpu: bool = False) -> str:
     """sha256 of everything a verification's outcome depends on."""
-    inputs = {"image": image_id, "probe": probe_digest(), "catalogue": catalogue_digest(),
+    inputs = {"image": image_id, "probe": probe_digest(), "judge": judge_digest(), "catalogue": catalogue_digest(),
               "stages": list(plan.stages), "archs": list(plan.archs), "also_archs": list(plan.also_archs),
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),

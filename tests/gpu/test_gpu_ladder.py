@@ -1,21 +1,25 @@
-"""The GPU stages for real, in host mode, against the SGLang installed in this Python.
+"""The GPU stages for real, in host mode, against the SGLang installed in this Python, judged by the host.
 
-Needs an NVIDIA GPU and SGLang; skipped with the reason otherwise. This is what was run on an H200
-test machine for evidence/h200-2026-11-29 (there through evidence/.../run.sh).
+Needs an NVIDIA GPU and SGLang; skipped with the reason otherwise. What `verify --host` runs on an H200
+test machine.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
+import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from buildscripts.matrix.schema import Profile
+from buildscripts.results import GPU_STAGES, Status
+from buildscripts.verify import gpus
+from buildscripts.verify.host import HostRunner
+from buildscripts.verify.plan import Plan
+from buildscripts.verify.runner import Options, verify
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU (nvidia-smi not found)"),
@@ -24,15 +28,19 @@ pytestmark = [
 
 
 def test_gpu_ladder_verifies_this_environment(tmp_path: Path) -> None:
-    out = tmp_path / "probe.json"
+    """The probe starts the server; the host (this process) polls it, asks the first generation and checks
+    the tokens against its own reference decode of fresh weights, with the server's network cut."""
     args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--disable-cuda-graph"]
-    subprocess.run([sys.executable, "-m", "buildscripts.probe", "--mode", "host", "--archs", "sm_90a,sm_100a,sm_120a",
-                    "--stages", "gpu-visible,kernel-smoke,server,first-generation", "--stage-timeout", "900",
-                    "--workdir", str(tmp_path / "work"), "--server-args", json.dumps(args), "--out", str(out)],
-                   cwd=ROOT, check=True, timeout=3600)
-    results = {r["name"]: r for r in json.loads(out.read_text())}
-    assert {name: r["status"] for name, r in results.items()} == dict.fromkeys(results, "passed"), results
-    assert results["server"]["evidence"]["seconds_to_ready"] > 0
-    generation = results["first-generation"]["evidence"]
-    assert generation["reference"]["verdict"].startswith("all 16 tokens equal")
+    plan = Plan.make(archs=["sm_90a", "sm_100a", "sm_120a"], lane_cuda=None, stages=list(GPU_STAGES),
+                     stage_timeout=900, profile=Profile(args=args))
+    handed = gpus.on_host(gpus.discover(None), os.environ)
+    stages = {s.name: s for s in verify(HostRunner(sys.executable, {}, tmp_path / "work"),
+                                        Options(plan=plan, log_file=tmp_path / "probe.log", handed=handed))}
+    assert {name: s.status for name, s in stages.items()} == dict.fromkeys(stages, Status.PASSED), stages
+    assert {s.gpu for s in stages.values()} <= {g.name for g in handed.gpus}
+    server = stages["server"].evidence
+    assert server["observed_by"] == "host" and server["seconds_to_ready"] > 0
+    assert server["network"]["cut"] or "warning" in server
+    generation = stages["first-generation"].evidence
+    assert generation["reference"]["verdict"] == "all 16 tokens equal"
     assert generation["shutdown"]["clean"]

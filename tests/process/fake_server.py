@@ -4,12 +4,14 @@
 MODE: slow (listens after 2 s, then 200), crash (prints a traceback, exits 1 after 1 s),
 hang (accepts connections, never answers), flaky (503 for the first 3 requests, then 200),
 die-later (answers 503, then exits 3 after 2 s), forks (like slow, plus a child process that
-would outlive a careless stop).
+would outlive a careless stop), sglang (SGLang's API: ready after 1 s, /generate answers the token
+ids of FAKE_OUTPUT_IDS (a JSON list), /v1/models and /v1/chat/completions answer as SGLang does).
 """
 
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -28,7 +30,29 @@ def die() -> None:
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        if self.path == "/generate":
+            ids = json.loads(os.environ.get("FAKE_OUTPUT_IDS", "[]"))
+            meta = {"prompt_tokens": len(asked.get("input_ids", [])), "e2e_latency": 0.01}
+            self.answer(200, json.dumps({"text": "x", "output_ids": ids, "meta_info": meta}).encode())
+        elif self.path == "/v1/chat/completions":
+            self.answer(200, json.dumps({"choices": [{"message": {"content": "hinfa"}}],
+                                         "usage": {"completion_tokens": 2}}).encode())
+        else:
+            self.answer(404, b"{}")
+
     def do_GET(self) -> None:
+        if MODE == "sglang":
+            ok = time.monotonic() - STARTED > 1.0
+            self.answer(200 if ok else 503, json.dumps({"data": [{"id": "tiny"}]}).encode())
+            return
         hits["n"] += 1
         code = 503 if MODE in ("flaky", "die-later") and (MODE == "die-later" or hits["n"] <= 3) else 200
         body = b'{"status": "starting"}' if code == 503 else b'{"status": "ok"}'

@@ -1,10 +1,11 @@
-"""The probe's GPU decisions, and that its GPU stages can never pass on a machine without a GPU."""
+"""The probe's GPU decisions, and that its GPU stages can never pass on a machine without a GPU.
+(The host's checks of what the probe says: test_host_judges.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from buildscripts.probe import core, gpu_stages, serving
+from buildscripts.probe import core, gpu_stages
 
 H200 = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "driver_cuda": "13.0", "count": 1,
         "capability": "9.0", "name": "NVIDIA H200", "warnings": [],
@@ -33,23 +34,6 @@ def test_gpu_problems_fail_with_their_cause(change: dict[str, object], archs: li
 def test_ptx_covers_a_newer_arch() -> None:
     info = {**H200, "capability": "12.0", "arch_list": ["sm_90", "compute_90"]}
     assert gpu_stages.judge_gpu(info, ["sm_120a"])[0]
-
-
-def test_tokens_equal_pass_and_clear_differences_fail() -> None:
-    margins = [1.0, 2.0, 0.05, 1.5]
-    assert serving.compare_tokens([5, 6, 7, 8], [5, 6, 7, 8], margins) == (True, "all 4 tokens equal")
-    ok, why = serving.compare_tokens([5, 9, 7, 8], [5, 6, 7, 8], margins)
-    assert not ok and "token 1 is 9" in why and "clear margin" in why
-    ok, why = serving.compare_tokens([5, 6, 3, 3], [5, 6, 7, 8], margins)
-    assert ok and "near-tie" in why  # bf16 may flip a 0.05 margin; later tokens are not compared
-    ok, why = serving.compare_tokens([5, 6], [5, 6, 7, 8], margins)
-    assert not ok and "returned 2 tokens" in why
-
-
-def test_output_ids_from_the_answer_or_its_logprobs() -> None:
-    assert serving._output_ids({"output_ids": [3, 4]}) == [3, 4]
-    logprobs = {"meta_info": {"output_token_logprobs": [[-0.1, 7, None], [-0.2, 8, None]]}}
-    assert serving._output_ids(logprobs) == [7, 8]
 
 
 def test_without_a_gpu_every_gpu_stage_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

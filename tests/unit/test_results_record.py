@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from buildscripts import results
 from buildscripts.probe.serving import unrecognized_flags
 from buildscripts.results import BuildResult, ExpectedFailure, StageResult, Status, Verdict, cell_record
-from buildscripts.verify import output
-from buildscripts.verify.container import network_options
+from buildscripts.verify import netns, output
+from buildscripts.verify.container import network_plan
 from buildscripts.verify.ladder import axes_from_labels
 from buildscripts.workspace import Workspace
 
@@ -92,11 +92,24 @@ class _Networks:
         return [type("Net", (), {"name": n})() for n in self.names if n in names]
 
 
-def test_an_engine_without_a_bridge_gives_containers_the_host_network() -> None:
-    with_bridge = type("Client", (), {"networks": _Networks(["bridge", "host", "none"])})()
-    without = type("Client", (), {"networks": _Networks(["host", "none"])})()
-    assert network_options(with_bridge) == {}
-    assert network_options(without) == {"network_mode": "host"}
+def _client(networks: list[str], base_url: str = "http+docker://localhost") -> Any:
+    return type("Client", (), {"networks": _Networks(networks), "api": type("Api", (), {"base_url": base_url})()})()
+
+
+def test_containers_get_no_network_when_the_host_can_join_theirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    assert network_plan(_client(["bridge", "host", "none"])) == ({"network_mode": "none"}, None)
+    assert network_plan(_client(["host", "none"])) == ({"network_mode": "none"}, None)   # no bridge needed
+
+
+def test_where_the_network_cannot_be_cut_the_engine_default_stays_and_says_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns, "problem", lambda: "joining a network namespace needs CAP_SYS_ADMIN (root)")
+    assert network_plan(_client(["bridge", "host", "none"])) == ({}, netns.problem())
+    assert network_plan(_client(["host", "none"])) == ({"network_mode": "host"}, netns.problem())
+    monkeypatch.setattr(netns, "problem", lambda: None)
+    options, why = network_plan(_client(["bridge"], "http://10.0.0.5:2375"))
+    assert options == {} and why and "not on this machine" in why
 
 
 def test_one_workspace_places_everything(tmp_path: Path) -> None:

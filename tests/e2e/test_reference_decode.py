@@ -1,0 +1,72 @@
+"""The host's numpy reference decode (verify/reference.py) against the image's own torch and transformers on
+the CPU, for the same fresh weights: the cross-check that what the host expects is what a Llama of that
+config computes (float32), and that the margins it insists on survive bf16 (what the server computes in).
+Uses an SGLang image of the default matrix already in the engine, else the one this session builds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildscripts.matrix.schema import LABEL_PREFIX
+from buildscripts.verify import tinymodel
+
+DECODE = r"""
+import glob, json, torch
+from transformers import AutoModelForCausalLM
+out = {}
+for folder in sorted(glob.glob("/m/seed-*")):
+    ref = json.load(open(folder + "/ask.json"))
+    for dtype in ("float32", "bfloat16"):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
+        ids, got, margins = list(ref["prompt_ids"]), [], []
+        with torch.no_grad():
+            for _ in range(ref["new_tokens"]):
+                logits = model(torch.tensor([ids])).logits[0, -1].double()
+                top = torch.topk(logits, 2)
+                got.append(int(top.indices[0]))
+                margins.append(float(top.values[0] - top.values[1]))
+                ids.append(got[-1])
+        out.setdefault(folder, {})[dtype] = {"output_ids": got, "margins": margins}
+print("@@json " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def sglang_image(request: pytest.FixtureRequest) -> str:
+    client = docker.from_env()
+    try:
+        present = client.images.list(filters={"label": f"{LABEL_PREFIX}.sglang"})
+    finally:
+        client.close()
+    if present:
+        return str(present[0].id)
+    run = request.getfixturevalue("run")   # this session's build of the e2e cells
+    return next(str(c.image.id) for c in run.cells if c.image.id)
+
+
+def test_the_numpy_reference_is_what_transformers_computes(sglang_image: str, tmp_path: Path) -> None:
+    models = {}
+    for n in range(3):
+        model = tinymodel.make()
+        written = model.write(tmp_path / f"seed-{n}")
+        (written / "ask.json").write_text(json.dumps({"prompt_ids": list(model.reference.prompt_ids),
+                                                     "new_tokens": len(model.reference.output_ids)}))
+        models[f"/m/seed-{n}"] = model
+    client = docker.from_env()
+    try:
+        output = client.containers.run(sglang_image, ["-c", DECODE], entrypoint="python3", network_mode="none",
+                                       volumes={str(tmp_path): {"bind": "/m", "mode": "ro"}}, remove=True,
+                                       environment={"CUDA_VISIBLE_DEVICES": ""}).decode()
+    finally:
+        client.close()
+    found = json.loads(next(line for line in output.splitlines() if line.startswith("@@json "))[7:])
+    for folder, model in models.items():
+        want = model.reference
+        exact, bf16 = found[folder]["float32"], found[folder]["bfloat16"]
+        assert exact["output_ids"] == list(want.output_ids), f"seed {model.seed}"
+        assert exact["margins"] == pytest.approx(list(want.margins), abs=1e-3)
+        assert bf16["output_ids"] == list(want.output_ids), f"seed {model.seed}: bf16 took another path"
