@@ -44,3 +44,8 @@ class cuda:  # torch.cuda
     @staticmethod
     def get_device_properties(index: int) -> _Properties:
         return _Properties()
+
+    @staticmethod
+    def mem_get_info(index: int) -> tuple[int, int]:
+        """(free, total) bytes, as on an idle H200: the gpu-visible stage reports what others hold."""
+        return 139 * 2**30, 140 * 2**30
