@@ -178,8 +178,9 @@ def shapes(measured: dict[str, Any]) -> tuple[list[tuple[str, str, str]], list[s
         f"Measured here for `{PIP_CELL}` ({measured['image_bytes'] / 1e9:.1f} GB): staging (push + digest read "
         f"back) {measured['stage_s']:.0f} s, pull by digest into a wiped Docker 26 engine {measured['pull_s']:.0f} s, "
         f"its CPU verification there {measured['verify_cpu_stages_s']:.0f} s of stages "
-        f"({measured['verify_cpu_wall_s']:.0f} s wall), one promotion by digest of three tags "
-        f"{measured['promote_s']:.1f} s, the cached build {measured['build_cached_s']:.0f} s. The registry is on "
+        f"({measured['verify_cpu_wall_s']:.0f} s wall), one promotion by digest (the digest copied into the "
+        f"release repository, three tags pointed at it) {measured['promote_s']:.1f} s, the cached build "
+        f"{measured['build_cached_s']:.0f} s. One run, on a machine shared with other work; the registry is on "
         "loopback: over a network, staging and pulls take longer. Other cells' pushes and pulls are scaled by "
         "image size (an estimate).",
         f"Where the time goes: of the build job's {build_job:.0f} s, {pushes:.0f} s are the staging pushes (this "
