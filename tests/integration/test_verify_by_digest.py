@@ -102,7 +102,10 @@ def test_an_index_is_recorded_with_the_manifest_of_this_platform(
                                      method="PUT", headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
     with urllib.request.urlopen(request, timeout=30) as answer:
         digest = answer.headers["Docker-Content-Digest"]
-    found = pulled.pull(client, f"{repository}@{digest}", ENV)
+    try:
+        found = pulled.pull(client, f"{repository}@{digest}", ENV)
+    finally:   # the reference the pull added (the base image itself stays)
+        client.images.remove(f"{repository}@{digest}")
     assert (found.digest, found.platform_digest, found.id) == (digest, child.digest, client.images.get(base).id)
     assert found.subject == f"{repository}@{digest}"
 
