@@ -48,6 +48,11 @@ class Evidence:
     def subject(self) -> str:
         return str(self.checked.record.image.subject)
 
+    @property
+    def where(self) -> str:
+        """The results file as messages name it: its run folder and name."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
 
 @dataclass
 class Promotion:
@@ -93,7 +98,7 @@ def weigh(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -
     outcomes = [_weigh_one(cell_id, items, spec, cfg) for items in by_subject.values()]
     earned = [p for p in outcomes if isinstance(p, Promotion)]
     if len(earned) > 1:
-        named = "; ".join(f"{p.source}@{p.digest} ({', '.join(sorted({e.path.name for e in p.evidence}))})"
+        named = "; ".join(f"{p.source}@{p.digest} ({', '.join(sorted({e.where for e in p.evidence}))})"
                           for p in earned)
         msg = f"{cell_id}: records of {len(earned)} different images earned good tags: {named}"
         raise ResultsError(msg, hint="a good tag vouches for one digest: promote the results of one build "
@@ -117,7 +122,7 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Ta
                           if arch_outcomes(e.checked.judged).get(a) in (ARCH_FAILED, ARCH_INCOMPLETE))
     required = required_archs(first.cell.archs, list(spec.spec.runners.archs))
     missing = [a for a in required if a not in verified]
-    failed = [e.path.name for e in evidence if is_unexpected(e.checked.judged.verdict)
+    failed = [e.where for e in evidence if is_unexpected(e.checked.judged.verdict)
               or e.checked.judged.first_failure() is not None]
     withheld = ("; ".join(filter(None, [
         f"not verified on {', '.join(missing)}" if missing else "",

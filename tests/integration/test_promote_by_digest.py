@@ -97,6 +97,11 @@ class Staged:
         return promote.main(self.argv(*extra, results_glob=results_glob), ws,
                             {**ENV, writer.LOCK_DIR_ENV: str(self.tmp / "locks")})
 
+    def release_in(self, server: RegistryServer) -> None:
+        """Promote into another registry than the staging one from now on."""
+        self.url = server.url
+        self.dest = f"{server.url}/{self.spec.spec.tags.repository}"
+
     def served(self, tag: str) -> str | None:
         found = distribution.lookup(f"{self.dest}:{tag}", ENV)
         return found.digest if found else None
@@ -131,11 +136,24 @@ def test_good_tags_point_at_the_tested_digest_per_arch_then_arch_free(staged: St
     assert saved.promoted[f"{staged.dest}:{FREE_TAG}"] == staged.digest
 
 
-def test_the_copy_to_the_release_repository_keeps_the_digest_and_its_attachments(staged: Staged) -> None:
+def test_the_copy_to_another_registry_keeps_the_digest_and_its_attachments(staged: Staged, tmp_path: Path) -> None:
     needs.tool("cosign")
+    release = RegistryServer(tmp_path / "release")
+    release.folder.mkdir()
+    release.start()
+    try:
+        _copy_keeps_digest_and_attachments(staged, release)
+    finally:
+        release.stop()
+
+
+def _copy_keeps_digest_and_attachments(staged: Staged, release: RegistryServer) -> None:
+    staged.release_in(release)
     trusted = [keys.signing_key(ENV).public]
     files = verdicts.verdict_files(staged.job("sm_100").parent, staged.cell.id)
     verdicts.attach_verdicts(files, f"{staged.source}@{staged.digest}", trusted=trusted)   # attached in staging
+    for path in files:   # from now on only the registry has it: in the release it can only have been carried
+        path.unlink()
     attachment = staged.digest.replace(":", "-") + ".att"
     before = skopeo_digest(f"{staged.source}:{attachment}")
     staged.job("sm_120")
@@ -144,6 +162,7 @@ def test_the_copy_to_the_release_repository_keeps_the_digest_and_its_attachments
     found = cosign.download(f"{staged.dest}@{staged.digest}")
     archs = {verdicts.open_verdict(e, trusted).arch for e in found}
     assert archs == {"sm_100a", "sm_120a"}   # the carried one, and the one attached at promotion
+    assert skopeo_digest(f"{staged.dest}:{ARCH_TAG.format('sm120')}") == staged.digest
     assert skopeo_digest(f"{staged.source}:{attachment}") == before   # staging's attachment left as it was
 
 

@@ -15,18 +15,21 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import docker
 import pytest
 
 from buildscripts import distribution, results
-from tests import second_engine
-from tests.integration.tinyimages import python_image
+from buildscripts.verify import pulled
+from tests import needs, second_engine
+from tests.integration.tinyimages import derive, python_image
 from tests.registry_server import RegistryServer
 
 pytestmark = pytest.mark.registry
 ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ)
 
 
 def test_verify_by_digest_pulls_that_digest_on_an_engine_without_a_bridge(
@@ -73,3 +76,44 @@ def test_verify_by_digest_pulls_that_digest_on_an_engine_without_a_bridge(
     assert json.loads(out.read_text())["cells"][0]["seal"]   # sealed like every verifier's record
     assert refused.returncode == 2 and "names a tag, not a digest" in refused.stderr + refused.stdout
     assert distribution.by_digest(cell.image.ref or "") == (repository, digest)
+
+
+def test_an_index_is_recorded_with_the_manifest_of_this_platform(
+        client: docker.DockerClient, server: RegistryServer, tmp_path: Path) -> None:
+    """An image index (what a multi-platform build pushes) by digest: the engine runs this platform's manifest,
+    and the record names both digests, the index's as the subject."""
+    needs.tool("skopeo")
+    base = python_image(client)
+    repository = f"{server.url}/sglang-images-staging"
+    other = derive(client, base, {"/other-platform.txt": b"not this platform's image"})
+    for image, tag in ((base, "base"), (other, "other")):
+        client.api.tag(image, repository, tag)
+        try:
+            client.images.push(repository, tag=tag)
+        finally:
+            client.images.remove(f"{repository}:{tag}")
+    client.images.remove(other)
+    child, elsewhere = (distribution.served(f"{repository}:{tag}", ENV) for tag in ("base", "other"))
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": m.media_type, "digest": m.digest, "size": _size(repository, m.digest),
+         "platform": {"architecture": arch, "os": "linux"}}
+        for m, arch in ((elsewhere, "arm64"), (child, "amd64"))]}).encode()   # another platform's first
+    request = urllib.request.Request(f"http://{repository.replace('/', '/v2/', 1)}/manifests/multi", data=index,
+                                     method="PUT", headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        digest = answer.headers["Docker-Content-Digest"]
+    try:
+        found = pulled.pull(client, f"{repository}@{digest}", ENV)
+    finally:   # the reference the pull added (the base image itself stays)
+        client.images.remove(f"{repository}@{digest}")
+    assert (found.digest, found.platform_digest, found.id) == (digest, child.digest, client.images.get(base).id)
+    assert found.subject == f"{repository}@{digest}"
+
+
+def _size(repository: str, digest: str) -> int:
+    """The byte length of a manifest as the registry serves it (an index entry must say it)."""
+    host, _, name = repository.partition("/")
+    request = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{digest}", method="HEAD", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return int(answer.headers["Content-Length"])
