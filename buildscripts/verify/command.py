@@ -57,7 +57,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
     ap.add_argument("--stage-timeout", type=float, default=None,
                     help="seconds per stage (default: 900, or the profile's timeout_s when longer)")
-    ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc)")
+    ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc); a cell "
+                                      "of matrix.yaml also gives its targets, lane and expected failure")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
     ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
@@ -179,7 +180,10 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
         log.warn(warning)
     if cut_problem:
         log.warn(f"the server stage keeps a network: {cut_problem}")
-    cell = check_image(client, image, logs=run_dir, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
+    # --cell-id naming a matrix cell: verified as that cell (its axes, targets, lane and expectation), e.g. an
+    # image built elsewhere for it; its label may name another, and the gate compares axes with the matrix.
+    named = matrix_cell(spec, a.cell_id) if a.cell_id else None
+    cell = check_image(client, image, logs=run_dir, cell=named, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                        stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                        handed=gpus.handed(found_gpus, gpu), cut_problem=cut_problem, profile=profile,
                        profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
