@@ -84,6 +84,8 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in skip]
         for name in files:
+            if name.startswith(".coverage"):  # coverage data that a parallel test worker saves as it ends
+                continue
             info = os.lstat(os.path.join(folder, name))
             found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
     return found
