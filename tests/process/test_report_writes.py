@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SET = {"results.json", "results.schema.json", "compat.md", "compat.html", "junit.xml", "sizes.md"}
 
 
-def big_run(run_id: str, copies: int = 50) -> RunResults:
-    """Enough cells that rendering takes a while: a kill lands in it, not only before or after."""
+def big_run(run_id: str, copies: int = 20) -> RunResults:
+    """Enough cells that rendering takes a while (60: a tenth of a second) and a kill lands in it too, not only
+    in the writes the slow disk stretches; more only makes every report process cost more."""
     cells = [make_cell(kind).model_copy(update={"cell_id": f"{kind}-{i}"}) for i in range(copies)
              for kind in ("verified", "failed", "cpu-checked")]
     return RunResults(run_id=run_id, started="2025-01-01T00:00:00+00:00", finished="2025-01-01T00:00:00+00:00",
