@@ -14,6 +14,7 @@ edits of matrix.yaml) they are left out with a warning. `--allow-other-matrix` t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
     """
     files = {
         "json": ("results.json", run.model_dump_json(indent=2) + "\n"),
-        "schema": ("results.schema.json", json.dumps(RunResults.model_json_schema(), indent=2, sort_keys=True) + "\n"),
+        "schema": ("results.schema.json", schema_text()),
         "markdown": ("compat.md", markdown.document(run)),
         "html": ("compat.html", html.render(run)),
         "junit": ("junit.xml", junit.render(run)),
@@ -60,6 +61,13 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
     if summary is not None:
         written["github"] = summary
     return written
+
+
+@functools.cache
+def schema_text() -> str:
+    """The JSON Schema of results files, as written beside them: the same for every report of this version, so
+    made once per process (pydantic builds it afresh on every call, which a process writing many sets paid)."""
+    return json.dumps(RunResults.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 def find_results(patterns: Sequence[str]) -> list[Path]:

@@ -39,6 +39,18 @@ FUZZ = settings(deadline=5000, database=None, print_blob=True, derandomize=os.en
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 
+# The share of each property's examples that a run draws: all of them unless told (`nox -s tests`, CI), a quarter
+# under `nox -s fast`, which sets SGLANG_IMAGES_FUZZ_SHARE=0.25 so that the tiers to run while you work stay
+# under a minute with coverage (coverage doubles the cost of hypothesis' draws). Every property still runs
+# there, on new examples each time.
+SHARE = float(os.environ.get("SGLANG_IMAGES_FUZZ_SHARE", "1"))
+
+
+def examples(full: int) -> int:
+    """How many examples a property of `full` examples draws in this run (at least 10)."""
+    return max(10, round(full * SHARE))
+
+
 # Text that once crashed or fooled something: rich markup, format fields, path tricks, Unicode digits.
 HOSTILE = [
     "[/]", "[bold]", "[red]x[/red]", "[link=file:///etc/passwd]x[/link]", "[[/]]", "\\[b]", ":x:", "%s%n", "{cell}",

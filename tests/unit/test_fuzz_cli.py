@@ -21,9 +21,9 @@ from buildscripts.report import main as report_main
 from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
 from tests.results_factory import make_run
-from tests.unit.fuzzing import FUZZ, HOSTILE, TEXT, confined, make_workspace, run
+from tests.unit.fuzzing import FUZZ, HOSTILE, TEXT, confined, examples, make_workspace, run
 
-EXAMPLES_PER_COMMAND = 100  # six commands: 600 argument lists
+EXAMPLES_PER_COMMAND = examples(100)  # six commands: 600 argument lists (all of them)
 Main = Callable[..., int]  # main(argv, ws, env) of each command
 
 # Files the arguments may name, made in the workspace (all relative: the workspace is the working directory).

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from buildscripts.matrix import listing
 from buildscripts.workspace import Workspace, checked_name
-from tests.unit.fuzzing import DEFAULT, FUZZ, HOSTILE, TEXT, confined, make_workspace, run
+from tests.unit.fuzzing import DEFAULT, FUZZ, HOSTILE, TEXT, confined, examples, make_workspace, run
 
-EXAMPLES = 520
+EXAMPLES = examples(520)
 DATA = yaml.safe_load(DEFAULT)
 LINES = DEFAULT.splitlines(keepends=True)
 CODECS = ["utf-16", "utf-16-be", "utf-32", "latin-1", "cp1252", "shift_jis", "utf-8-sig", "utf-7"]

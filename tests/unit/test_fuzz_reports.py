@@ -24,9 +24,9 @@ from buildscripts.report import console, html, junit, markdown
 from buildscripts.results import CellResult, RunResults, StageResult, Status
 from buildscripts.verify import output
 from tests.results_factory import ALL_KINDS, finish, make_cell, make_run
-from tests.unit.fuzzing import FUZZ, HOSTILE, disk_fills_at
+from tests.unit.fuzzing import FUZZ, HOSTILE, disk_fills_at, examples
 
-EXAMPLES = 60
+EXAMPLES = examples(60)
 # Text as hostile as it gets: markup of every format, control characters, the README markers, and anything.
 MARKUP = ["<script>alert(1)</script>", "`", "``", "|", "\n", "\r\n", "\x1b[31m", "\x00", "\x0b", "&amp;", "&#96;",
           "]]>", "<!--", "-->", markdown.START, markdown.END, "[x](javascript:1)", "\u2028", "\ufffe", "'\""]
@@ -159,7 +159,7 @@ def test_the_console_table_prints_any_record(run: RunResults, width: int) -> Non
 # ---------------------------------------------------------------- interrupted writes
 
 
-@FUZZ.__class__(FUZZ, max_examples=30)
+@FUZZ.__class__(FUZZ, max_examples=examples(30))
 @given(run=hostile_run(), fails_at=st.integers(1, 8))
 def test_an_interrupted_report_leaves_the_old_set_whole(run: RunResults, fails_at: int,
                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
