@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -64,27 +65,29 @@ def private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def parse_private(data: bytes, name: str) -> SigningKey:
+def _p256(load: Callable[[bytes], object], data: bytes, name: str, kind: type, what: str, hint: str) -> Any:
+    """The ECDSA P-256 key of type `kind` that `load` reads from PEM `data`, else a ConfigError naming `name`."""
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        key = load(data)
     except (ValueError, TypeError) as exc:
-        msg = f"{name} is not an unencrypted PEM private key ({exc})"
-        raise ConfigError(msg, hint="make one with `python -m buildscripts keygen DIR`") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+        msg = f"{name} is not {what} ({exc})"
+        raise ConfigError(msg, hint=hint) from None
+    if not isinstance(key, kind) or not isinstance(getattr(key, "curve", None), ec.SECP256R1):
         msg = f"{name} is not an ECDSA P-256 key"
-        raise ConfigError(msg, hint="make one with `python -m buildscripts keygen DIR`")
+        raise ConfigError(msg, hint=hint)
+    return key
+
+
+def parse_private(data: bytes, name: str) -> SigningKey:
+    key = _p256(lambda d: serialization.load_pem_private_key(d, password=None), data, name,
+                ec.EllipticCurvePrivateKey, "an unencrypted PEM private key",
+                "make one with `python -m buildscripts keygen DIR`")
     return SigningKey(name, key)
 
 
 def parse_public(data: bytes, name: str) -> PublicKey:
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
-        msg = f"{name} is not a PEM public key ({exc})"
-        raise ConfigError(msg, hint="pass the .pub file made with the signing key") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
-        msg = f"{name} is not an ECDSA P-256 public key"
-        raise ConfigError(msg, hint="pass the .pub file made with the signing key")
+    key = _p256(serialization.load_pem_public_key, data, name, ec.EllipticCurvePublicKey, "a PEM public key",
+                "pass the .pub file made with the signing key")
     return PublicKey(name, key)
 
 
