@@ -111,6 +111,8 @@ def generation_stage(probe: StageResult, server: StageResult | None, probe_serve
         if probe.status is Status.PASSED:
             return _failed(probe, "the probe reported a first generation that the host never observed",
                            probe.evidence, None, UNOBSERVED)
+        if server is not None and server.status is Status.SKIPPED and probe.status is Status.SKIPPED:
+            return probe   # no GPU here: skipped with its reason, like every GPU stage (never "aborted")
         why = f"prerequisite did not pass: server ({server.status.value if server else 'not run'})"
         return probe.model_copy(update={"status": Status.ABORTED, "reason": why, "evidence": {}})
     assert observation is not None and probe_server is not None   # a passed server stage is the host's observation
