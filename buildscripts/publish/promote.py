@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import engine, log, matrix, results
+from .. import distribution, engine, log, matrix, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix import Matrix
 from ..matrix.schema import Tags
@@ -111,7 +111,7 @@ def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: st
         msg = f"{ref}: the registry serves {served}, but the push reported {digest}"
         raise RegistryError(msg, hint="someone else pushed to this tag meanwhile; promote again")
     repository, _ = registry.split_ref(ref)
-    pulled = registry.pull(client, f"{repository}@{digest}")
+    pulled = distribution.pull(client, f"{repository}@{digest}")
     if pulled != image_id:
         msg = f"{ref}@{digest} pulls back as {pulled}, not the tested {image_id}"
         raise RegistryError(msg, hint="the registry altered the image; do not use it")

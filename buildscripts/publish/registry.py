@@ -77,11 +77,6 @@ def remote_digest(client: docker.DockerClient, ref: str) -> str:
     return str(found["Descriptor"]["digest"])
 
 
-def pull(client: docker.DockerClient, ref: str) -> str:
-    """Pull `ref` (`repo:tag` or `repo@sha256:...`) and return the local image id."""
-    return distribution.pull(client, ref)
-
-
 def untag(client: docker.DockerClient, ref: str) -> None:
     """Drop a local tag (never the image behind it while other tags hold it)."""
     import docker.errors

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import proc
+from .. import distribution, proc
 from ..errors import RegistryError
 
 HINT = "Debian trixie's cosign 2.5 (`.ci/install-engine` installs it; `python -m buildscripts setup --for tests`)"
@@ -26,13 +26,9 @@ def binary() -> str:
 
 
 def _failed(action: str, ref: str, done: proc.Completed) -> RegistryError:
+    """What cosign said (its warnings left out), with the registry's likely fix and credentials hidden."""
     detail = " ".join(line for line in done.tail(4).splitlines() if not line.startswith("WARNING"))
-    hint = "check that the registry runs and answers, and `docker login HOST` if it needs credentials"
-    if "connection refused" in detail or "no such host" in detail:
-        hint = "the registry is unreachable: start it, or name the image at the right HOST:PORT"
-    elif "UNAUTHORIZED" in detail or "DENIED" in detail or "denied" in detail:
-        hint = "the registry refused: `docker login HOST` (cosign reads docker's config.json)"
-    return RegistryError(f"cosign {action} {ref} failed: {detail or f'exit {done.returncode}'}", hint=hint)
+    return distribution.failure(f"cosign {action}", ref, detail or f"exit {done.returncode}")
 
 
 def download(ref: str, *, log_file: Path | None = None) -> list[Any]:

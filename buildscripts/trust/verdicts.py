@@ -23,16 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import log
+from .. import distribution, log
 from ..errors import ConfigError, NotVerified
 from ..results import GPU_STAGES, CellResult, family
 from ..workspace import checked_name
 from . import cosign, dsse, keys, statement
 from .keys import PublicKey
 
+SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+
 FOLDER = "attestations"                      # under a run folder: FOLDER/CELL/ARCH.json
 GOOD_RESULTS = ("PASSED", "WARNED")
-DIGEST_REF = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,11 @@ class SignedVerdict:
 
 def split_digest_ref(ref: str) -> tuple[str, str]:
     """`REPO@sha256:HEX` -> (REPO, `sha256:HEX`); a ConfigError for anything else (a tag can move)."""
-    match = DIGEST_REF.fullmatch(ref.strip())
-    if match is None:
+    found = distribution.by_digest(ref.strip())
+    if found is None or not SHA256.fullmatch(found[1]):   # statements name sha256 digests only
         msg = f"{ref!r} is not REPOSITORY@sha256:DIGEST"
         raise ConfigError(msg, hint="a verdict belongs to one digest: name the image by it, not by a tag")
-    return match.group("repository"), match.group("digest")
+    return found
 
 
 def run_url(env: Mapping[str, str]) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import matrix, results
+from buildscripts import distribution, matrix, results
 from buildscripts.errors import RegistryError, ResultsError
 from buildscripts.matrix.schema import Tags
 from buildscripts.publish import promote, registry, tagcmd, tags, trusted
@@ -238,9 +238,9 @@ def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
 
     # Delete the local copy, pull back from the registry, compare ids and digests.
     client.images.remove(str(cell.image.id), force=True)
-    assert registry.pull(client, f"{base}:{candidate}") == cell.image.id
+    assert distribution.pull(client, f"{base}:{candidate}") == cell.image.id
     for tag in good:
-        assert registry.pull(client, f"{base}:{tag}") == cell.image.id
+        assert distribution.pull(client, f"{base}:{tag}") == cell.image.id
         assert registry.remote_digest(client, f"{base}:{tag}") == saved.promoted[f"{base}:{tag}"]
     assert f"{base}@{saved.image.digest}" in client.images.get(str(cell.image.id)).attrs["RepoDigests"]
 
