@@ -90,8 +90,8 @@ def judge(ranks: List[Dict[str, Any]], world: int, elements: int = ELEMENTS) -> 
     return None
 
 
-def run_ranks(world: int, workdir: str, timeout: float, env: Dict[str, str],
-              elements: int = ELEMENTS) -> List[Dict[str, Any]]:
+def run_ranks(world: int, workdir: str, timeout: float, env: Dict[str, str], elements: int = ELEMENTS,
+              program: str = RANK_PROGRAM) -> List[Dict[str, Any]]:
     """Start `world` rank processes at once, wait for all of them until `timeout`, kill what is left.
     Each entry: rank, exit_code (None when killed), seconds, output, result (its JSON line or None)."""
     os.makedirs(workdir, exist_ok=True)
@@ -106,22 +106,23 @@ def run_ranks(world: int, workdir: str, timeout: float, env: Dict[str, str],
                         PROBE_RENDEZVOUS=rendezvous, PROBE_TIMEOUT=str(max(1.0, timeout - 5)),
                         PYTHONUNBUFFERED="1")
         log = open(os.path.join(workdir, f"allreduce-rank{rank}.log"), "w+")  # noqa: SIM115 - closed below
-        procs.append((rank, log, subprocess.Popen([sys.executable, "-c", RANK_PROGRAM], stdout=log,
+        procs.append((rank, log, subprocess.Popen([sys.executable, "-c", program], stdout=log,
                                                   stderr=subprocess.STDOUT, env=rank_env, start_new_session=True)))
-    ranks = []
-    for rank, log, proc in procs:
+    ranks: List[Dict[str, Any]] = []
+    for rank, _, proc in procs:
         try:
             code: Optional[int] = proc.wait(timeout=max(0.1, started + timeout - time.monotonic()))
         except subprocess.TimeoutExpired:
             code = None
-        ranks.append({"rank": rank, "exit_code": code, "seconds": round(time.monotonic() - started, 2)})
-    for (_, log, proc), entry in zip(procs, ranks):
+        entry: Dict[str, Any] = {"rank": rank, "exit_code": code, "seconds": round(time.monotonic() - started, 2)}
+        ranks.append(entry)
+    for (_, log, proc), done in [(procs[i], ranks[i]) for i in range(len(procs))]:  # the image's Python may be <3.10
         if proc.poll() is None:
             _kill(proc)
         log.seek(0)
-        entry["output"] = log.read()
+        done["output"] = log.read()
         log.close()
-        entry["result"] = _result(entry["output"])
+        done["result"] = _result(done["output"])
     return ranks
 
 
@@ -154,12 +155,13 @@ def nccl_allreduce(ctx: core.Context) -> Dict[str, Any]:
         evidence["warnings"] = [small]
     hung = [r["rank"] for r in ranks if r["exit_code"] is None]
     if hung:
-        why = (f"{HANG}: rank(s) {', '.join(map(str, hung))} of {world} did not finish within {timeout:.0f}s "
-               "and were killed")
-        raise core.StageFailed(why, evidence, _excerpt(ranks))
+        hang = (f"{HANG}: rank(s) {', '.join(map(str, hung))} of {world} did not finish within {timeout:.0f}s "
+                "and were killed")
+        raise core.StageFailed(hang, evidence, _excerpt(ranks))
     why = judge(ranks, world)
     if why:
-        raise core.StageFailed(f"NCCL all-reduce across {world} GPU(s) failed: {why}", evidence, _excerpt(ranks))
+        msg = f"NCCL all-reduce across {world} GPU(s) failed: {why}"
+        raise core.StageFailed(msg, evidence, _excerpt(ranks))
     first = ranks[0]["result"]
     evidence.update(nccl=first.get("nccl"), torch=first.get("torch"), backend=first.get("backend"))
     if first.get("backend") != "nccl":   # tests run the program with gloo: never a pass for NCCL
