@@ -157,9 +157,10 @@ B200, RTX = "NVIDIA B200", "NVIDIA RTX PRO 6000 Blackwell"
 
 def server_fails(gpu: str, arch: str) -> list[StageResult]:
     """GPU stages on `gpu` where the server dies at start-up (first-generation aborted)."""
-    died: dict[str, object] = {"status": Status.FAILED, "failure_class": "server-died", "reason": "the server exited during start-up"}
+    died: dict[str, object] = {"status": Status.FAILED, "failure_class": "server-died",
+                               "reason": "the server exited during start-up"}
     aborted: dict[str, object] = {"status": Status.ABORTED, "reason": "server failed", "gpu": None, "arch": None,
-               "where": "container (cpu)"}
+                                  "where": "container (cpu)"}
     changes: dict[str, dict[str, object]] = {"server": died, "first-generation": aborted}
     return [s.model_copy(update=changes[s.name]) if s.name in changes else s for s in gpu_passed(gpu, arch)]
 
