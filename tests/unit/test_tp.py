@@ -30,8 +30,9 @@ def plan() -> Plan:
 def test_the_tp_profile_spans_the_runs_gpus_and_the_others_do_not() -> None:
     profiles = load(PROJECT_MATRIX).spec.profiles
     assert tp.wants_all_gpus(TP)
-    assert [name for name, p in profiles.items() if tp.wants_all_gpus(p)] == ["tp"]
-    assert TP.env["NCCL_NVLS_ENABLE"] == "0"
+    assert [name for name, p in profiles.items() if tp.wants_all_gpus(p)] == ["tp", "tp-shm"]
+    assert TP.env["NCCL_NVLS_ENABLE"] == "0"   # NVLink multicast stays off in every tp verification
+    assert profiles["tp-shm"].args == TP.args and profiles["tp-shm"].env["NCCL_P2P_DISABLE"] == "1"
 
 
 def test_two_gpus_give_tp_size_two_and_a_server() -> None:
