@@ -157,12 +157,12 @@ B200, RTX = "NVIDIA B200", "NVIDIA RTX PRO 6000 Blackwell"
 
 def server_fails(gpu: str, arch: str) -> list[StageResult]:
     """GPU stages on `gpu` where the server dies at start-up (first-generation aborted)."""
-    stages = gpu_passed(gpu, arch)
-    stages[2] = stages[2].model_copy(update={"status": Status.FAILED, "failure_class": "server-died",
-                                             "reason": "the server exited during start-up"})
-    stages[3] = stages[3].model_copy(update={"status": Status.ABORTED, "reason": "server failed", "gpu": None,
-                                             "arch": None, "where": "container (cpu)"})
-    return stages
+    died: dict[str, object] = {"status": Status.FAILED, "failure_class": "server-died",
+                               "reason": "the server exited during start-up"}
+    aborted: dict[str, object] = {"status": Status.ABORTED, "reason": "server failed", "gpu": None, "arch": None,
+                                  "where": "container (cpu)"}
+    changes: dict[str, dict[str, object]] = {"server": died, "first-generation": aborted}
+    return [s.model_copy(update=changes[s.name]) if s.name in changes else s for s in gpu_passed(gpu, arch)]
 
 
 def ci_job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageResult] | None],

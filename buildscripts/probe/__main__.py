@@ -8,7 +8,7 @@ import json
 import sys
 
 # Importing the stage modules registers their stages.
-from . import core, cpu_stages, gpu_stages, serving  # noqa: F401
+from . import allreduce, core, cpu_stages, gpu_stages, serving  # noqa: F401
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -23,6 +23,7 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--server-args", default="[]", help="JSON list of sglang.launch_server flags")
     ap.add_argument("--server-env", default="{}", help="JSON object of env vars for the server")
     ap.add_argument("--server-profile", default="default", help="the profile's name in matrix.yaml")
+    ap.add_argument("--server-skip", default=None, help="the host's reason not to start this profile's server")
     ap.add_argument("--model-path", default=None, help="a model to serve as it is (no reference)")
     ap.add_argument("--model-dir", default=None, help="the host's tiny model; the probe adds the tokenizer")
     ap.add_argument("--stop-file", default=None, help="the host creates it once it has observed the server")
@@ -35,7 +36,8 @@ def main(argv: "list[str] | None" = None) -> int:
         also_archs=[x for x in a.also_archs.split(",") if x and x not in a.archs.split(",")],
         lane_cuda=a.lane_cuda, mode=a.mode, workdir=a.workdir,
         stage_timeout=a.stage_timeout, server_args=json.loads(a.server_args),
-        server_env=json.loads(a.server_env), server_profile=a.server_profile, model_path=a.model_path,
+        server_env=json.loads(a.server_env), server_profile=a.server_profile, server_skip=a.server_skip,
+        model_path=a.model_path,
         model_dir=a.model_dir, stop_file=a.stop_file, cut_network=a.cut_network, serve_host=a.serve_host,
     )
     unknown = [s for s in a.stages.split(",") if s and s not in core.REGISTRY]

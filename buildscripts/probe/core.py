@@ -33,6 +33,7 @@ class Context:
     server_args: List[str] = field(default_factory=list)
     server_env: Dict[str, str] = field(default_factory=dict)
     server_profile: str = "default"       # the profile's name: baked caches are claimed per profile
+    server_skip: Optional[str] = None     # why the host will not have this profile's server started here
     model_path: Optional[str] = None      # a user model, served as it is
     model_dir: Optional[str] = None       # the host's tiny model (weights, config): the probe adds a tokenizer
     stop_file: Optional[str] = None       # the host creates it when it has observed the server
@@ -71,7 +72,7 @@ class Stage:
 
 REGISTRY: Dict[str, Stage] = {}
 ORDER = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
-         "gpu-visible", "kernel-smoke", "server", "first-generation"]
+         "gpu-visible", "kernel-smoke", "nccl-allreduce", "server", "first-generation"]
 
 
 StageFunc = Callable[[Context], Dict[str, Any]]

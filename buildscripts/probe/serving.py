@@ -91,6 +91,8 @@ def _wait_for_host(srv: server.Server, stop_file: str, deadline_s: float,
 
 @core.stage("server", needs=("gpu-visible",), gpu=True)
 def launch_server(ctx: core.Context) -> Dict[str, Any]:
+    if ctx.server_skip:   # the host's decision (e.g. a tensor-parallel profile given one GPU)
+        raise core.StageSkipped(ctx.server_skip)
     if not ctx.stop_file:
         msg = ("the host observes the server through its port: run the probe through `verify` (which hands it a "
                "model and a stop file), not alone")

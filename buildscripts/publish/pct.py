@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..probe import shm
 from ..trust.sources import SOURCE_KEY
 
 GPU_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -101,6 +102,8 @@ def install_note(plan: Plan, *, image: str, annotations: dict[str, str], forced:
               "or use LXC's nvidia hook in an unprivileged container. `nox -s preflight` checks both.",
               "- CUDA_HOME and PATH come from the image: its environment (the init), /etc/environment and "
               "/etc/profile.d/sglang-images.sh (login shells: `pct enter`, `pct exec CTID -- bash -l`).",
+              f"- A server on more than one GPU (`--tp-size N`) needs /dev/shm for NCCL; in LXC it is the "
+              f"container's own tmpfs (Docker's --shm-size / --ipc=host have no pct flag): {shm.FIXES['lxc']}.",
               "- The image's init starts the server within 10 s of /etc/sglang-images/server.args appearing (one "
               "line of flags, read as shell words) and restarts it if it exits; its log is "
               "/var/log/sglang-server.log.", ""]

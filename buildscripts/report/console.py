@@ -20,7 +20,7 @@ VERDICT_STYLE = {
     Verdict.UNEXPECTED_PASS: "bold red", Verdict.EXPECTED_FAILURE: "yellow", Verdict.INCOMPATIBLE: "dim",
 }
 SHORT = {"arch-audit": "arch", "jit-compile": "jit", "gpu-visible": "gpu", "kernel-smoke": "kernel",
-         "first-generation": "gen", "toolchain": "tools"}
+         "nccl-allreduce": "nccl", "first-generation": "gen", "toolchain": "tools"}
 
 
 def table(run: RunResults, width: int = 200) -> Table:

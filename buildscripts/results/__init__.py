@@ -12,6 +12,7 @@ from .schema import (
     CPU_STAGES,
     GPU_STAGES,
     LADDER,
+    REQUIRED_GPU_STAGES,
     SCHEMA_VERSION,
     BuildResult,
     CellResult,
@@ -25,7 +26,8 @@ from .schema import (
 from .store import load, now, save
 
 __all__ = [
-    "CPU_STAGES", "GPU_STAGES", "LADDER", "SCHEMA_VERSION", "BuildResult", "CellResult", "ExpectedFailure",
+    "CPU_STAGES", "GPU_STAGES", "LADDER", "REQUIRED_GPU_STAGES", "SCHEMA_VERSION", "BuildResult", "CellResult",
+    "ExpectedFailure",
     "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "arch_key", "arch_outcomes", "cell_record",
     "check_matrix", "families", "family", "gpu_runs", "is_unexpected", "judge", "judged", "load", "matrix_digest",
     "now", "save", "tag_form", "verified_archs", "versions_from",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .archs import families, family
 from .decisive import EVIDENCE_KEY, decisive_line
-from .schema import CPU_STAGES, GPU_STAGES, CellResult, StageResult, Status, Verdict
+from .schema import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, StageResult, Status, Verdict
 
 UNCLASSIFIED = "unclassified"
 ARCH_VERIFIED = "verified"        # every GPU stage passed there, on a target arch
@@ -81,7 +81,8 @@ def arch_outcomes(cell: CellResult) -> dict[str, str]:
     for arch, stages in gpu_runs(cell).items():
         if any(s.status is Status.FAILED for s in stages):
             outcomes[arch] = ARCH_FAILED
-        elif {s.name for s in stages} != set(GPU_STAGES) or any(s.status is not Status.PASSED for s in stages):
+        elif not set(REQUIRED_GPU_STAGES) <= {s.name for s in stages} or any(s.status is not Status.PASSED
+                                                                                for s in stages):
             outcomes[arch] = ARCH_INCOMPLETE
         else:
             outcomes[arch] = ARCH_VERIFIED if not targets or arch in targets else ARCH_OFF_TARGET

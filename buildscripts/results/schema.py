@@ -20,7 +20,11 @@ from ..probe.core import ORDER
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # schema 1 is read and upgraded: `expected.stage` became a list, `targets` was added
 LADDER = tuple(ORDER)  # every verification stage, in order (the probe defines them)
-GPU_STAGES = ("gpu-visible", "kernel-smoke", "server", "first-generation")
+GPU_STAGES = ("gpu-visible", "kernel-smoke", "nccl-allreduce", "server", "first-generation")
+# GPU stages an arch is verified without when a record lacks them (records made before they existed); when
+# present, they must pass like every other.
+LATER_GPU_STAGES = ("nccl-allreduce",)
+REQUIRED_GPU_STAGES = tuple(s for s in GPU_STAGES if s not in LATER_GPU_STAGES)   # every record has these
 CPU_STAGES = tuple(s for s in LADDER if s not in GPU_STAGES)
 # A cell holds one result per stage, one per GPU arch for a merged record: the ladder's ten stages on the
 # fourteen known archs come to 140. A file with far more is not a record of runs (and would cost every

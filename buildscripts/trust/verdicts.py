@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import distribution, log
 from ..errors import ConfigError, NotVerified
-from ..results import GPU_STAGES, CellResult, family
+from ..results import GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, family
 from ..workspace import checked_name
 from . import cosign, dsse, keys, statement
 from .keys import PublicKey
@@ -58,7 +58,8 @@ class SignedVerdict:
             return f"its result is {self.result}" + (f" ({', '.join(self.failed)})" if self.failed else "")
         if self.failed:
             return f"it lists failed tests ({', '.join(self.failed)})"
-        missing = [s for s in GPU_STAGES if f"{s}@{self.arch}" not in self.passed + self.warned]
+        # a stage added later (nccl-allreduce) is absent from older verdicts; when present, it must have passed
+        missing = [s for s in REQUIRED_GPU_STAGES if f"{s}@{self.arch}" not in self.passed + self.warned]
         if missing:
             return f"GPU stages did not pass on {self.arch}: {', '.join(missing)}"
         return None

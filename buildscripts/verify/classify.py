@@ -34,7 +34,7 @@ from . import hints
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
 STAGES = ("build", "image", "probe", "facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
-          "gpu-visible", "kernel-smoke", "server", "first-generation")
+          "gpu-visible", "kernel-smoke", "nccl-allreduce", "server", "first-generation")
 # Stage names used by public reports (and the failure corpus) -> the ladder's names.
 STAGE_ALIASES = {"install": "build", "server-start": "server", "first-request": "first-generation"}
 UNCLASSIFIED = _UNCLASSIFIED          # the class of a failure no entry matches (callers use classify.UNCLASSIFIED)

@@ -27,7 +27,7 @@ from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResul
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc, pulled, reuse
+from . import gpus, lxc, pulled, reuse, tp
 from .container import KEEP_ENV, network_plan
 from .host import HostRunner
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -62,7 +62,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
     ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
     ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
-    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on (a tp profile: all)")
+    ap.add_argument("--shm-size", default=gpus.SHM_SIZE, type=gpus.shm_size_argument,
+                    help=f"/dev/shm of the verification container, as docker's --shm-size (default {gpus.SHM_SIZE}); "
+                         "64m is Docker's default")
     ap.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
                     help="with --lxc: also trust the source image's verdicts signed by this public key")
     a = ap.parse_args(list(argv))
@@ -173,8 +176,9 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
     found_gpus = gpus.discover(client.info())
     gpu = a.gpu if found_gpus.usable_in_containers else None
+    every = tp.wants_all_gpus(profile)   # a tensor-parallel profile spans every GPU of the runner
     network, cut_problem = network_plan(client)
-    options = {**gpus.container_options(found_gpus, gpu=gpu), **network}
+    options = {**gpus.container_options(found_gpus, gpu=gpu, all_gpus=every, shm_size=a.shm_size), **network}
     log.info(found_gpus.summary())
     for warning in found_gpus.warnings:
         log.warn(warning)
@@ -185,7 +189,7 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     named = matrix_cell(spec, a.cell_id) if a.cell_id else None
     cell = check_image(client, image, logs=run_dir, cell=named, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
                        stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                       handed=gpus.handed(found_gpus, gpu), cut_problem=cut_problem, profile=profile,
+                       handed=gpus.handed(found_gpus, gpu, all_gpus=every), cut_problem=cut_problem, profile=profile,
                        profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
     return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
 

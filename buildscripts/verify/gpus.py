@@ -9,7 +9,9 @@ are SKIPPED with the host's reason instead of a vague "no device".
 
 from __future__ import annotations
 
+import argparse
 import glob
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ SMI_QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
 # /dev/shm is 64 MB by default in Docker; NCCL and SGLang's shared-memory queues need far more
 # (a too-small /dev/shm is a known NCCL failure: "Error while creating shared memory segment").
 SHM_SIZE = "16g"
+SHM_SIZE_FORM = re.compile(r"[1-9][0-9]*[bkmg]?", re.I)   # what docker's --shm-size takes
 STACK_BYTES = 64 * 1024 * 1024
 
 
@@ -208,6 +211,14 @@ def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus:
                                                     capabilities=[["gpu"]])]
         options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
     return options
+
+
+def shm_size_argument(text: str) -> str:
+    """An argparse type for a /dev/shm size in docker's form (16g, 64m, 1073741824)."""
+    if not SHM_SIZE_FORM.fullmatch(text.strip()):
+        msg = f"{text!r} is not a size as docker's --shm-size takes it (e.g. 16g, 1g, 64m)"
+        raise argparse.ArgumentTypeError(msg)
+    return text.strip().lower()
 
 
 def host_env(gpu: Gpu) -> dict[str, str]:

@@ -44,6 +44,7 @@ class Plan:
     server_args: tuple[str, ...] = ()
     server_env: Mapping[str, str] = field(default_factory=dict)
     server_profile: str = "default"         # its name: an image's baked caches are per profile
+    server_skip: str | None = None          # why the server stage is skipped by the host's decision (tp.py)
 
     @classmethod
     def make(cls, *, archs: Sequence[str], lane_cuda: str | None, stages: Sequence[str] | None = None,
@@ -75,6 +76,7 @@ class Plan:
                 "--server-args", json.dumps(list(self.server_args)), "--server-env", json.dumps(dict(self.server_env)),
                 "--server-profile", self.server_profile]
         args += ["--also-archs", ",".join(self.also_archs)] if self.also_archs else []
+        args += ["--server-skip", self.server_skip] if self.server_skip else []
         return args + (["--lane-cuda", self.lane_cuda] if self.lane_cuda else [])
 
 

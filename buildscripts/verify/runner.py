@@ -8,12 +8,12 @@ observation (served.py), every GPU fact from the GPUs the host handed over (clai
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from ..results import StageResult
-from . import claims, served, tinymodel
+from . import claims, served, tinymodel, tp
 from .gpus import Handed
 from .handoff import Observation
 from .plan import Plan
@@ -50,12 +50,14 @@ class Runner(Protocol):
 
 def model_for(options: Options) -> TinyModel | None:
     """Fresh weights and their reference decode, when the server stage is planned on a handed GPU."""
-    return tinymodel.make() if "server" in options.plan.stages and options.handed.gpus else None
+    planned = "server" in options.plan.stages and not options.plan.server_skip
+    return tinymodel.make() if planned and options.handed.gpus else None
 
 
 def verify(runner: Runner, options: Options) -> list[StageResult]:
     """The plan's stages through `runner`, as the host judges them."""
+    options = replace(options, plan=tp.planned(options.plan, options.handed))
     model = model_for(options)
     outcome = runner.run(options, model)
     stages = served.merge(outcome.stages, outcome.observation, model)
-    return claims.backed(stages, options.handed, runner.mode)
+    return tp.backed(claims.backed(stages, options.handed, runner.mode), options.handed)

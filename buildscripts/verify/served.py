@@ -113,6 +113,10 @@ def generation_stage(probe: StageResult, server: StageResult | None, probe_serve
                            probe.evidence, None, UNOBSERVED)
         if server is not None and server.status is Status.SKIPPED and probe.status is Status.SKIPPED:
             return probe   # no GPU here: skipped with its reason, like every GPU stage (never "aborted")
+        if server is not None and server.status is Status.SKIPPED and probe.status is Status.ABORTED:
+            # the server was not to run here (a tp profile on one GPU, a profile this SGLang does not know)
+            return probe.model_copy(update={"status": Status.SKIPPED, "reason": f"the server was skipped: "
+                                                                                  f"{server.reason}", "evidence": {}})
         why = f"prerequisite did not pass: server ({server.status.value if server else 'not run'})"
         return probe.model_copy(update={"status": Status.ABORTED, "reason": why, "evidence": {}})
     assert observation is not None and probe_server is not None   # a passed server stage is the host's observation

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts.matrix import load
 from buildscripts.matrix.schema import Profile
 from buildscripts.results import GPU_STAGES, Status
 from buildscripts.verify import gpus
 from buildscripts.verify.host import HostRunner
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.runner import Options, verify
+from tests.results_factory import PROJECT_MATRIX
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU (nvidia-smi not found)"),
@@ -44,3 +46,23 @@ def test_gpu_ladder_verifies_this_environment(tmp_path: Path) -> None:
     generation = stages["first-generation"].evidence
     assert generation["reference"]["verdict"] == "all 16 tokens equal"
     assert generation["shutdown"]["clean"]
+
+
+def test_the_tp_profile_spans_this_machines_gpus(tmp_path: Path) -> None:
+    """nccl-allreduce across every GPU here, exact on every rank; the tp server on two or more, and with one
+    GPU the server (and first-generation) skipped with the reason, never passed."""
+    profile = load(PROJECT_MATRIX).spec.profiles["tp"]
+    plan = Plan.make(archs=["sm_90a", "sm_100a", "sm_120a"], lane_cuda=None, stages=list(GPU_STAGES),
+                     stage_timeout=1500, profile=profile, profile_name="tp")
+    handed = gpus.on_host(gpus.discover(None), os.environ)
+    stages = {s.name: s for s in verify(HostRunner(sys.executable, {}, tmp_path / "work"),
+                                        Options(plan=plan, log_file=tmp_path / "probe.log", handed=handed))}
+    allreduce = stages["nccl-allreduce"]
+    assert allreduce.status is Status.PASSED, allreduce
+    assert allreduce.evidence["world_size"] == len(handed.gpus) and allreduce.evidence["backend"] == "nccl"
+    if len(handed.gpus) < 2:
+        assert stages["server"].status is Status.SKIPPED and "at least 2" in (stages["server"].reason or "")
+        assert stages["first-generation"].status is Status.SKIPPED
+    else:
+        assert f"--tp-size {len(handed.gpus)}" in " ".join(stages["server"].evidence["argv"])
+        assert stages["first-generation"].evidence["reference"]["verdict"] == "all 16 tokens equal"

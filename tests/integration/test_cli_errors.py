@@ -109,6 +109,7 @@ def test_names_that_would_leave_runs_are_refused_before_anything_runs() -> None:
     assert_clean_failure(cli("build", "--only", "sglang0.5.16-*-pip-*", "--run-id", ".."), 2, "run id '..'")
     assert_clean_failure(cli("verify", "busybox", "--stage-timeout", "-1"), 2, "is not a number of seconds")
     assert_clean_failure(cli("verify", "busybox", "--archs", "sm_999"), 2, "'sm_999' is not a known GPU target")
+    assert_clean_failure(cli("verify", "busybox", "--shm-size", "lots"), 2, "is not a size as docker's --shm-size")
     assert not (ROOT / "escape").exists() and not (ROOT / "runs" / "..").resolve().joinpath("b").exists()
 
 

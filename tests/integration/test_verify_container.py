@@ -177,6 +177,16 @@ def test_the_verification_containers_dev_shm_is_enough(client: docker.DockerClie
     assert not any("/dev/shm" in w for w in facts.evidence.get("warnings", []))
 
 
+def test_the_shm_size_asked_for_is_the_containers(client: docker.DockerClient, py_image: str, tmp_path: Path,
+                                                   run_id: str) -> None:
+    """`verify --shm-size 64m` reproduces Docker's default on purpose (what a tp server then meets)."""
+    options = gpus.container_options(gpus.Discovery(problem="no GPU in this test"), shm_size="64m")
+    found = stages_of(client, py_image, tmp_path, run_id, ["facts", "gpu-visible", "nccl-allreduce"], options)
+    assert found["facts"].evidence["shm"]["total_bytes"] == 64 << 20
+    assert found["nccl-allreduce"].status is Status.SKIPPED   # no GPU here: never a pass
+    assert (found["nccl-allreduce"].reason or "").startswith("needs a GPU")
+
+
 def dist_info(name: str, version: str, *requires: str) -> dict[str, bytes]:
     folder = f"{SITE}/{name.replace('-', '_')}-{version}.dist-info"
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",

@@ -42,6 +42,8 @@ def test_the_note_of_an_archive_with_verdicts_checks_them_first() -> None:
                          "cp cell.oci.tar cell.oci.tar.verdicts.json /var/lib/vz/template/cache/"]
     note = pct.install_note(plan, image="sha256:x", annotations={}, forced=None)
     assert "nox -s check -- oci-archive:cell.oci.tar" in note and "keep the two files together" in note
+    # a tensor-parallel server needs /dev/shm, which in LXC only the container's config can size
+    assert "--tp-size N" in note and "lxc.mount.entry: tmpfs dev/shm tmpfs rw,nosuid,nodev,size=16g" in note
 
 
 def test_lxc_targets_and_their_command_lines() -> None:

@@ -29,6 +29,7 @@ def passing() -> list[dict[str, object]]:
         {"name": "gpu-visible", "status": "passed", "duration_s": 3.0, **GPU,
          "evidence": {"name": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0+cu130", "driver": "580.1"}},
         {"name": "kernel-smoke", "status": "passed", "duration_s": 60.0, **GPU, "evidence": {}},
+        {"name": "nccl-allreduce", "status": "passed", "duration_s": 4.0, **GPU, "evidence": {"world_size": 1}},
         {"name": "server", "status": "passed", "duration_s": 121.0, **GPU,
          "evidence": {"seconds_to_http": 51.0, "seconds_to_ready": 121.0}},
         {"name": "first-generation", "status": "passed", "duration_s": 2.0, **GPU,

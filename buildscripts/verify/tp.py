@@ -1,0 +1,61 @@
+"""Tensor parallelism: a server profile whose size is the GPUs the run is given (the one home of that rule).
+
+A profile asks for it with the placeholder `{gpus}` in its args (`--tp-size, "{gpus}"` in matrix.yaml's
+`tp` profile); the host, which decides which GPUs a verification gets (gpus.py), puts their number in
+before the plan becomes the probe's command line. A container verified with such a profile is handed every
+GPU of the runner. With fewer than two GPUs there is nothing tensor-parallel to run: the server stage is
+SKIPPED with that reason (never passed as if tp ran), while the nccl-allreduce stage still runs, at the
+world size it has, and says so. The nccl-allreduce stage passes only at the world size the host handed over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..matrix.schema import Profile
+from ..results import StageResult, Status
+from . import classify
+from .gpus import Handed
+from .handoff import UNBACKED
+from .plan import Plan
+
+PLACEHOLDER = "{gpus}"
+MIN_GPUS = 2
+
+
+def wants_all_gpus(profile: Profile | Sequence[str]) -> bool:
+    """Whether a profile's server spans the run's GPUs (its args hold the placeholder)."""
+    args = profile.args if isinstance(profile, Profile) else profile
+    return any(PLACEHOLDER in arg for arg in args)
+
+
+def planned(plan: Plan, handed: Handed) -> Plan:
+    """The plan with its server args made for the GPUs handed over (and the server skipped with the reason
+    when a tensor-parallel profile got fewer than two)."""
+    if not wants_all_gpus(plan.server_args):
+        return plan
+    count = len(handed.gpus)
+    size = max(count, 1)
+    args = tuple(arg.replace(PLACEHOLDER, str(size)) for arg in plan.server_args)
+    skip = None
+    if count < MIN_GPUS:
+        have = f"{count} GPU" + ("" if count == 1 else "s") if count else f"no GPU ({handed.why_none})"
+        skip = (f"profile {plan.server_profile!r} serves with tensor parallelism across the run's GPUs and needs "
+                f"at least {MIN_GPUS}; this run was given {have}")
+    return replace(plan, server_args=args, server_skip=skip)
+
+
+def backed(stages: Sequence[StageResult], handed: Handed) -> list[StageResult]:
+    """nccl-allreduce passes only at the world size the host handed over: a probe that ran fewer (or more)
+    ranks than the GPUs given has not shown what the verdict will say."""
+    out = []
+    for stage in stages:
+        world = stage.evidence.get("world_size")
+        if stage.name == "nccl-allreduce" and stage.status is Status.PASSED and world != len(handed.gpus):
+            reason = (f"nccl-allreduce passed at world size {world}, but the host handed over "
+                      f"{len(handed.gpus)} GPU(s)")
+            stage = stage.model_copy(update={"status": Status.FAILED, "reason": reason, "failure_class": UNBACKED,
+                                             "hint": classify.hint_for(UNBACKED)})
+        out.append(stage)
+    return out
