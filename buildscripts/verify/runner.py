@@ -49,8 +49,10 @@ class Runner(Protocol):
 
 
 def model_for(options: Options) -> TinyModel | None:
-    """Fresh weights and their reference decode, when the server stage is planned on a handed GPU."""
-    return tinymodel.make() if "server" in options.plan.stages and options.handed.gpus else None
+    """Fresh weights of the profile's tiny model and their reference decode, when the server stage is planned
+    on a handed GPU."""
+    planned = "server" in options.plan.stages and options.handed.gpus
+    return tinymodel.make(model=options.plan.server_model) if planned else None
 
 
 def verify(runner: Runner, options: Options) -> list[StageResult]:
