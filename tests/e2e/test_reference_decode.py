@@ -1,7 +1,11 @@
-"""The host's numpy reference decode (verify/reference.py) against the image's own torch and transformers on
-the CPU, for the same fresh weights: the cross-check that what the host expects is what a Llama of that
-config computes (float32), and that the margins it insists on survive bf16 (what the server computes in).
-Uses an SGLang image of the default matrix already in the engine, else the one this session builds."""
+"""The host's numpy reference decodes (verify/reference.py, verify/hybrid.py) against the image's own torch and
+transformers on the CPU, for the same fresh weights: the cross-check that what the host expects is what a
+Llama, or a NemotronH hybrid, of that config computes (float32), and that the margins it insists on survive
+bf16 (what the server computes in). transformers decodes the whole sequence at every step (the hybrid's Mamba
+layers through its chunked scan), the host one token at a time with its caches (the Mamba recurrence): two
+ways to the same numbers. Uses the newest SGLang image already in the engine (the hybrid needs the
+transformers of SGLang 0.5.16 or later: older ones do not know NemotronH's MLP layers), else the one this
+session builds."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from packaging.version import Version
 
 from buildscripts.matrix.schema import LABEL_PREFIX
 from buildscripts.verify import tinymodel
@@ -43,15 +48,17 @@ def sglang_image(request: pytest.FixtureRequest) -> str:
     finally:
         client.close()
     if present:
-        return str(present[0].id)
+        newest = max(present, key=lambda image: Version(image.labels[f"{LABEL_PREFIX}.sglang"]))
+        return str(newest.id)
     run = request.getfixturevalue("run")   # this session's build of the e2e cells
     return next(str(c.image.id) for c in run.cells if c.image.id)
 
 
-def test_the_numpy_reference_is_what_transformers_computes(sglang_image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["llama", "hybrid"])
+def test_the_numpy_reference_is_what_transformers_computes(kind: str, sglang_image: str, tmp_path: Path) -> None:
     models = {}
     for n in range(3):
-        model = tinymodel.make()
+        model = tinymodel.make(model=kind)
         written = model.write(tmp_path / f"seed-{n}")
         (written / "ask.json").write_text(json.dumps({"prompt_ids": list(model.reference.prompt_ids),
                                                      "new_tokens": len(model.reference.output_ids)}))
@@ -60,13 +67,13 @@ def test_the_numpy_reference_is_what_transformers_computes(sglang_image: str, tm
     try:
         output = client.containers.run(sglang_image, ["-c", DECODE], entrypoint="python3", network_mode="none",
                                        volumes={str(tmp_path): {"bind": "/m", "mode": "ro"}}, remove=True,
-                                       environment={"CUDA_VISIBLE_DEVICES": ""}).decode()
+                                       environment={"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}).decode()
     finally:
         client.close()
     found = json.loads(next(line for line in output.splitlines() if line.startswith("@@json "))[7:])
     for folder, model in models.items():
         want = model.reference
         exact, bf16 = found[folder]["float32"], found[folder]["bfloat16"]
-        assert exact["output_ids"] == list(want.output_ids), f"seed {model.seed}"
+        assert exact["output_ids"] == list(want.output_ids), f"{kind} seed {model.seed}"
         assert exact["margins"] == pytest.approx(list(want.margins), abs=1e-3)
-        assert bf16["output_ids"] == list(want.output_ids), f"seed {model.seed}: bf16 took another path"
+        assert bf16["output_ids"] == list(want.output_ids), f"{kind} seed {model.seed}: bf16 took another path"
