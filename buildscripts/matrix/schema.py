@@ -174,10 +174,16 @@ class Expectation(Strict):
         return (self.stage,) if isinstance(self.stage, str) else self.stage
 
 
+# The tiny models the host can make for the server stages (verify/tinymodel.py ARCHITECTURES): a Llama, or
+# a NemotronH hybrid of Mamba2, attention and MLP layers (for the flags only a hybrid model takes).
+TinyModelName = Literal["llama", "hybrid"]
+
+
 class Profile(Strict):
-    """Server flags for the GPU stages (`python -m sglang.launch_server ...`)."""
+    """Server flags for the GPU stages (`python -m sglang.launch_server ...`), and the tiny model they serve."""
 
     args: tuple[str, ...] = ()
+    model: TinyModelName = Field(default="llama", description="the tiny model the host makes: llama or hybrid")
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: int = Field(default=900, gt=0, le=MAX_TIMEOUT_S)
 

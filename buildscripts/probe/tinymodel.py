@@ -1,4 +1,5 @@
-"""The tokenizer of the tiny Llama, made inside the image, and the model's dimensions.
+"""The tokenizer of the tiny models, made inside the image, and the Llama's dimensions (the hybrid's are the
+host's, verify/hybrid.py: both have VOCAB tokens, so one tokenizer serves either).
 
   python tinymodel.py tokenizer OUT_DIR
 

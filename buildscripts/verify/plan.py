@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..matrix import Cell
-from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX, Profile
+from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX, Profile, TinyModelName
 from ..probe import __main__ as probe_main  # registers every stage, as in the image
 from ..probe import core
 
@@ -45,6 +45,7 @@ class Plan:
     server_env: Mapping[str, str] = field(default_factory=dict)
     server_profile: str = "default"         # its name: an image's baked caches are per profile
     server_skip: str | None = None          # why the server stage is skipped by the host's decision (tp.py)
+    server_model: TinyModelName = "llama"   # the tiny model the host makes for the server (the profile's)
 
     @classmethod
     def make(cls, *, archs: Sequence[str], lane_cuda: str | None, stages: Sequence[str] | None = None,
@@ -54,7 +55,7 @@ class Plan:
         also = tuple(a for a in dict.fromkeys(also_archs) if a not in archs)
         return cls(archs=tuple(archs), also_archs=also, lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
                    stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env),
-                   server_profile=profile_name)
+                   server_profile=profile_name, server_model=profile.model)
 
     @classmethod
     def for_cell(cls, cell: Cell, *, stages: Sequence[str] | None = None, profile: Profile | None = None,

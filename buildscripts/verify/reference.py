@@ -12,11 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 Array = npt.NDArray[np.float64]
+
+
+class Decoder(Protocol):
+    """A model with its cache: `step(ids)` appends tokens and returns the logits after the last one."""
+
+    def step(self, ids: list[int]) -> Array: ...
+
+
+def bf16(values: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    """`values` rounded to the nearest bfloat16 (ties to even), kept as float32."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,18 @@ def rotary(x: Array, positions: npt.NDArray[np.int64], theta: float) -> Array:
     return rotated
 
 
+def attend(q: Array, keys: Array, values: Array) -> Array:
+    """One new token's attention over every cached one (the newest included): q (heads, head_dim), keys and
+    values (kv_heads, tokens, head_dim); query head h reads key/value head h // (heads // kv_heads)."""
+    group = q.shape[0] // keys.shape[0]
+    keys, values = np.repeat(keys, group, axis=0), np.repeat(values, group, axis=0)
+    scores = np.einsum("hd,htd->ht", q, keys) / np.sqrt(q.shape[-1])
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    scores /= scores.sum(-1, keepdims=True)
+    out: Array = np.einsum("ht,htd->hd", scores, values).reshape(-1)
+    return out
+
+
 def as_float64(weights: Mapping[str, npt.NDArray[np.floating]]) -> dict[str, Array]:
     """The weights as the forward pass reads them (convert once when decoding several prompts)."""
     return {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
@@ -86,26 +112,16 @@ class Llama:
         self.keys: list[Array] = [np.zeros((shape.kv_heads, 0, shape.head_dim)) for _ in range(shape.layers)]
         self.values: list[Array] = [np.zeros((shape.kv_heads, 0, shape.head_dim)) for _ in range(shape.layers)]
 
-    def _attention(self, layer: int, x: Array, positions: npt.NDArray[np.int64]) -> Array:
+    def _attention(self, layer: int, x: Array, position: int) -> Array:
         s, p = self.shape, f"model.layers.{layer}.self_attn."
-        n = x.shape[0]
-        q = (x @ self.w[p + "q_proj.weight"].T).reshape(n, s.heads, s.head_dim).transpose(1, 0, 2)
-        k = (x @ self.w[p + "k_proj.weight"].T).reshape(n, s.kv_heads, s.head_dim).transpose(1, 0, 2)
-        v = (x @ self.w[p + "v_proj.weight"].T).reshape(n, s.kv_heads, s.head_dim).transpose(1, 0, 2)
-        q, k = rotary(q, positions, s.rope_theta), rotary(k, positions, s.rope_theta)
+        q = (x @ self.w[p + "q_proj.weight"].T).reshape(s.heads, 1, s.head_dim)
+        k = (x @ self.w[p + "k_proj.weight"].T).reshape(s.kv_heads, 1, s.head_dim)
+        v = (x @ self.w[p + "v_proj.weight"].T).reshape(s.kv_heads, 1, s.head_dim)
+        at = np.array([position], dtype=np.int64)
+        q, k = rotary(q, at, s.rope_theta), rotary(k, at, s.rope_theta)
         self.keys[layer] = np.concatenate([self.keys[layer], k], axis=1)
         self.values[layer] = np.concatenate([self.values[layer], v], axis=1)
-        group = s.heads // s.kv_heads              # query head h reads key/value head h // group
-        keys = np.repeat(self.keys[layer], group, axis=0)
-        values = np.repeat(self.values[layer], group, axis=0)
-        scores = q @ keys.transpose(0, 2, 1) / np.sqrt(s.head_dim)
-        total = keys.shape[1]
-        future = positions[:, None] < np.arange(total)[None, :]   # causal: no token sees a later one
-        scores = np.where(future[None], -np.inf, scores)
-        scores = np.exp(scores - scores.max(-1, keepdims=True))
-        scores /= scores.sum(-1, keepdims=True)
-        out = (scores @ values).transpose(1, 0, 2).reshape(n, s.heads * s.head_dim)
-        result: Array = out @ self.w[p + "o_proj.weight"].T
+        result: Array = attend(q[:, 0], self.keys[layer], self.values[layer]) @ self.w[p + "o_proj.weight"].T
         return result
 
     def _mlp(self, layer: int, x: Array) -> Array:
@@ -125,21 +141,20 @@ class Llama:
 
     def _token(self, token: int) -> Array:
         s = self.shape
-        positions = np.arange(self.keys[0].shape[1], self.keys[0].shape[1] + 1, dtype=np.int64)
-        h = self.w["model.embed_tokens.weight"][[token]]
+        position = self.keys[0].shape[1]
+        h = self.w["model.embed_tokens.weight"][token]
         for layer in range(s.layers):
             p = f"model.layers.{layer}."
-            h = h + self._attention(layer, rms_norm(h, self.w[p + "input_layernorm.weight"], s.rms_eps), positions)
+            h = h + self._attention(layer, rms_norm(h, self.w[p + "input_layernorm.weight"], s.rms_eps), position)
             h = h + self._mlp(layer, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], s.rms_eps))
-        logits: Array = (rms_norm(h, self.w["model.norm.weight"], s.rms_eps) @ self.w["lm_head.weight"].T)[0]
+        logits: Array = rms_norm(h, self.w["model.norm.weight"], s.rms_eps) @ self.w["lm_head.weight"].T
         return logits
 
 
-def greedy(weights: Mapping[str, npt.NDArray[np.floating]], shape: Shape, prompt_ids: list[int], new_tokens: int,
+def greedy(model: Decoder, prompt_ids: list[int], new_tokens: int,
            keep_going: Callable[[float], bool] = lambda weakest: True) -> Decode:
-    """The greedy path after `prompt_ids`; stops early when `keep_going(margin / spread)` says no (a seed
-    that is refused anyway need not be decoded to its end)."""
-    model = Llama(weights, shape)
+    """The greedy path of a fresh `model` after `prompt_ids`; stops early when `keep_going(margin / spread)`
+    says no (a seed that is refused anyway need not be decoded to its end)."""
     logits = model.step(prompt_ids)
     out: list[int] = []
     margins: list[float] = []

@@ -37,7 +37,7 @@ HISTORY = 50   # saved runs looked through, newest first: older results are veri
 
 
 # The host's side of a verdict: GPU facts, the server stages it observes, its model and reference decode.
-JUDGES = ("claims.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py")
+JUDGES = ("claims.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py", "hybrid.py")
 
 
 def _digest(paths: Iterable[Path]) -> str:
@@ -81,7 +81,7 @@ def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gp
               "stages": list(plan.stages), "archs": list(plan.archs), "also_archs": list(plan.also_archs),
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
-              "server_profile": plan.server_profile,
+              "server_profile": plan.server_profile, "server_model": plan.server_model,
               "gpu": gpu_identity(discovery, gpu, per_gpu)}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 

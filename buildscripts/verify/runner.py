@@ -49,9 +49,10 @@ class Runner(Protocol):
 
 
 def model_for(options: Options) -> TinyModel | None:
-    """Fresh weights and their reference decode, when the server stage is planned on a handed GPU."""
+    """Fresh weights of the profile's tiny model and their reference decode, when the server stage is planned
+    on a handed GPU."""
     planned = "server" in options.plan.stages and not options.plan.server_skip
-    return tinymodel.make() if planned and options.handed.gpus else None
+    return tinymodel.make(model=options.plan.server_model) if planned and options.handed.gpus else None
 
 
 def verify(runner: Runner, options: Options) -> list[StageResult]:

@@ -1,8 +1,9 @@
 """The tiny model of the server stages, made fresh by the host for every verification.
 
 A new random seed per run draws the weights (numpy), rounded to bf16 and stored as float32 in
-model.safetensors, so that the server's cast to bf16 changes nothing; config.json describes the
-LlamaForCausalLM (2 layers, hidden 256, vocab 512: it loads in seconds). The host computes the greedy
+model.safetensors, so that the server's cast to bf16 changes nothing; config.json describes the model: by
+default a LlamaForCausalLM (2 layers, hidden 256, vocab 512: it loads in seconds), for a profile with
+`model: hybrid` the NemotronH hybrid of Mamba2, attention and MLP layers (hybrid.py). The host computes the greedy
 reference decode itself (reference.py) and refuses a seed whose path has a step where the best two
 logits are close: the GPU computes in bf16, and a near-tie could go either way with every kernel right.
 The output head is scaled up so that most steps are decided by clear margins. The image adds only the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,14 +25,16 @@ from safetensors.numpy import save
 
 from ..errors import ConfigError
 from ..probe.tinymodel import HEAD_DIM, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS, VOCAB
-from .reference import Decode, Shape, as_float64, greedy
+from . import hybrid
+from .reference import Array, Decode, Decoder, Llama, Shape, as_float64, bf16, greedy
 
 NEW_TOKENS = 16
 PROMPT_TOKENS = 8                 # after the BOS token, drawn from the ordinary (non-special) ids
 FIRST_ID, LAST_ID = 3, 256        # 0-2 are <|bos|> <|eos|> <|pad|>; the high ids are reserved tokens
 # The weakest step's margin, in units of that step's logit standard deviation. Emulating bf16 rounding
-# after every operation of this model (numpy, 160 steps of 10 seeds) moved a top-1/top-2 gap by 0.01 of
-# that unit typically and by 0.047 at most: 0.1 leaves twice the worst seen.
+# after every operation of the Llama (numpy, 160 steps of 10 seeds) moved a top-1/top-2 gap by 0.01 of
+# that unit typically and by 0.047 at most; of the hybrid, its SSM state in bf16 too, by 0.010 typically
+# and 0.043 at most (320 steps of 20 seeds, benchmarks/tiny-hybrid-results.md): 0.1 leaves twice the worst.
 MIN_MARGIN = 0.1
 # About 1 path in 90 passes. A refused path stops at its first weak step, and the weights (the costly part)
 # are drawn again only after PROMPTS_PER_WEIGHTS prompts: a few seconds in all.
@@ -50,13 +54,6 @@ SHAPES = {"self_attn.q_proj": (HEADS * HEAD_DIM, HIDDEN), "self_attn.k_proj": (K
 Weights = dict[str, npt.NDArray[np.float32]]
 
 
-def bf16(values: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
-    """`values` rounded to the nearest bfloat16 (ties to even), kept as float32."""
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return rounded.astype(np.uint32).view(np.float32)
-
-
 def draw_weights(rng: np.random.Generator) -> Weights:
     def rand(*shape: int, std: float) -> npt.NDArray[np.float32]:
         return bf16(rng.standard_normal(shape) * std)
@@ -74,6 +71,21 @@ def draw_weights(rng: np.random.Generator) -> Weights:
 
 
 @dataclass(frozen=True)
+class Architecture:
+    """What the host makes a tiny model of: its config.json, how its weights are drawn, its decoder."""
+
+    config: Mapping[str, object]
+    draw: Callable[[np.random.Generator], Weights]
+    decoder: Callable[[Mapping[str, Array]], Decoder]
+
+
+# By a profile's `model:` (matrix.yaml); the names are the schema's (matrix/schema.py TINY_MODELS).
+ARCHITECTURES = {
+    "llama": Architecture(CONFIG, draw_weights, lambda w: Llama(w, Shape.of(CONFIG))),
+    "hybrid": Architecture(hybrid.CONFIG, hybrid.draw_weights, hybrid.NemotronH)}
+
+
+@dataclass(frozen=True)
 class TinyModel:
     """Fresh weights, the prompt and the greedy path the host expects from them."""
 
@@ -81,10 +93,11 @@ class TinyModel:
     draws: int                       # paths tried until one had clear margins everywhere
     weights: Weights = field(repr=False)
     reference: Decode
+    config: Mapping[str, object] = field(default_factory=lambda: CONFIG, repr=False)
 
     def files(self) -> dict[str, bytes]:
         """The checkpoint, by file name (the tokenizer is added beside them in the image)."""
-        return {"config.json": json.dumps(CONFIG, indent=1).encode(),
+        return {"config.json": json.dumps(self.config, indent=1).encode(),
                 "generation_config.json": json.dumps({"bos_token_id": 0, "eos_token_id": 1}).encode(),
                 "model.safetensors": save(dict(self.weights), metadata={"format": "pt"})}
 
@@ -94,28 +107,36 @@ class TinyModel:
             (folder / name).write_bytes(data)
         return folder
 
+    @property
+    def architecture(self) -> str:
+        names = self.config["architectures"]
+        assert isinstance(names, list)
+        return str(names[0])
+
     def evidence(self) -> dict[str, object]:
         ref = self.reference
-        return {"seed": self.seed, "seeds_drawn": self.draws, "prompt_ids": list(ref.prompt_ids),
-                "output_ids": list(ref.output_ids), "margins": [round(m, 4) for m in ref.margins],
-                "weakest_margin": round(ref.weakest(), 4), "computed_by": "host (numpy, float64)"}
+        return {"architecture": self.architecture, "seed": self.seed, "seeds_drawn": self.draws,
+                "prompt_ids": list(ref.prompt_ids), "output_ids": list(ref.output_ids),
+                "margins": [round(m, 4) for m in ref.margins], "weakest_margin": round(ref.weakest(), 4),
+                "computed_by": "host (numpy, float64)"}
 
 
-def make(seed: int | None = None, *, min_margin: float = MIN_MARGIN, max_draws: int = MAX_DRAWS) -> TinyModel:
-    """The first weights and prompt drawn from `seed` (else from fresh entropy) whose greedy path has every
-    margin >= min_margin; the same seed draws the same model again."""
+def make(seed: int | None = None, *, model: str = "llama", min_margin: float = MIN_MARGIN,
+         max_draws: int = MAX_DRAWS) -> TinyModel:
+    """The first weights and prompt of the `model` architecture drawn from `seed` (else from fresh entropy)
+    whose greedy path has every margin >= min_margin; the same seed draws the same model again."""
+    arch = ARCHITECTURES[model]
     first = secrets.randbits(63) if seed is None else seed
-    shape = Shape.of(CONFIG)
     rng = np.random.default_rng(first)
-    weights = draw_weights(rng)
+    weights = arch.draw(rng)
     exact = as_float64(weights)
     for draw in range(max_draws):
         if draw and draw % PROMPTS_PER_WEIGHTS == 0:
-            weights = draw_weights(rng)
+            weights = arch.draw(rng)
             exact = as_float64(weights)
         prompt = [0, *(int(i) for i in rng.integers(FIRST_ID, LAST_ID, PROMPT_TOKENS))]
-        path = greedy(exact, shape, prompt, NEW_TOKENS, keep_going=lambda weakest: weakest >= min_margin)
+        path = greedy(arch.decoder(exact), prompt, NEW_TOKENS, keep_going=lambda weakest: weakest >= min_margin)
         if len(path.output_ids) == NEW_TOKENS and path.weakest() >= min_margin:
-            return TinyModel(seed=first, draws=draw + 1, weights=weights, reference=path)
-    msg = f"no seed of {max_draws} drawn from {first} gave the tiny model clear margins (>= {min_margin})"
+            return TinyModel(seed=first, draws=draw + 1, weights=weights, reference=path, config=arch.config)
+    msg = f"no seed of {max_draws} drawn from {first} gave the tiny model clear margins (>= {min_margin}, {model})"
     raise ConfigError(msg, hint="lower MIN_MARGIN in buildscripts/verify/tinymodel.py only with a measurement")

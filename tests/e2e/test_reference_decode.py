@@ -1,7 +1,12 @@
-"""The host's numpy reference decode (verify/reference.py) against the image's own torch and transformers on
-the CPU, for the same fresh weights: the cross-check that what the host expects is what a Llama of that
-config computes (float32), and that the margins it insists on survive bf16 (what the server computes in).
-Uses an SGLang image of the default matrix already in the engine, else the one this session builds."""
+"""The host's numpy reference decodes (verify/reference.py, verify/hybrid.py) against the image's own torch and
+transformers on the CPU, for the same fresh weights: the cross-check that what the host expects is what a
+Llama, or a NemotronH hybrid, of that config computes (float32), and that the margins it insists on survive
+bf16 (what the server computes in). transformers decodes the whole sequence at every step (the hybrid's Mamba
+layers through its chunked scan), the host one token at a time with its caches (the Mamba recurrence): two
+ways to the same numbers; and SGLang's own NemotronH config reads the hybrid's config.json as the host means
+it. Uses the newest SGLang image already in the engine (the hybrid needs the
+transformers of SGLang 0.5.16 or later: older ones do not know NemotronH's MLP layers), else the one this
+session builds."""
 
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ from pathlib import Path
 
 import docker
 import pytest
+from packaging.version import Version
 
 from buildscripts.matrix.schema import LABEL_PREFIX
-from buildscripts.verify import tinymodel
+from buildscripts.verify import hybrid, tinymodel
 
 DECODE = r"""
 import glob, json, torch
@@ -43,15 +49,17 @@ def sglang_image(request: pytest.FixtureRequest) -> str:
     finally:
         client.close()
     if present:
-        return str(present[0].id)
+        newest = max(present, key=lambda image: Version(image.labels[f"{LABEL_PREFIX}.sglang"]))
+        return str(newest.id)
     run = request.getfixturevalue("run")   # this session's build of the e2e cells
     return next(str(c.image.id) for c in run.cells if c.image.id)
 
 
-def test_the_numpy_reference_is_what_transformers_computes(sglang_image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["llama", "hybrid"])
+def test_the_numpy_reference_is_what_transformers_computes(kind: str, sglang_image: str, tmp_path: Path) -> None:
     models = {}
     for n in range(3):
-        model = tinymodel.make()
+        model = tinymodel.make(model=kind)
         written = model.write(tmp_path / f"seed-{n}")
         (written / "ask.json").write_text(json.dumps({"prompt_ids": list(model.reference.prompt_ids),
                                                      "new_tokens": len(model.reference.output_ids)}))
@@ -60,13 +68,38 @@ def test_the_numpy_reference_is_what_transformers_computes(sglang_image: str, tm
     try:
         output = client.containers.run(sglang_image, ["-c", DECODE], entrypoint="python3", network_mode="none",
                                        volumes={str(tmp_path): {"bind": "/m", "mode": "ro"}}, remove=True,
-                                       environment={"CUDA_VISIBLE_DEVICES": ""}).decode()
+                                       environment={"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}).decode()
     finally:
         client.close()
     found = json.loads(next(line for line in output.splitlines() if line.startswith("@@json "))[7:])
     for folder, model in models.items():
         want = model.reference
         exact, bf16 = found[folder]["float32"], found[folder]["bfloat16"]
-        assert exact["output_ids"] == list(want.output_ids), f"seed {model.seed}"
+        assert exact["output_ids"] == list(want.output_ids), f"{kind} seed {model.seed}"
         assert exact["margins"] == pytest.approx(list(want.margins), abs=1e-3)
-        assert bf16["output_ids"] == list(want.output_ids), f"seed {model.seed}: bf16 took another path"
+        assert bf16["output_ids"] == list(want.output_ids), f"{kind} seed {model.seed}: bf16 took another path"
+
+
+SGLANG_CONFIG = r"""
+import json
+from sglang.srt.configs import NemotronHConfig
+c = NemotronHConfig.from_pretrained("/m")
+print("@@json " + json.dumps({"pattern": c.hybrid_override_pattern, "mamba": c.mamba_layer_ids,
+                              "attention": c.full_attention_layer_ids, "n_groups": c.n_groups,
+                              "chunk": c.mamba_chunk_size, "conv_bias": c.use_conv_bias, "bias": c.use_bias}))
+"""
+
+
+def test_sglang_reads_the_hybrid_config_as_the_host_means_it(sglang_image: str, tmp_path: Path) -> None:
+    """The fields SGLang's own NemotronH config takes from config.json (its cache shapes need `n_groups`)."""
+    tinymodel.make(model="hybrid").write(tmp_path)
+    client = docker.from_env()
+    try:
+        output = client.containers.run(sglang_image, ["-c", SGLANG_CONFIG], entrypoint="python3", network_mode="none",
+                                       volumes={str(tmp_path): {"bind": "/m", "mode": "ro"}}, remove=True,
+                                       environment={"CUDA_VISIBLE_DEVICES": ""}).decode()
+    finally:
+        client.close()
+    found = json.loads(next(line for line in output.splitlines() if line.startswith("@@json "))[7:])
+    assert found == {"pattern": hybrid.PATTERN, "mamba": [0, 3], "attention": [1], "n_groups": hybrid.M_GROUPS,
+                     "chunk": hybrid.M_CHUNK, "conv_bias": True, "bias": False}

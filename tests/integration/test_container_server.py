@@ -51,7 +51,7 @@ def stand_in_image(client: docker.DockerClient) -> Iterator[str]:
 def test_the_host_observes_the_server_in_the_container(client: docker.DockerClient, stand_in_image: str,
                                                        tmp_path: Path, answer: str, reach: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tinymodel, "make", lambda: MODEL)   # tokens the stand-in is told to answer
+    monkeypatch.setattr(tinymodel, "make", lambda model="llama": MODEL)   # tokens the stand-in is told to answer
     if reach == "kept":   # as where the verifier cannot join namespaces: the engine's own network stays
         monkeypatch.setattr(netns, "problem", lambda: "joining a network namespace needs CAP_SYS_ADMIN (root)")
     ids = list(MODEL.reference.output_ids) if answer == "reference" else list(reversed(MODEL.reference.output_ids))

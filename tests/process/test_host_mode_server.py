@@ -33,7 +33,7 @@ def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch)
         import tokenizers  # noqa: F401 - the probe makes the tiny model's tokenizer with it, as in an image
     except ImportError:
         needs.unavailable("the tokenizers package", "pip install -e '.[test]'")
-    monkeypatch.setattr(tinymodel, "make", lambda: MODEL)   # this model's tokens, known to the stand-in
+    monkeypatch.setattr(tinymodel, "make", lambda model="llama": MODEL)   # this model's tokens, known to the stand-in
     env = {"PYTHONPATH": str(STAND_IN), "PATH": f"{STAND_IN / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "FAKE_OUTPUT_IDS": json.dumps(answer)}
     stages = verify(HostRunner(sys.executable, env, tmp_path / "work"),

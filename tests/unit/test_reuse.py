@@ -42,6 +42,7 @@ def test_the_key_is_stable_for_the_same_inputs() -> None:
     pytest.param(lambda: key(p=plan(lane_cuda="12.8")), id="lane"),
     pytest.param(lambda: key(p=plan(profile=Profile(args=["--attention-backend", "flashinfer"]))), id="profile"),
     pytest.param(lambda: key(p=plan(stage_timeout=1800)), id="stage timeout"),
+    pytest.param(lambda: key(p=plan(profile=Profile(model="hybrid"))), id="the tiny model served"),
     pytest.param(lambda: key(p=plan(profile_name="piecewise")), id="profile name (baked caches are per profile)"),
     pytest.param(lambda: key(discovery=Discovery(gpus=(H200,), runtime="cdi")), id="a GPU appeared"),
     pytest.param(lambda: key(discovery=Discovery(problem="nvidia-smi failed: driver mismatch")), id="no-GPU reason"),
