@@ -174,16 +174,18 @@ class Expectation(Strict):
         return (self.stage,) if isinstance(self.stage, str) else self.stage
 
 
-# The tiny models the host can make for the server stages (verify/tinymodel.py ARCHITECTURES): a Llama, or
+# The tiny models the host can make for the server stages (verify/tinymodel.py ARCHITECTURES): a Llama (with
+# 8 attention heads as `llama-tp`, for tensor parallelism), or
 # a NemotronH hybrid of Mamba2, attention and MLP layers (for the flags only a hybrid model takes).
-TinyModelName = Literal["llama", "hybrid"]
+TinyModelName = Literal["llama", "llama-tp", "hybrid"]
 
 
 class Profile(Strict):
     """Server flags for the GPU stages (`python -m sglang.launch_server ...`), and the tiny model they serve."""
 
     args: tuple[str, ...] = ()
-    model: TinyModelName = Field(default="llama", description="the tiny model the host makes: llama or hybrid")
+    model: TinyModelName = Field(default="llama",
+                                 description="the tiny model the host makes: llama, llama-tp or hybrid")
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: int = Field(default=900, gt=0, le=MAX_TIMEOUT_S)
 

@@ -2,7 +2,8 @@
 
 A new random seed per run draws the weights (numpy), rounded to bf16 and stored as float32 in
 model.safetensors, so that the server's cast to bf16 changes nothing; config.json describes the model: by
-default a LlamaForCausalLM (2 layers, hidden 256, vocab 512: it loads in seconds), for a profile with
+default a LlamaForCausalLM (2 layers, hidden 256, vocab 512: it loads in seconds; `llama-tp` the same with
+8 attention heads, to split over 2, 4 or 8 GPUs), for a profile with
 `model: hybrid` the NemotronH hybrid of Mamba2, attention and MLP layers (hybrid.py). The host computes the greedy
 reference decode itself (reference.py) and refuses a seed whose path has a step where the best two
 logits are close: the GPU computes in bf16, and a near-tie could go either way with every kernel right.
@@ -40,21 +41,37 @@ MIN_MARGIN = 0.1
 # are drawn again only after PROMPTS_PER_WEIGHTS prompts: a few seconds in all.
 MAX_DRAWS, PROMPTS_PER_WEIGHTS = 5000, 25
 STD = {"embed": 1.0, "lm_head": 0.25, "layer": 0.08}
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB,
-    "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
-    "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-    "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
-SHAPES = {"self_attn.q_proj": (HEADS * HEAD_DIM, HIDDEN), "self_attn.k_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
-          "self_attn.v_proj": (KV_HEADS * HEAD_DIM, HIDDEN), "self_attn.o_proj": (HIDDEN, HEADS * HEAD_DIM),
-          "mlp.gate_proj": (INTERMEDIATE, HIDDEN), "mlp.up_proj": (INTERMEDIATE, HIDDEN),
-          "mlp.down_proj": (HIDDEN, INTERMEDIATE)}
+# Tensor parallelism splits the attention heads (and the MLP) over the GPUs: the `llama-tp` model has 8
+# heads, so tp 2, 4 and 8 (two, four or eight GPUs of a node) split it evenly; the default Llama keeps its 4,
+# which the baked kernel caches were recorded for.
+TP_HEADS = 8
+
+
+def llama_config(heads: int) -> dict[str, object]:
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB,
+        "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
+        "num_attention_heads": heads, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
+
+
+CONFIG = llama_config(HEADS)
+CONFIG_TP = llama_config(TP_HEADS)
+
+
+def shapes(heads: int) -> dict[str, tuple[int, int]]:
+    return {"self_attn.q_proj": (heads * HEAD_DIM, HIDDEN), "self_attn.k_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
+            "self_attn.v_proj": (KV_HEADS * HEAD_DIM, HIDDEN), "self_attn.o_proj": (HIDDEN, heads * HEAD_DIM),
+            "mlp.gate_proj": (INTERMEDIATE, HIDDEN), "mlp.up_proj": (INTERMEDIATE, HIDDEN),
+            "mlp.down_proj": (HIDDEN, INTERMEDIATE)}
+
+
 Weights = dict[str, npt.NDArray[np.float32]]
 
 
-def draw_weights(rng: np.random.Generator) -> Weights:
+def draw_weights(rng: np.random.Generator, heads: int = HEADS) -> Weights:
     def rand(*shape: int, std: float) -> npt.NDArray[np.float32]:
         return bf16(rng.standard_normal(shape) * std)
 
@@ -65,7 +82,7 @@ def draw_weights(rng: np.random.Generator) -> Weights:
         prefix = f"model.layers.{layer}."
         weights[prefix + "input_layernorm.weight"] = ones.copy()
         weights[prefix + "post_attention_layernorm.weight"] = ones.copy()
-        for name, shape in SHAPES.items():
+        for name, shape in shapes(heads).items():
             weights[prefix + name + ".weight"] = rand(*shape, std=STD["layer"])
     return weights
 
@@ -82,6 +99,8 @@ class Architecture:
 # By a profile's `model:` (matrix.yaml); the names are the schema's (matrix/schema.py TINY_MODELS).
 ARCHITECTURES = {
     "llama": Architecture(CONFIG, draw_weights, lambda w: Llama(w, Shape.of(CONFIG))),
+    "llama-tp": Architecture(CONFIG_TP, lambda rng: draw_weights(rng, TP_HEADS),
+                             lambda w: Llama(w, Shape.of(CONFIG_TP))),
     "hybrid": Architecture(hybrid.CONFIG, hybrid.draw_weights, hybrid.NemotronH)}
 
 

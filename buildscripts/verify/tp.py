@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..matrix.schema import Profile
 from ..results import StageResult, Status
-from . import classify
+from . import classify, tinymodel
 from .gpus import Handed
 from .handoff import UNBACKED
 from .plan import Plan
@@ -39,11 +39,22 @@ def planned(plan: Plan, handed: Handed) -> Plan:
     size = max(count, 1)
     args = tuple(arg.replace(PLACEHOLDER, str(size)) for arg in plan.server_args)
     skip = None
+    heads = attention_heads(plan.server_model)
     if count < MIN_GPUS:
         have = f"{count} GPU" + ("" if count == 1 else "s") if count else f"no GPU ({handed.why_none})"
         skip = (f"profile {plan.server_profile!r} serves with tensor parallelism across the run's GPUs and needs "
                 f"at least {MIN_GPUS}; this run was given {have}")
+    elif heads % count:
+        skip = (f"profile {plan.server_profile!r} would split the tiny model's {heads} attention heads over "
+                f"{count} GPUs, which does not divide them; the tp profiles verify on machines of 2, 4 or 8 GPUs")
     return replace(plan, server_args=args, server_skip=skip)
+
+
+def attention_heads(model: str) -> int:
+    """The attention heads of the tiny model a profile serves, which tensor parallelism splits evenly."""
+    heads = tinymodel.ARCHITECTURES[model].config["num_attention_heads"]
+    assert isinstance(heads, int)
+    return heads
 
 
 def backed(stages: Sequence[StageResult], handed: Handed) -> list[StageResult]:

@@ -55,7 +55,7 @@ def sglang_image(request: pytest.FixtureRequest) -> str:
     return next(str(c.image.id) for c in run.cells if c.image.id)
 
 
-@pytest.mark.parametrize("kind", ["llama", "hybrid"])
+@pytest.mark.parametrize("kind", ["llama", "llama-tp", "hybrid"])
 def test_the_numpy_reference_is_what_transformers_computes(kind: str, sglang_image: str, tmp_path: Path) -> None:
     models = {}
     for n in range(3):

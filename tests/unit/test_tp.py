@@ -12,7 +12,7 @@ from buildscripts.matrix import load
 from buildscripts.probe import core
 from buildscripts.results import CellResult, ImageInfo, StageResult, Status, Verdict, judged
 from buildscripts.results.schema import BuildResult
-from buildscripts.verify import gpus, tp
+from buildscripts.verify import gpus, tinymodel, tp
 from buildscripts.verify.gpus import Discovery, Gpu, Handed
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.served import generation_stage
@@ -52,6 +52,35 @@ def test_fewer_than_two_gpus_skip_the_server_with_the_reason(handed: Handed, wor
     assert made.server_skip is not None and words in made.server_skip and "at least 2" in made.server_skip
     args = made.probe_args("host")
     assert args[args.index("--server-skip") + 1] == made.server_skip
+
+
+def gpu(index: int) -> Gpu:
+    return Gpu(index, "NVIDIA B200", f"GPU-0000000{index}-0000-4000-8000-000000000000", "10.0", "580.159.04", 183359)
+
+
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_the_tp_profiles_serve_a_model_whose_heads_split_over_two_four_or_eight_gpus(count: int) -> None:
+    made = tp.planned(plan(), Handed(tuple(gpu(i) for i in range(count))))
+    assert made.server_model == "llama-tp" and made.server_skip is None
+    assert made.server_args[:2] == ("--tp-size", str(count))
+    config = tinymodel.ARCHITECTURES["llama-tp"].config
+    assert config["num_attention_heads"] == 8 and 8 % count == 0
+    assert int(str(config["intermediate_size"])) % count == 0   # the MLP splits too
+
+
+@pytest.mark.parametrize("count", [3, 6])
+def test_gpus_that_do_not_divide_the_heads_skip_the_server_with_the_reason(count: int) -> None:
+    made = tp.planned(plan(), Handed(tuple(gpu(i) for i in range(count))))
+    assert made.server_skip is not None
+    assert f"8 attention heads over {count} GPUs" in made.server_skip and "2, 4 or 8" in made.server_skip
+
+
+def test_the_tp_llama_decodes_and_keeps_the_default_llama_as_it_was() -> None:
+    wide = tinymodel.make(seed=11, model="llama-tp", max_draws=400)
+    assert wide.config["num_attention_heads"] == 8 and wide.architecture == "LlamaForCausalLM"
+    assert wide.weights["model.layers.0.self_attn.q_proj.weight"].shape == (8 * 64, 256)
+    assert len(wide.reference.output_ids) == tinymodel.NEW_TOKENS
+    assert tinymodel.make(seed=7).config["num_attention_heads"] == 4   # what the baked caches were recorded for
 
 
 def test_a_profile_without_the_placeholder_is_left_alone() -> None:
