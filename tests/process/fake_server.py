@@ -1,11 +1,12 @@
 """A stand-in server process for readiness tests: real sockets, real HTTP, chosen misbehaviour.
 
-  python fake_server.py MODE PORT
-MODE: slow (listens after 2 s, then 200), crash (prints a traceback, exits 1 after 1 s),
+  python fake_server.py MODE PORT [SECONDS]
+MODE: slow (listens after SECONDS, then 200), crash (prints a traceback, exits 1 after SECONDS),
 hang (accepts connections, never answers), flaky (503 for the first 3 requests, then 200),
-die-later (answers 503, then exits 3 after 2 s), forks (like slow, plus a child process that
+die-later (answers 503, then exits 3 after SECONDS), forks (like slow, plus a child process that
 would outlive a careless stop), sglang (SGLang's API: ready after 1 s, /generate answers the token
 ids of FAKE_OUTPUT_IDS (a JSON list), /v1/models and /v1/chat/completions answer as SGLang does).
+SECONDS is 2 unless given: the tests pass less, so that they wait no longer than the behaviour needs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import time
 
 MODE, PORT = sys.argv[1], int(sys.argv[2])
+SECONDS = float(sys.argv[3]) if len(sys.argv) > 3 else 2.0
 hits = {"n": 0}
 STARTED = time.monotonic()
 
@@ -60,7 +62,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        if MODE == "die-later" and time.monotonic() - STARTED > 2.0:
+        if MODE == "die-later" and time.monotonic() - STARTED > SECONDS:
             # Die only after a whole answer went out: the client's last answer is then always the 503,
             # never a connection cut mid-request (which made the readiness test flaky under load).
             self.wfile.flush()
@@ -71,7 +73,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def crash() -> None:
-    time.sleep(1)
+    time.sleep(SECONDS)
     def load_weights() -> None:
         raise RuntimeError("Assertion error (compiler.hpp:175): std::filesystem::exists(nvcc_path)")
     load_weights()
@@ -91,7 +93,7 @@ def main() -> None:
             conn, _ = sock.accept()
             held.append(conn)  # never answer
     if MODE in ("slow", "forks"):
-        time.sleep(2)
+        time.sleep(SECONDS)
     if MODE == "forks":
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)

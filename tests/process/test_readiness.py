@@ -16,6 +16,10 @@ import pytest
 from buildscripts.probe import server
 
 FAKE = str(Path(__file__).with_name("fake_server.py"))
+# How long the fake server takes to listen, crash or die: long enough for several polls at POLL_S, short
+# enough that the tier does not sleep for nothing.
+DELAY_S = 0.6
+POLL_S = 0.1
 
 
 @pytest.fixture
@@ -24,7 +28,7 @@ def launch(tmp_path: Path) -> Iterator[object]:
 
     def go(mode: str) -> server.Server:
         port = server.free_port()
-        srv = server.start([sys.executable, FAKE, mode, str(port)], port, str(tmp_path / f"{mode}.log"))
+        srv = server.start([sys.executable, FAKE, mode, str(port), str(DELAY_S)], port, str(tmp_path / f"{mode}.log"))
         started.append(srv)
         return srv
 
@@ -35,16 +39,16 @@ def launch(tmp_path: Path) -> Iterator[object]:
 
 def test_slow_start_becomes_ready_after_http_comes_up(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("slow")
-    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=0.2)
+    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=POLL_S)
     assert ready.ready and not ready.timed_out
-    assert ready.seconds_to_http is not None and ready.seconds_to_http >= 2.0
+    assert ready.seconds_to_http is not None and ready.seconds_to_http >= DELAY_S
     assert ready.seconds_to_ready == ready.seconds_to_http
     assert server.stop(srv)["clean"]
 
 
 def test_503_then_200_records_http_up_before_ready(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("flaky")
-    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=0.2)
+    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=POLL_S)
     assert ready.ready
     assert ready.seconds_to_http is not None and ready.seconds_to_ready is not None
     assert ready.seconds_to_ready > ready.seconds_to_http  # three 503s came first
@@ -54,7 +58,7 @@ def test_503_then_200_records_http_up_before_ready(launch) -> None:  # type: ign
 def test_crash_fails_fast_with_the_traceback_cut_out(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("crash")
     started = time.monotonic()
-    ready = server.wait_ready(srv, "/health_generate", deadline_s=60, interval_s=0.2)
+    ready = server.wait_ready(srv, "/health_generate", deadline_s=60, interval_s=POLL_S)
     assert not ready.ready and ready.exit_code == 1 and not ready.timed_out
     assert time.monotonic() - started < 20  # did not wait for the deadline
     server.stop(srv)
@@ -69,9 +73,9 @@ def test_crash_fails_fast_with_the_traceback_cut_out(launch) -> None:  # type: i
 
 def test_hang_times_out_at_the_deadline(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("hang")
-    ready = server.wait_ready(srv, "/health_generate", deadline_s=4, interval_s=0.2, request_timeout_s=1)
+    ready = server.wait_ready(srv, "/health_generate", deadline_s=1.5, interval_s=POLL_S, request_timeout_s=0.5)
     assert ready.timed_out and not ready.ready and ready.exit_code is None
-    assert 4 <= ready.waited_s < 8
+    assert 1.5 <= ready.waited_s < 5
     assert ready.seconds_to_http is None  # nothing ever answered
     report = server.stop(srv, grace_s=3)
     assert report["clean"] and report["signal"] == "SIGTERM"
@@ -79,7 +83,7 @@ def test_hang_times_out_at_the_deadline(launch) -> None:  # type: ignore[no-unty
 
 def test_death_after_http_up_is_reported_as_an_exit(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("die-later")
-    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=0.2)
+    ready = server.wait_ready(srv, "/health_generate", deadline_s=30, interval_s=POLL_S)
     assert not ready.ready and ready.exit_code == 3
     assert ready.seconds_to_http is not None
     assert ready.last_answer is not None and ready.last_answer.startswith("503")
@@ -87,7 +91,7 @@ def test_death_after_http_up_is_reported_as_an_exit(launch) -> None:  # type: ig
 
 def test_stop_removes_the_whole_process_group_and_frees_the_port(launch) -> None:  # type: ignore[no-untyped-def]
     srv = launch("forks")
-    assert server.wait_ready(srv, "/health", deadline_s=30, interval_s=0.2).ready
+    assert server.wait_ready(srv, "/health", deadline_s=30, interval_s=POLL_S).ready
     assert server.port_open(srv.port)
     report = server.stop(srv, grace_s=5)
     assert report == {**report, "clean": True, "processes_left": False, "port_still_open": False}
