@@ -98,8 +98,8 @@ def main() -> int:
                     help="leave out a scenario that rebuilds everything without a cache")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "ci-results.md")
     a = ap.parse_args()
-    spec = matrix.load(ROOT / "matrix.yaml")
-    cells = [c for c in matrix.select(spec.cells, a.only, []) if c.excluded is None]
+    default = matrix.load(ROOT / "matrix.yaml")
+    cells = [c for c in matrix.select(default.cells, a.only, []) if c.excluded is None]
     work = Path(tempfile.mkdtemp(prefix="ci-scale-", dir="/var/tmp"))
     runs = ROOT / "runs" / f"ci-scale-{time.strftime('%Y%m%d-%H%M%S')}"   # kept: every build's log
     runs.mkdir(parents=True)

@@ -24,12 +24,12 @@ import docker
 import docker.errors
 from pydantic import ValidationError
 
-from . import distribution, engine, hostenv, log, matrix, report, results
+from . import distribution, engine, hostenv, log, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed
 from .lock import LockStatus, paths_for, status_of
-from .matrix import Cell, Matrix
+from .matrix import Cell, Matrix, load, select
 from .matrix.schema import LABEL_PREFIX, Cache
 from .publish import staging, tagcmd, tags, trusted
 from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, cell_record
@@ -144,12 +144,12 @@ def _cache_keep(value: str, env: Mapping[str, str]) -> int | None:
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     env = env or {}
     opts = parse(argv, ws or Workspace.at(), env)
-    spec = matrix.load(opts.ws.matrix, dict(env))
-    check_options(spec, opts)
-    chosen = matrix.select(spec.cells, opts.only, opts.skip, include_excluded=True)
+    matrix = load(opts.ws.matrix, dict(env))
+    check_options(matrix, opts)
+    chosen = select(matrix.cells, opts.only, opts.skip, include_excluded=True)
     if not any(c.excluded is None for c in chosen):
-        matrix.select(chosen, opts.only, opts.skip)  # raises SelectionError with the explanation
-    run = execute(spec, chosen, opts)
+        select(chosen, opts.only, opts.skip)  # raises SelectionError with the explanation
+    run = execute(matrix, chosen, opts)
     unexpected = [c for c in run.cells if results.is_unexpected(c.verdict)]
     if unexpected:
         names = ", ".join(f"{c.cell_id} ({c.verdict.value})" for c in unexpected)
@@ -158,7 +158,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     return 0
 
 
-def check_options(spec: Matrix, opts: Options) -> None:
+def check_options(matrix: Matrix, opts: Options) -> None:
     """Bad options fail before anything is built, not after the first hour-long cell."""
     unknown = [s for s in opts.stages or () if s not in results.LADDER]
     if unknown:
@@ -170,25 +170,25 @@ def check_options(spec: Matrix, opts: Options) -> None:
             msg = f"--stage runs the CPU stages and pushes what passed them: it cannot go with {conflict}"
             raise ConfigError(msg, hint=f"drop {conflict}, or --stage")
         distribution.check_repository(opts.stage, "--stage")
-    if opts.profile not in spec.spec.profiles:
+    if opts.profile not in matrix.spec.profiles:
         msg = f"no server profile {opts.profile!r} in {opts.ws.matrix}"
-        raise ConfigError(msg, hint="profiles there: " + ", ".join(spec.spec.profiles))
+        raise ConfigError(msg, hint="profiles there: " + ", ".join(matrix.spec.profiles))
 
 
-def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
+def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     run_dir = opts.ws.run_dir(opts.run_id)
     run = RunResults(run_id=opts.run_id, started=results.now(), matrix=str(opts.ws.matrix),
-                     matrix_digest=results.matrix_digest(spec.spec))
-    statuses = check_locks(spec, cells, opts.ws)
+                     matrix_digest=results.matrix_digest(matrix.spec))
+    statuses = check_locks(matrix, cells, opts.ws)
     buildable = [c for c in cells if c.excluded is None and statuses[c.id].state == "ok"]
     client = engine.connect()
     found = engine.check(client)
     if opts.stage:
         staging.check(opts.stage, opts.env)   # before an hour of building, not after
-    ctx = prepare(client, spec, buildable, opts, run_dir)
+    ctx = prepare(client, matrix, buildable, opts, run_dir)
     current = ctx.candidates
     missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
-    tag_of = partial(_candidate_of, {c.id: c for c in buildable}, spec)
+    tag_of = partial(_candidate_of, {c.id: c for c in buildable}, matrix)
     engine.check_disk(found, len(missing),  # only what will really be built needs room
                       advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
                                                       tag_of))
@@ -199,9 +199,9 @@ def execute(spec: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         for cell in cells:
-            record = seal.record(run, run_cell(cell, spec, statuses[cell.id], ctx, opts, run_dir), ctx.key,
+            record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
                                  run_dir / "results.json")
-            tag_cell(run, spec, ctx, run_dir / "results.json")
+            tag_cell(run, matrix, ctx, run_dir / "results.json")
             if opts.fail_fast and results.is_unexpected(record.verdict):
                 log.warn("--fail-fast: stopping after the first unexpected outcome")
                 break
@@ -234,11 +234,11 @@ def bound_disk(run: RunResults, tag_of: footprint.CandidateTag, ctx: Context, op
         log.warn(f"the disk was not bounded after the run (the engine said: {exc}); the cells' results stand")
 
 
-def _candidate_of(cells: Mapping[str, Cell], spec: Matrix, cell_id: str, inputs: str) -> str:
-    return tags.candidate_tag(cells[cell_id], inputs, spec.spec.tags)
+def _candidate_of(cells: Mapping[str, Cell], matrix: Matrix, cell_id: str, inputs: str) -> str:
+    return tags.candidate_tag(cells[cell_id], inputs, matrix.spec.tags)
 
 
-def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell], opts: Options,
+def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cell], opts: Options,
             run_dir: Path) -> Context:
     info = client.info()
     discovery = gpus.discover(info)
@@ -248,15 +248,15 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
     if cut_problem:
         log.warn(f"the server stage keeps a network: {cut_problem}")
     builder = cache.builder(opts.builder, info)
-    shared, notes = cache.plan(shared_cache(spec, opts), builder) if buildable else (None, [])
+    shared, notes = cache.plan(shared_cache(matrix, opts), builder) if buildable else (None, [])
     for note in notes:
         log.warn(note)
-    if builder.loads and shared is None and any(spec.spec.bases[c.base_name].debootstrap for c in buildable):
+    if builder.loads and shared is None and any(matrix.spec.bases[c.base_name].debootstrap for c in buildable):
         msg = (f"the buildx builder {builder.name} ({builder.driver} driver) cannot see this engine's images, "
                "so it cannot build on a debootstrapped base")
         raise ConfigError(msg, hint="configure a shared build cache (`cache.ref` in matrix.yaml or --cache-ref): "
                                     "the base is shared through it; or build with the engine's own builder")
-    bases = {name: base_images.ensure(name, spec.spec.bases[name], client=client, logs=run_dir,
+    bases = {name: base_images.ensure(name, matrix.spec.bases[name], client=client, logs=run_dir,
                                       shared=partial(shared.base_ref, name) if shared else None,
                                       push=bool(shared and shared.exports),
                                       labels=base_images.owner_labels(opts.env))
@@ -266,18 +266,18 @@ def prepare(client: docker.DockerClient, spec: Matrix, buildable: Sequence[Cell]
     ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared,
                   key, keys.trusted(opts.ws.root, opts.env), handed=gpus.handed(discovery, gpu),
                   cut_problem=cut_problem)
-    ctx.candidates.update({c.id: candidate(c, spec, ctx, opts.ws) for c in buildable})
+    ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
     return ctx
 
 
-def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
+def shared_cache(matrix: Matrix, opts: Options) -> Cache | None:
     """matrix.yaml's `cache:`, with the ref `--cache-ref` gives (which may also turn it on, or off)."""
     if opts.cache_ref is None:
-        return spec.spec.cache
+        return matrix.spec.cache
     if not opts.cache_ref:
         return None
     try:
-        base = spec.spec.cache.model_dump() if spec.spec.cache else {}
+        base = matrix.spec.cache.model_dump() if matrix.spec.cache else {}
         return Cache.model_validate({**base, "ref": opts.cache_ref})
     except ValidationError as exc:
         why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
@@ -285,16 +285,16 @@ def shared_cache(spec: Matrix, opts: Options) -> Cache | None:
         raise ConfigError(msg, hint="e.g. --cache-ref registry.example.com/sglang-images/cache") from None
 
 
-def related_cells(cell: Cell, spec: Matrix) -> list[str]:
+def related_cells(cell: Cell, matrix: Matrix) -> list[str]:
     """Cells whose builds share layers with `cell` (same base and torch lane): their caches are imported."""
-    return [c.id for c in spec.cells
+    return [c.id for c in matrix.cells
             if c.excluded is None and c.id != cell.id and c.lane_layer_id == cell.lane_layer_id]
 
 
-def candidate(cell: Cell, spec: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
+def candidate(cell: Cell, matrix: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
     """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed."""
     inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe)
-    return inputs, tags.candidate_tag(cell, inputs, spec.spec.tags)
+    return inputs, tags.candidate_tag(cell, inputs, matrix.spec.tags)
 
 
 def _image_exists(client: docker.DockerClient, ref: str) -> bool:
@@ -305,9 +305,9 @@ def _image_exists(client: docker.DockerClient, ref: str) -> bool:
     return True
 
 
-def check_locks(spec: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[str, LockStatus]:
+def check_locks(matrix: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[str, LockStatus]:
     """Every selected cell's lock must be current: a stale lock is an error before anything builds."""
-    statuses = {c.id: status_of(spec, c, ws.locks) for c in cells}
+    statuses = {c.id: status_of(matrix, c, ws.locks) for c in cells}
     stale = [f"{cid} ({s.state}{': ' + s.reason if s.reason else ''})" for cid, s in statuses.items()
              if s.state in ("missing", "stale") and next(c for c in cells if c.id == cid).excluded is None]
     if stale:
@@ -316,13 +316,13 @@ def check_locks(spec: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[str,
     return statuses
 
 
-def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: Options, run_dir: Path) -> CellResult:
+def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts: Options, run_dir: Path) -> CellResult:
     facts: dict[str, Any] = {"axes": cell.axes(), "targets": cell.archs, "expected": cell.expected_failure(),
                              "versions": status.versions, "run_id": opts.run_id}
     if cell.excluded or status.state != "ok":
         return cell_record(cell.id, excluded=cell.excluded or f"{status.state}: {status.reason}", **facts)
     base = ctx.bases[cell.base_name]
-    if ctx.builder.loads and ctx.cache and spec.spec.bases[cell.base_name].debootstrap:
+    if ctx.builder.loads and ctx.cache and matrix.spec.bases[cell.base_name].debootstrap:
         # A builder outside the engine takes FROM images from a registry: the shared copy of the base.
         base = dataclasses.replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
     locks = paths_for(cell, opts.ws.locks)
@@ -331,7 +331,7 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     inputs, tag = ctx.candidates[cell.id]
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
-        extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, spec)) if ctx.cache else [])
+        extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
         build, image = buildx.build_cell(cell, base, locks, ctx.recipe, tag=tag, inputs=inputs, client=ctx.client,
                                          log_file=build_log, env=opts.env, extra_args=extra)
     log.step(cell.id, "build", build.status.value, build.duration_s,
@@ -339,7 +339,7 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     stages: list[StageResult] = []
     key = reused = None
     if build.status is Status.PASSED and opts.verify:
-        plan = Plan.for_cell(cell, stages=_stages(opts), profile=spec.spec.profiles[opts.profile],
+        plan = Plan.for_cell(cell, stages=_stages(opts), profile=matrix.spec.profiles[opts.profile],
                              profile_name=opts.profile)
         key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
         reused = reuse.find(ctx.history, cell.id, key, ctx.trusted)
@@ -365,17 +365,17 @@ def run_cell(cell: Cell, spec: Matrix, status: LockStatus, ctx: Context, opts: O
     return record
 
 
-def tag_cell(run: RunResults, spec: Matrix, ctx: Context, path: Path) -> None:
+def tag_cell(run: RunResults, matrix: Matrix, ctx: Context, path: Path) -> None:
     """The tag step for the cell just recorded: its sealed record through the gate `tag` and `promote` use
     (publish/trusted.py), good tags on the tested image, the tags recorded."""
     record = run.cells[-1]
     if not record.verified_archs:
         return
-    checked = trusted.check(record, len(run.cells) - 1, spec, ctx.trusted)
+    checked = trusted.check(record, len(run.cells) - 1, matrix, ctx.trusted)
     if isinstance(checked, trusted.Refused) or checked.why_not:
         log.step(record.cell_id, "tag", "skipped", detail=checked.why_not or "")
         return
-    refs = tagcmd.apply(ctx.client, checked, spec.spec.tags)
+    refs = tagcmd.apply(ctx.client, checked, matrix.spec.tags)
     run.cells[-1] = record.model_copy(update={"tags": refs})
     results.save(run, path)
 

@@ -45,15 +45,15 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         ap.error("--github lists the jobs of buildable cells only; drop --all")
     if a.staged and not a.github:
         ap.error("--staged goes with --github: it lists the verify jobs of a staging build")
-    spec = load(a.matrix)
+    matrix = load(a.matrix)
     if a.build_runner:
-        print(json.dumps(list(spec.spec.runners.build), separators=(",", ":")))
+        print(json.dumps(list(matrix.spec.runners.build), separators=(",", ":")))
         return 0
-    cells = select(spec.cells, a.only, a.skip, include_excluded=a.all)
+    cells = select(matrix.cells, a.only, a.skip, include_excluded=a.all)
     if a.github:
-        jobs = github_jobs(cells, spec.spec.runners)
+        jobs = github_jobs(cells, matrix.spec.runners)
         if a.staged:
-            jobs = staged_jobs(jobs, a.staged, results.matrix_digest(spec.spec), a.matrix)
+            jobs = staged_jobs(jobs, a.staged, results.matrix_digest(matrix.spec), a.matrix)
         # Compact, one line: the workflow writes it to $GITHUB_OUTPUT as `matrix=...`.
         print(json.dumps({"include": jobs}, separators=(",", ":")))
         return 0

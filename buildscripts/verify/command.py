@@ -137,17 +137,17 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     archs = a.archs.split(",") if a.archs else None
     stages = a.stages.split(",") if a.stages else None
     started = results.now()
-    spec = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
-    profile = _profile(spec, a.profile)
+    matrix = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
+    profile = _profile(matrix, a.profile)
     signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
-        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, spec.spec.also_audit)
+        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
     elif a.lxc is not None or a.lxc_name is not None:
-        cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, spec)
+        cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, matrix)
     else:
-        cell = _verify_image(a, run_dir, run_id, archs, stages, profile, spec, env)
+        cell = _verify_image(a, run_dir, run_id, archs, stages, profile, matrix, env)
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
-                     matrix_digest=results.matrix_digest(spec.spec))
+                     matrix_digest=results.matrix_digest(matrix.spec))
     cell = seal.record(run, cell, signing, out)
     if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
         verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
@@ -163,7 +163,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
 
 
 def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
-                  stages: list[str] | None, profile: Profile, spec: Matrix, env: Mapping[str, str]) -> CellResult:
+                  stages: list[str] | None, profile: Profile, matrix: Matrix, env: Mapping[str, str]) -> CellResult:
     client = engine.connect()
     source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
               if a.pull or distribution.by_digest(a.image) else None)
@@ -186,8 +186,8 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
         log.warn(f"the server stage keeps a network: {cut_problem}")
     # --cell-id naming a matrix cell: verified as that cell (its axes, targets, lane and expectation), e.g. an
     # image built elsewhere for it; its label may name another, and the gate compares axes with the matrix.
-    named = matrix_cell(spec, a.cell_id) if a.cell_id else None
-    cell = check_image(client, image, logs=run_dir, cell=named, matrix=spec, archs=archs, lane_cuda=a.lane_cuda,
+    named = matrix_cell(matrix, a.cell_id) if a.cell_id else None
+    cell = check_image(client, image, logs=run_dir, cell=named, matrix=matrix, archs=archs, lane_cuda=a.lane_cuda,
                        stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                        handed=gpus.handed(found_gpus, gpu, all_gpus=every), cut_problem=cut_problem, profile=profile,
                        profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
@@ -199,10 +199,10 @@ def stage_timeout(a: argparse.Namespace, profile: Profile) -> float:
     return float(a.stage_timeout) if a.stage_timeout else max(MIN_STAGE_TIMEOUT, float(profile.timeout_s))
 
 
-def _profile(spec: Matrix, name: str) -> Profile:
-    profile = spec.spec.profiles.get(name)
+def _profile(matrix: Matrix, name: str) -> Profile:
+    profile = matrix.spec.profiles.get(name)
     if profile is None:
-        msg = f"no server profile {name!r} in {spec.path} (known: {', '.join(spec.spec.profiles)})"
+        msg = f"no server profile {name!r} in {matrix.path} (known: {', '.join(matrix.spec.profiles)})"
         raise ConfigError(msg, hint="pass --profile with one of those names")
     return profile
 
@@ -223,7 +223,7 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
 
 
 def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
-                stages: list[str] | None, profile: Profile, spec: Matrix) -> CellResult:
+                stages: list[str] | None, profile: Profile, matrix: Matrix) -> CellResult:
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
@@ -232,11 +232,11 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
                      stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile,
-                     profile_name=a.profile, also_archs=spec.spec.also_audit)
+                     profile_name=a.profile, also_archs=matrix.spec.also_audit)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
-    cell = matrix_cell(spec, image_cell)   # the cell's declared expected failure applies in place too
+    cell = matrix_cell(matrix, image_cell)   # the cell's declared expected failure applies in place too
     found = verify(lxc.LxcRunner(target, a.python or "python3"),
                    Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
                            handed=gpus.on_host(_host_gpus(), {})))

@@ -93,12 +93,12 @@ def _detail(stage: StageResult) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:300]
 
 
-def _expectation(spec: str) -> ExpectedFailure:
+def _expectation(text: str) -> ExpectedFailure:
     """`STAGE[,STAGE]:CLASS:REASON` (CLASS may be empty) -> the declared expected failure."""
-    stage, _, rest = spec.partition(":")
+    stage, _, rest = text.partition(":")
     failure_class, _, reason = rest.partition(":")
     if not stage:
-        msg = f"--expect {spec!r} must look like STAGE:CLASS:REASON"
+        msg = f"--expect {text!r} must look like STAGE:CLASS:REASON"
         raise ResultsError(msg, hint="e.g. --expect host-b=import:cuda-home-missing:no toolkit")
     return ExpectedFailure(stages=stage.split(","), failure_class=failure_class or None, reason=reason)
 
@@ -129,7 +129,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--timing", action="append", default=[], help="LABEL=PROBE_JSON: start-up times only")
     a = ap.parse_args(list(argv))
     axes = _pairs(a.axis, "--axis")
-    expects = {cid: _expectation(spec) for cid, spec in _pairs(a.expect, "--expect").items()}
+    expects = {cid: _expectation(text) for cid, text in _pairs(a.expect, "--expect").items()}
     own: dict[str, dict[str, str]] = {}
     for value in a.cell_axis:
         cid, _, pair = value.partition("=")

@@ -87,9 +87,9 @@ def installable(files: Iterable[DistFile], target: Platform) -> tuple[DistFile |
     return None, f"no wheel for {target.shown}; there are: {_platforms(wheels)}"
 
 
-def _allows(spec: str, version: Version) -> bool:
+def _allows(specifier: str, version: Version) -> bool:
     try:
-        return SpecifierSet(spec).contains(version, prereleases=True)
+        return SpecifierSet(specifier).contains(version, prereleases=True)
     except InvalidSpecifier:
         return True  # uv would ignore it too; the lock says more if it matters
 
@@ -126,9 +126,9 @@ def exact_pin(requirement: Requirement | None) -> str | None:
     """X of `name==X` (one exact version, no wildcard), else None."""
     if requirement is None:
         return None
-    specs = list(requirement.specifier)
-    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
-        return specs[0].version
+    specifiers = list(requirement.specifier)
+    if len(specifiers) == 1 and specifiers[0].operator in ("==", "===") and "*" not in specifiers[0].version:
+        return specifiers[0].version
     return None
 
 
@@ -165,8 +165,8 @@ def cuda_flavour(version: str, metadata: Message, target: Platform) -> tuple[str
         return local, f"its version {version}"
     wanted = requirements(metadata, target)
     for name in ("cuda-toolkit", *RUNTIMES):
-        specs = [s for s in wanted[name].specifier if s.operator in ("==", "~=", ">=")] if name in wanted else []
-        if specs:
+        specifiers = [s for s in wanted[name].specifier if s.operator in ("==", "~=", ">=")] if name in wanted else []
+        if specifiers:
             shown = f"{wanted[name].name}{wanted[name].specifier}"  # extras and markers left out
-            return flavour_of(specs[0].version.rstrip(".*")), f"it requires {shown}"
+            return flavour_of(specifiers[0].version.rstrip(".*")), f"it requires {shown}"
     return "cpu", "it requires no CUDA runtime"

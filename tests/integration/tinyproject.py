@@ -98,9 +98,9 @@ def _lock(root: Path) -> None:
     locks = root / "lockfiles"
     shutil.copytree(ROOT / "lockfiles", locks, ignore=lambda folder, names: [
         n for n in names if n not in ("bootstrap.txt",) and Path(folder, n).is_file()])
-    spec = matrix.load(root / "matrix.yaml", {})
-    (cell,) = [c for c in spec.cells if c.id == CELL]
-    inputs = state.cell_inputs(spec, cell)
+    tiny = matrix.load(root / "matrix.yaml", {})
+    (cell,) = [c for c in tiny.cells if c.id == CELL]
+    inputs = state.cell_inputs(tiny, cell)
     paths = state.paths_for(cell, locks)
     below: lockfile.Lockfile | None = None
     for layer, path in (("lane", paths.lane), ("sglang", paths.sglang)):

@@ -116,8 +116,8 @@ def test_a_builder_that_cannot_export_still_imports_and_says_why(monkeypatch: py
 def shared_cache_for(argv: list[str], env: dict[str, str], cache_yaml: Cache | None) -> Cache | None:
     ws = Workspace.at()
     loaded = matrix.load(ws.matrix)
-    spec = dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"cache": cache_yaml}))
-    return pipeline.shared_cache(spec, pipeline.parse(argv, ws, env))
+    changed = dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"cache": cache_yaml}))
+    return pipeline.shared_cache(changed, pipeline.parse(argv, ws, env))
 
 
 def test_the_cache_comes_from_the_flag_else_the_environment_else_matrix_yaml() -> None:

@@ -128,12 +128,12 @@ def test_the_verify_jobs_are_what_matrix_github_prints_for_the_staged_cells_with
 
 
 def test_the_build_job_builds_the_selection_once_and_stages_it() -> None:
-    spec = matrix.load(ROOT / "matrix.yaml")
+    default = matrix.load(ROOT / "matrix.yaml")
     build = step("build", "Build once, check on the CPU, stage")
     env = build_env("sglang0.5.16-*") | {"STAGING": "registry.example/team/staging"}
     argv = command(build["run"], "nox -s build", env)
     opts = pipeline.parse([*argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
-    assert [c.id for c in matrix.select(spec.cells, opts.only)] == [c.id for c in matrix.select(spec.cells,
+    assert [c.id for c in matrix.select(default.cells, opts.only)] == [c.id for c in matrix.select(default.cells,
                                                                                                  ["sglang0.5.16-*"])]
     assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
     assert build["env"]["STAGING"] == "${{ vars.SGLANG_IMAGES_STAGING }}"
