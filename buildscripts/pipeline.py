@@ -32,7 +32,7 @@ from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix, load, select
 from .matrix.schema import LABEL_PREFIX, Cache
 from .publish import staging, tagcmd, tags, trusted
-from .results import CPU_STAGES, CellResult, RunResults, StageResult, Status, cell_record
+from .results import CPU_STAGES, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
 from .verify import gpus, reuse
@@ -351,7 +351,7 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
             log.step(cell.id, "verify", "reused", 0.0, f"inputs unchanged since {reused.origin()} (--reverify to run)")
         else:
             with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
-                stages = _verify(image.id or tag, cell, plan, ctx, opts, run_dir / cell.id)
+                stages = _verify(image, tag, cell, plan, ctx, opts, run_dir / cell.id)
             for stage in stages:
                 log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
                          stage.failure_class or stage.reason or "")
@@ -387,12 +387,15 @@ def _stages(opts: Options) -> list[str] | None:
     return [s for s in opts.stages or results.LADDER if s in CPU_STAGES]
 
 
-def _verify(image: str, cell: Cell, plan: Plan, ctx: Context, opts: Options, logs: Path) -> list[StageResult]:
-    """The ladder in one container, or (--per-gpu) in one container per GPU, combined."""
+def _verify(built: ImageInfo, tag: str, cell: Cell, plan: Plan, ctx: Context, opts: Options,
+            logs: Path) -> list[StageResult]:
+    """The ladder in one container, or (--per-gpu) one per GPU, combined; in the image by its id, whose facts
+    the build has just read (the facts stage carries them, named by that id)."""
+    image = built.id or tag
     if opts.per_gpu and ctx.discovery.usable_in_containers:
         return combine_per_gpu(verify_per_gpu(ctx.client, image, plan, ctx.discovery, logs=logs,
                                               run_id=opts.run_id, cell_id=cell.id, keep=opts.keep_containers,
                                               extra_options=ctx.network_options, cut_problem=ctx.cut_problem))
     return verify_image(ctx.client, image, plan, log_file=logs / "probe.log", run_id=opts.run_id, cell_id=cell.id,
                         options=ctx.container_options, handed=ctx.handed, cut_problem=ctx.cut_problem,
-                        keep=opts.keep_containers)
+                        keep=opts.keep_containers, facts=built.model_copy(update={"ref": image}) if built.id else None)

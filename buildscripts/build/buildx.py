@@ -181,6 +181,8 @@ def build_cell(
 
 
 def image_info(image: Image, tag: str) -> ImageInfo:
+    """The facts of a local image, named `tag`: id, size, labels, bytes per Dockerfile stage (the one reading of
+    them, for the build's record and verify's `image_facts`)."""
     attrs = image.attrs
     return ImageInfo(ref=tag, id=str(image.id), size_bytes=int(attrs.get("Size", 0)),
                      labels=dict((attrs.get("Config") or {}).get("Labels") or {}),

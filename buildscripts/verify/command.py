@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from docker.errors import ImageNotFound
 from rich.markup import escape
 from rich.table import Table
 
@@ -168,10 +167,8 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
               if a.pull or distribution.by_digest(a.image) else None)
     image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
-    try:
-        labels = image_facts(client, image).labels
-    except ImageNotFound:
-        labels = {}
+    facts = image_facts(client, image)   # once: the checks here, the plan and the record use them
+    labels = facts.labels
     # The image's cell label names its log folder: an image is input too, and may carry any text there.
     checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
     found_gpus = gpus.discover(client.info())
@@ -190,7 +187,7 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     cell = check_image(client, image, logs=run_dir, cell=named, matrix=matrix, archs=archs, lane_cuda=a.lane_cuda,
                        stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
                        handed=gpus.handed(found_gpus, gpu, all_gpus=every), cut_problem=cut_problem, profile=profile,
-                       profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source)
+                       profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source, facts=facts)
     return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
 
 
