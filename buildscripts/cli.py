@@ -12,8 +12,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-import docker.errors
-
 from . import log
 from .errors import EngineError, FatalError, Interrupted
 from .workspace import Workspace
@@ -59,7 +57,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             "interrupted: results so far are saved; no unverified image was given a good tag")
     except FatalError as exc:
         error = exc
-    except docker.errors.DockerException as exc:
+    except Exception as exc:
+        if not _from_the_engine(exc):
+            raise
         # The engine changed under the run (an image removed by someone else, the daemon restarted): the
         # step that asked has no better words for it than the engine's own.
         error = EngineError(f"the Docker engine failed a request: {exc}",
@@ -68,6 +68,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         raise error
     log.error(str(error))
     return error.exit_code
+
+
+def _from_the_engine(exc: Exception) -> bool:
+    """Whether `exc` is the docker SDK's. The SDK is imported by the commands that reach the engine, not here:
+    a listing or a report starts without its tenth of a second (the fast tiers start the CLI fifty times)."""
+    errors = sys.modules.get("docker.errors")
+    return errors is not None and isinstance(exc, errors.DockerException)
 
 
 def _reader_gone() -> int:

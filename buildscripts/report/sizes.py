@@ -13,13 +13,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import docker
+from typing import TYPE_CHECKING, Any
 
 from ..build import imagesize
 from ..probe import sitesize
 from ..results import RunResults
+
+if TYPE_CHECKING:  # the client is the caller's: a report that measures nothing starts without the docker SDK
+    import docker
 
 PACKAGES_LISTED = 40  # site-packages folders a measure keeps (a page shows the first few)
 
