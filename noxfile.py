@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -105,19 +107,24 @@ def tests(session: nox.Session) -> None:
 
 # The tiers that need no Docker and no GPU (docs/contributing.md): what to run while you work. Coverage is of the
 # host side as these tiers import it; the probe also runs as a child process there, which it does not count.
-# The process tier goes first: its longest tests mostly wait (reports killed mid-write, servers that start late),
-# and begun first they overlap the unit tier's work instead of trailing after it.
+# The process tier goes first: its longest file mostly waits (reports killed mid-write), and begun first it
+# overlaps the unit tier's work instead of trailing after it.
 FAST_TIERS = ["tests/process", "tests/unit"]
+# One pytest worker per core (pytest-xdist), handed whole files: test by test, one worker was handed the whole
+# process tier and the other sat idle for its last 25 s. pytest-cov combines the workers' coverage. `-- -n 0 ...`
+# runs in one process (for --pdb): arguments after `--` come later and win.
+PARALLEL = ["-n", "auto", "--dist", "loadfile"]
+# The share of each fuzz property's examples (tests/unit/fuzzing.py) drawn here: a quarter unless set; `tests`
+# draws them all.
+FUZZ_SHARE = "SGLANG_IMAGES_FUZZ_SHARE"
 
 
 @nox.session(python=PYTHON)
 def fast(session: nox.Session) -> None:
     """The tests to run while you work: unit and process tiers (no Docker, no GPU), in parallel, with coverage."""
     session.install("-e", ".[test]")
-    # One pytest worker per core (pytest-xdist); pytest-cov combines the workers' coverage. `-- -n 0 ...` runs
-    # in one process (for --pdb), as arguments after `--` come later and win.
-    session.run("pytest", "-n", "auto", *(session.posargs or FAST_TIERS), "--cov=buildscripts",
-                "--cov-report=term:skip-covered")
+    session.run("pytest", *PARALLEL, *(session.posargs or FAST_TIERS), "--cov=buildscripts",
+                "--cov-report=term:skip-covered", env={FUZZ_SHARE: os.environ.get(FUZZ_SHARE, "0.25")})
 
 
 @nox.session(python=PYTHON)

@@ -29,7 +29,9 @@ def test_a_compiler_running_during_the_start_is_seen(tmp_path: Path) -> None:
     proc.wait(timeout=10)
     time.sleep(0.1)
     result = watch.stop()
-    assert result["compiler_processes"] == ["nvcc"]
+    # The watch reads all of /proc, as it should in an image's container; on a shared test machine that also
+    # holds other builds' compilers (a cell's jit-compile stage runs nvcc and cicc in its container).
+    assert "nvcc" in result["compiler_processes"]
     assert result["compiled_files"] == [str(tmp_path / "new.o")]
     why = warmcheck.verdict(result)
-    assert why is not None and "compiler processes ran: nvcc" in why
+    assert why is not None and "compiler processes ran: " in why and "nvcc" in why.split("compiler processes ran: ")[1]
