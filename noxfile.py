@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -16,6 +17,16 @@ PYTHON = "3.11"
 def _cli(session: nox.Session, command: str) -> None:
     session.install("-e", ".")
     session.run("python", "-m", "buildscripts", command, *session.posargs)
+
+
+def _install_for_tests(session: nox.Session) -> None:
+    """The project with its test extra, and the bytecode of what is installed. The tests start Python some fifty
+    times, and where PYTHONDONTWRITEBYTECODE is set (as on the project's test machine) none of them could cache
+    what it compiled: 0.66 s to list the matrix instead of 0.28 s. uv installs without bytecode, and an
+    environment made earlier has none either; compileall skips what is current (under half a second)."""
+    session.install("-e", ".[test]")
+    site = Path(session.bin).parent / "lib" / f"python{PYTHON}" / "site-packages"
+    session.run("python", "-m", "compileall", "-q", "-j", "0", str(site), silent=True)
 
 
 def _machine(session: nox.Session, purpose: str) -> None:
@@ -100,7 +111,7 @@ def preflight(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images)."""
-    session.install("-e", ".[test]")
+    _install_for_tests(session)
     _machine(session, "tests")
     session.run("pytest", *session.posargs)
 
@@ -122,7 +133,7 @@ FUZZ_SHARE = "SGLANG_IMAGES_FUZZ_SHARE"
 @nox.session(python=PYTHON)
 def fast(session: nox.Session) -> None:
     """The tests to run while you work: unit and process tiers (no Docker, no GPU), in parallel, with coverage."""
-    session.install("-e", ".[test]")
+    _install_for_tests(session)
     session.run("pytest", *PARALLEL, *(session.posargs or FAST_TIERS), "--cov=buildscripts",
                 "--cov-report=term:skip-covered", env={FUZZ_SHARE: os.environ.get(FUZZ_SHARE, "0.25")})
 
