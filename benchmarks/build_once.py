@@ -100,9 +100,9 @@ def measure(work: Path) -> dict[str, Any]:
         pulled = results.load(out).cells[0]
         found["verify_cpu_stages_s"] = sum(s.duration_s for s in pulled.stages)
         spec_path = arch_runners_matrix(work / "project")
-        spec = matrix.load(spec_path)
+        loaded = matrix.load(spec_path)
         for arch in ("sm_100", "sm_120"):   # the GPU legs' records: fixture GPU stages (no GPU here)
-            save(gpu_job(pulled, arch), work / "collected" / f"verify-{arch}" / "results.json", spec)
+            save(gpu_job(pulled, arch), work / "collected" / f"verify-{arch}" / "results.json", loaded)
         found["promote_s"] = timed([*py, "promote", "--matrix", str(spec_path), "--registry", server.url,
                                     "--results", str(work / "collected" / "*" / "results.json")], env,
                                    work / "promote.log")
@@ -130,11 +130,11 @@ def shapes(measured: dict[str, Any]) -> tuple[list[tuple[str, str, str]], list[s
     gpu = json.loads(GPU_EVIDENCE.read_text())
     verified = next(c for c in gpu["cells"] if c["verdict"] == "verified")
     gpu_ladder = sum(s["duration_s"] for s in verified["stages"])
-    spec = matrix.load(arch_runners_matrix(Path(tempfile.mkdtemp(prefix="build-once-"))))
-    buildable = [c for c in spec.buildable() if c.id in cells]
-    jobs_today = github_jobs(buildable, spec.spec.runners)
+    loaded = matrix.load(arch_runners_matrix(Path(tempfile.mkdtemp(prefix="build-once-"))))
+    buildable = [c for c in loaded.buildable() if c.id in cells]
+    jobs_today = github_jobs(buildable, loaded.spec.runners)
     staged = [c for c in buildable if cells[c.id]["verdict"] == "cpu-checked"]
-    jobs_new = github_jobs(staged, spec.spec.runners)
+    jobs_new = github_jobs(staged, loaded.spec.runners)
     sizes = image_bytes([c.id for c in buildable])
     unit = measured["image_bytes"] or sizes.get(PIP_CELL) or 1
 

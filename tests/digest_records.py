@@ -35,8 +35,8 @@ def arch_runners_matrix(folder: Path) -> Path:
     return path
 
 
-def cell_of(spec: matrix.Matrix, cell_id: str = PIP_CELL) -> matrix.Cell:
-    return next(c for c in spec.cells if c.id == cell_id)
+def cell_of(loaded: matrix.Matrix, cell_id: str = PIP_CELL) -> matrix.Cell:
+    return next(c for c in loaded.cells if c.id == cell_id)
 
 
 def built(cell: matrix.Cell, image_id: str, inputs: str = "0123456789ab") -> CellResult:
@@ -55,10 +55,10 @@ def gpu_job(build: CellResult, arch: str, stages: list[StageResult] | None = Non
     return finish(build, image=image, stages=cpu + (stages or gpu_passed(GPUS[arch], arch)))
 
 
-def save(record: CellResult, path: Path, spec: matrix.Matrix, run_id: str | None = None) -> Path:
-    """`record` sealed, alone in a results file of `spec`, at `path`."""
+def save(record: CellResult, path: Path, loaded: matrix.Matrix, run_id: str | None = None) -> Path:
+    """`record` sealed, alone in a results file of `loaded`, at `path`."""
     run_id = run_id or path.parent.name
     results.save(RunResults(run_id=run_id, started=results.now(), finished=record.finished or results.now(),
-                            matrix=str(spec.path), matrix_digest=results.matrix_digest(spec.spec),
+                            matrix=str(loaded.path), matrix_digest=results.matrix_digest(loaded.spec),
                             cells=[sealed(record)]), path)
     return path

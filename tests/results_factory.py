@@ -82,15 +82,15 @@ def kinds_matrix() -> matrix.Matrix:
     return matrix.parse(text, PROJECT_MATRIX)
 
 
-def gated(cell: CellResult, spec: matrix.Matrix | None = None) -> trusted.Trusted | trusted.Refused:
-    """`cell` sealed with this session's key and put through the gate against `spec` (default: kinds_matrix),
-    for tests of what the tag policy makes of a record."""
-    return trusted.check(sealed(cell), 0, spec or kinds_matrix(), [keys.signing_key(os.environ).public])
+def gated(cell: CellResult, against: matrix.Matrix | None = None) -> trusted.Trusted | trusted.Refused:
+    """`cell` sealed with this session's key and put through the gate against the matrix `against` (default:
+    kinds_matrix), for tests of what the tag policy makes of a record."""
+    return trusted.check(sealed(cell), 0, against or kinds_matrix(), [keys.signing_key(os.environ).public])
 
 
-def passed_gate(cell: CellResult, spec: matrix.Matrix | None = None) -> trusted.Trusted:
+def passed_gate(cell: CellResult, against: matrix.Matrix | None = None) -> trusted.Trusted:
     """`gated`, for a record the gate must let through (AssertionError, with the reason, when it does not)."""
-    found = gated(cell, spec)
+    found = gated(cell, against)
     assert isinstance(found, trusted.Trusted), found
     return found
 

@@ -73,12 +73,12 @@ class Promotion:
         return self.arch_tags + self.free_tags
 
 
-def gather(runs: Mapping[Path, RunResults], spec: Matrix, keys: Sequence[PublicKey],
+def gather(runs: Mapping[Path, RunResults], matrix: Matrix, keys: Sequence[PublicKey],
            only: Sequence[str] = ()) -> dict[str, list[Evidence]]:
     """Per cell, the gated records (of every file) that name a subject in a registry."""
     found: dict[str, list[Evidence]] = {}
     for path, run in runs.items():
-        for checked in trusted.sift(run, spec, keys, only):
+        for checked in trusted.sift(run, matrix, keys, only):
             if isinstance(checked, trusted.Trusted) and checked.record.image.subject:
                 found.setdefault(checked.cell_id, []).append(Evidence(path, checked))
     return found
@@ -90,12 +90,12 @@ def required_archs(cell_archs: Sequence[str], runner_archs: Sequence[str]) -> li
     return [tag_form(a) for a in cell_archs if a in runner_archs]
 
 
-def weigh(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -> Promotion | str:
+def weigh(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: Tags) -> Promotion | str:
     """The tags one cell's records earned for the digest they name, or why it earned none."""
     by_subject: dict[str, list[Evidence]] = {}
     for item in evidence:
         by_subject.setdefault(item.subject, []).append(item)
-    outcomes = [_weigh_one(cell_id, items, spec, cfg) for items in by_subject.values()]
+    outcomes = [_weigh_one(cell_id, items, matrix, cfg) for items in by_subject.values()]
     earned = [p for p in outcomes if isinstance(p, Promotion)]
     if len(earned) > 1:
         named = "; ".join(f"{p.source}@{p.digest} ({', '.join(sorted({e.where for e in p.evidence}))})"
@@ -108,7 +108,7 @@ def weigh(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -
     return "; ".join(sorted({p for p in outcomes if isinstance(p, str)}))
 
 
-def _weigh_one(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Tags) -> Promotion | str:
+def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: Tags) -> Promotion | str:
     first = evidence[0].checked
     deciding: dict[str, Evidence] = {}   # arch family -> the newest record whose GPU stages ran there
     for item in sorted(evidence, key=lambda e: e.checked.record.finished or ""):
@@ -120,7 +120,7 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], spec: Matrix, cfg: Ta
         return "; ".join(sorted(why)) or "no GPU stage ran on a target arch"
     not_verified = sorted(tag_form(a) for a, e in deciding.items()   # failed or incomplete there (not off-target)
                           if arch_outcomes(e.checked.judged).get(a) in (ARCH_FAILED, ARCH_INCOMPLETE))
-    required = required_archs(first.cell.archs, list(spec.spec.runners.archs))
+    required = required_archs(first.cell.archs, list(matrix.spec.runners.archs))
     missing = [a for a in required if a not in verified]
     failed = [e.where for e in evidence if is_unexpected(e.checked.judged.verdict)
               or e.checked.judged.first_failure() is not None]
@@ -234,16 +234,16 @@ def record(runs: Mapping[Path, RunResults], promotion: Promotion, published: Map
         recorded.save(run, path, f"{promotion.cell_id}: {', '.join(published)} point at {promotion.digest}")
 
 
-def promote(runs: Mapping[Path, RunResults], spec: Matrix, url: str, keys: Sequence[PublicKey],
+def promote(runs: Mapping[Path, RunResults], matrix: Matrix, url: str, keys: Sequence[PublicKey],
             env: Mapping[str, str], *, only: Sequence[str] = (), repair: bool = False,
             wait_s: float = writer.DEFAULT_WAIT_S, log_file: Path | None = None) -> int:
     """Promote every cell whose records name a staged digest; return how many got good tags."""
-    cfg = spec.spec.tags
+    cfg = matrix.spec.tags
     dest = f"{url}/{cfg.repository}"
-    evidence = gather(runs, spec, keys, only)
+    evidence = gather(runs, matrix, keys, only)
     if not evidence:
         return 0
-    weighed = {cell_id: weigh(cell_id, items, spec, cfg) for cell_id, items in evidence.items()}
+    weighed = {cell_id: weigh(cell_id, items, matrix, cfg) for cell_id, items in evidence.items()}
     for cell_id, outcome in weighed.items():
         if isinstance(outcome, str):
             log.step(cell_id, "promote", "skipped", detail=outcome)

@@ -32,7 +32,7 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import disk, distribution, engine, log, matrix, proc, results
+from .. import disk, distribution, engine, log, proc, results
 from ..errors import (
     ConfigError,
     DiskSpaceError,
@@ -42,6 +42,7 @@ from ..errors import (
     ResultsError,
     ToolMissingError,
 )
+from ..matrix import Matrix, load
 from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
 from ..refs import FORMS, reference_problem
 from ..results import RunResults
@@ -116,11 +117,11 @@ def record_labels(labels: Mapping[str, str], record: trusted.Trusted | None) -> 
     return found
 
 
-def vouched_runs(patterns: Sequence[str], ws: Workspace, spec: matrix.Matrix, allow_other: bool) -> list[RunResults]:
+def vouched_runs(patterns: Sequence[str], ws: Workspace, matrix: Matrix, allow_other: bool) -> list[RunResults]:
     """The results files named (each of this matrix, else ResultsError unless `allow_other`), else the saved
     runs of this matrix under runs/, newest first."""
     if not patterns:
-        digest = results.matrix_digest(spec.spec)
+        digest = results.matrix_digest(matrix.spec)
         return [run for run in saved_runs(ws.runs) if allow_other or run.matrix_digest == digest]
     paths = [Path(p) for pattern in patterns for p in sorted(glob.glob(pattern))]
     if not paths:
@@ -129,7 +130,7 @@ def vouched_runs(patterns: Sequence[str], ws: Workspace, spec: matrix.Matrix, al
     runs = []
     for path in paths:
         run = results.load(path)
-        warning = trusted.check_run(run, path, spec.path, spec, allow_other=allow_other)
+        warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
         if warning:
             log.warn(warning)
         runs.append(run)
@@ -345,9 +346,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     a = ap.parse_args(list(argv))
     if a.name is not None:
         safe_name(a.name)  # a bad name is said before the engine is asked anything
-    spec = matrix.load(a.matrix)
+    matrix = load(a.matrix)
     keys = trusted.keys_from(a, ws, env)
-    vouched = trusted.earned(vouched_runs(a.results, ws, spec, a.allow_other_matrix), spec, keys)
+    vouched = trusted.earned(vouched_runs(a.results, ws, matrix, a.allow_other_matrix), matrix, keys)
     client = engine.connect()
     image = resolve(client, a.image, vouched)
     record = vouching(str(image.id), vouched)

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distribution, engine, log, matrix, results
+from .. import distribution, engine, log, results
 from ..errors import ConfigError, RegistryError, ResultsError
-from ..matrix import Matrix
+from ..matrix import Matrix, load
 from ..matrix.schema import Tags
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
@@ -118,14 +118,14 @@ def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: st
 
 
 def promote_file(
-    client: docker.DockerClient, path: Path, url: str, cfg: Tags, spec: Matrix, keys: Sequence[PublicKey],
+    client: docker.DockerClient, path: Path, url: str, cfg: Tags, matrix: Matrix, keys: Sequence[PublicKey],
     only: Sequence[str] = (),
 ) -> int:
     """Promote every eligible cell of one results file (the gate's, publish/trusted.py); save the file after
     each promoted cell."""
     run = results.load(path)
     count = 0
-    for checked in trusted.sift(run, spec, keys, only):
+    for checked in trusted.sift(run, matrix, keys, only):
         if isinstance(checked, trusted.Trusted) and checked.record.image.subject:
             continue   # promoted by digest (publish/bydigest.py)
         if isinstance(checked, trusted.Refused) or checked.why_not or not checked.record.tags:
@@ -164,8 +164,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                              f"{writer.DEFAULT_WAIT_S:.0f})")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
-    loaded = matrix.load(ws.matrix)
-    spec = loaded.spec
+    matrix = load(ws.matrix)
+    spec = matrix.spec
     url = args.registry or spec.registry.url
     if not url:
         msg = "no registry to promote to"
@@ -182,23 +182,23 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     runs = {path: results.load(path) for path in paths}
     keys = trusted.keys_from(args, ws, env)
     for path, run in runs.items():  # every file is checked before the first push
-        warning = trusted.check_run(run, path, ws.matrix, loaded, allow_other=args.allow_other_matrix)
+        warning = trusted.check_run(run, path, ws.matrix, matrix, allow_other=args.allow_other_matrix)
         if warning:
             log.warn(warning)
         recorded.check_writable(path, "promote")
-        trusted.refuse(trusted.sift(run, loaded, keys, args.only), path)
+        trusted.refuse(trusted.sift(run, matrix, keys, args.only), path)
     recorded.check_selection(runs, args.only)
-    total = bydigest.promote(runs, loaded, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
+    total = bydigest.promote(runs, matrix, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
                              log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")
-    if any(_pushed_from_here(run, loaded, keys, args.only) for run in runs.values()):
+    if any(_pushed_from_here(run, matrix, keys, args.only) for run in runs.values()):
         client = engine.connect()
         cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-        total += sum(promote_file(client, path, url, cfg, loaded, keys, args.only) for path in paths)
+        total += sum(promote_file(client, path, url, cfg, matrix, keys, args.only) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0
 
 
-def _pushed_from_here(run: results.RunResults, spec: Matrix, keys: Sequence[PublicKey], only: Sequence[str]) -> bool:
+def _pushed_from_here(run: results.RunResults, matrix: Matrix, keys: Sequence[PublicKey], only: Sequence[str]) -> bool:
     """The run holds a cell that earned good tags here and names no staged digest: pushed from this engine."""
     return any(isinstance(c, trusted.Trusted) and not c.why_not and c.record.tags and not c.record.image.subject
-               for c in trusted.sift(run, spec, keys, only))
+               for c in trusted.sift(run, matrix, keys, only))

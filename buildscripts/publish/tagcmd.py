@@ -16,8 +16,9 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .. import engine, log, matrix, results
+from .. import engine, log, results
 from ..errors import ResultsError, TagError
+from ..matrix import load
 from ..matrix.schema import Tags
 from ..workspace import Workspace
 from . import recorded, tags, trusted
@@ -31,14 +32,14 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--only", action="append", default=[], metavar="GLOB", help="cell id glob(s)")
     trusted.add_arguments(parser)
     args = parser.parse_args(list(argv))
-    spec = matrix.load(args.matrix)
+    matrix = load(args.matrix)
     run = results.load(args.results)
-    warning = trusted.check_run(run, args.results, args.matrix, spec, allow_other=args.allow_other_matrix)
+    warning = trusted.check_run(run, args.results, args.matrix, matrix, allow_other=args.allow_other_matrix)
     if warning:
         log.warn(warning)
     recorded.check_selection({args.results: run}, args.only)
     recorded.check_writable(args.results, "tag")
-    checked = trusted.sift(run, spec, trusted.keys_from(args, ws, env), args.only)
+    checked = trusted.sift(run, matrix, trusted.keys_from(args, ws, env), args.only)
     trusted.refuse(checked, args.results)
     client = engine.connect()
     tagged = 0
@@ -46,7 +47,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         if isinstance(cell, trusted.Refused) or cell.why_not:
             log.step(cell.cell_id, "tag", "skipped", detail=cell.why_not or "")
             continue
-        refs = apply(client, cell, spec.spec.tags)
+        refs = apply(client, cell, matrix.spec.tags)
         run.cells[cell.position] = cell.record.model_copy(update={"tags": refs})
         recorded.save(run, args.results, f"{cell.cell_id} was tagged {', '.join(refs)}")
         log.step(cell.cell_id, "tag", "passed", detail=", ".join(refs))

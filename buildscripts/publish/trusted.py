@@ -2,14 +2,14 @@
 the build's tag step).
 
 Stable names (other modules and branches build on them):
-  sift(run, spec, keys, only=()) -> list[Trusted | Refused]   every selected cell of a run, in file order
-  check(record, position, spec, keys) -> Trusted | Refused     one cell record
-  earned(runs, spec, keys) -> list[Trusted]                   the cells of runs that earned good tags
-  refuse(checked, path)                                       ResultsError naming each Refused, if any
-  check_run(run, path, matrix_path, spec, allow_other)        the matrix the file was made from
-  add_arguments(parser) / keys_from(args, ws, env)            --trust-key and --allow-other-matrix
-  Trusted(position, record, cell, judged, signer)             a record let through, judged here
-      .why_not (None: earns good tags)  .archs (`sm90` …)  .gpus  .every_arch  .image_id  .cell_id
+  sift(run, matrix, keys, only=()) -> list[Trusted | Refused]   every selected cell of a run, in file order
+  check(record, position, matrix, keys) -> Trusted | Refused   one cell record
+  earned(runs, matrix, keys) -> list[Trusted]                  the cells of runs that earned good tags
+  refuse(checked, path)                                        ResultsError naming each Refused, if any
+  check_run(run, path, matrix_path, matrix, allow_other)       the matrix the file was made from
+  add_arguments(parser) / keys_from(args, ws, env)             --trust-key and --allow-other-matrix
+  Trusted(position, record, cell, judged, signer)              a record let through, judged here
+       .why_not (None: earns good tags)  .archs (`sm90` …)  .gpus  .every_arch  .image_id  .cell_id
   Refused(position, cell_id, reason)  .why_not (the reason)
   IMAGE_ID                                                    a full image id: sha256: and 64 hex digits
 
@@ -112,7 +112,7 @@ def _ran_in(cell: CellResult, arch: str) -> bool:
                if s.name in GPU_STAGES and s.arch and family(s.arch) == family(arch))
 
 
-def check(record: CellResult, position: int, spec: Matrix, trusted: Sequence[PublicKey]) -> Trusted | Refused:
+def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[PublicKey]) -> Trusted | Refused:
     """The gate for one record: Trusted with its judgement, or Refused with the reason."""
     def refused(reason: str) -> Refused:
         return Refused(position, record.cell_id, reason)
@@ -121,12 +121,12 @@ def check(record: CellResult, position: int, spec: Matrix, trusted: Sequence[Pub
         signer = seal.signer(record, trusted)
     except dsse.EnvelopeError as exc:
         return refused(exc.message.removeprefix(f"{record.cell_id}: "))
-    cell = next((c for c in spec.cells if c.id == record.cell_id), None)
+    cell = next((c for c in matrix.cells if c.id == record.cell_id), None)
     if cell is None:
-        return refused(f"{record.cell_id!r} is no cell of {spec.path}: its tags cannot be named")
+        return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
     if record.axes != cell.axes():
         differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
-        return refused(f"the record's axes are not those of the cell in {spec.path} (they differ in "
+        return refused(f"the record's axes are not those of the cell in {matrix.path} (they differ in "
                        f"{', '.join(differ)}): it is a record of another cell or another matrix")
     judged = results.judged(record.model_copy(update={
         "axes": cell.axes(), "targets": list(cell.archs), "excluded": cell.excluded,
@@ -157,22 +157,22 @@ def _gpu_checked(stage: StageResult) -> StageResult:
     return stage.model_copy(update={"status": Status.SKIPPED, "reason": NO_GPU_RECORDED, "arch": None})
 
 
-def sift(run: RunResults, spec: Matrix, trusted: Sequence[PublicKey],
+def sift(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey],
          only: Sequence[str] = ()) -> list[Trusted | Refused]:
     """Every cell of `run` an `only` glob selects (all when none), through the gate, in file order."""
-    return [check(cell, i, spec, trusted) for i, cell in enumerate(run.cells)
+    return [check(cell, i, matrix, trusted) for i, cell in enumerate(run.cells)
             if not only or any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only)]
 
 
-def earned(runs: Iterable[RunResults], spec: Matrix, trusted: Sequence[PublicKey]) -> list[Trusted]:
+def earned(runs: Iterable[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> list[Trusted]:
     """The cells of `runs` the gate lets through that earned a good tag, in the order of `runs`."""
-    return [c for run in runs for c in sift(run, spec, trusted) if isinstance(c, Trusted) and c.why_not is None]
+    return [c for run in runs for c in sift(run, matrix, trusted) if isinstance(c, Trusted) and c.why_not is None]
 
 
-def check_run(run: RunResults, path: Path, matrix_path: Path, spec: Matrix, *, allow_other: bool) -> str | None:
+def check_run(run: RunResults, path: Path, matrix_path: Path, matrix: Matrix, *, allow_other: bool) -> str | None:
     """The file was made from this matrix.yaml (ResultsError else, a missing digest included, unless
     `allow_other`); a warning to show when it was not and `allow_other` lets it through."""
-    return results.check_matrix(run, path, matrix_path, results.matrix_digest(spec.spec), allow_other=allow_other,
+    return results.check_matrix(run, path, matrix_path, results.matrix_digest(matrix.spec), allow_other=allow_other,
                                 allow_unknown=False)
 
 

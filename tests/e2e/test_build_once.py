@@ -83,10 +83,10 @@ def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engi
         assert {s.name: s.status.value for s in pulled.stages if s.name in results.CPU_STAGES} == \
             dict.fromkeys(results.CPU_STAGES, "passed")
         # 3. The GPU jobs: engine B's record with GPU stages from a signed fixture (no GPU here).
-        spec = matrix.load(path)
+        loaded = matrix.load(path)
         for arch in ("sm_100", "sm_120"):
             record = gpu_job(pulled, arch)
-            job = save(record, collected / f"verify-{arch}" / "results.json", spec)
+            job = save(record, collected / f"verify-{arch}" / "results.json", loaded)
             verdicts.sign_verdicts(record, job.parent, image=str(record.image.subject), matrix=path,
                                    probe="0" * 64, env=dict(os.environ))
         # 4. One promotion: every good tag on the tested digest.

@@ -190,17 +190,17 @@ def test_interrupted_in_the_middle_of_a_verification(client: docker.DockerClient
 # ---------------------------------------------------------------- promote
 
 
-def verified_results(client: docker.DockerClient, spec: matrix.Matrix, path: Path) -> results.CellResult:
-    """A verified record of the one cell of `spec` for a fresh image of 256 MB of random bytes (its push takes
+def verified_results(client: docker.DockerClient, loaded: matrix.Matrix, path: Path) -> results.CellResult:
+    """A verified record of the one cell of `loaded` for a fresh image of 256 MB of random bytes (its push takes
     a moment), sealed and tagged as the pipeline does (candidate tag, then good tags on the tested image)."""
-    cfg = spec.spec.tags
+    cfg = loaded.spec.tags
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w") as tar:
         data = os.urandom(256 << 20)
         info = tarfile.TarInfo("payload.bin")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    (matrix_cell,) = spec.cells
+    (matrix_cell,) = loaded.cells
     cell_id = matrix_cell.id
     client.api.import_image_from_data(payload.getvalue(), repository=cfg.repository, tag="tested",
                                       changes=[tinyimages.owner_change()])
@@ -211,9 +211,9 @@ def verified_results(client: docker.DockerClient, spec: matrix.Matrix, path: Pat
     client.images.remove(f"{cfg.repository}:tested")   # only that tag
     cell = make_cell("verified", image_id=image_id)
     cell = sealed(of_cell(cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})}), matrix_cell))
-    cell = cell.model_copy(update={"tags": tags.apply_good_tags(client, passed_gate(cell, spec), cfg)})
+    cell = cell.model_copy(update={"tags": tags.apply_good_tags(client, passed_gate(cell, loaded), cfg)})
     results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell],
-                            matrix_digest=results.matrix_digest(spec.spec)), path)
+                            matrix_digest=results.matrix_digest(loaded.spec)), path)
     return cell
 
 

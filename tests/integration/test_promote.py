@@ -30,7 +30,7 @@ from tests.registry_server import RegistryServer
 from tests.results_factory import finish, make_cell, of_cell, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = matrix.load(ROOT / "matrix.yaml")
+DEFAULT = matrix.load(ROOT / "matrix.yaml")
 KEYS = [keys.signing_key(os.environ).public]   # this test session's throw-away verifier key
 
 pytestmark = pytest.mark.registry
@@ -97,7 +97,7 @@ def project(tmp_path: Path, cfg: Tags) -> matrix.Matrix:
 
 
 def gate(cell: CellResult) -> trusted.Trusted:
-    found = trusted.check(cell, 0, SPEC, KEYS)
+    found = trusted.check(cell, 0, DEFAULT, KEYS)
     assert isinstance(found, trusted.Trusted), found
     return found
 
@@ -117,9 +117,9 @@ def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResul
     return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell), cfg)})
 
 
-def save_run(cell: CellResult, path: Path, spec: matrix.Matrix = SPEC) -> Path:
+def save_run(cell: CellResult, path: Path, loaded: matrix.Matrix = DEFAULT) -> Path:
     results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell],
-                            matrix_digest=results.matrix_digest(spec.spec)), path)
+                            matrix_digest=results.matrix_digest(loaded.spec)), path)
     return path
 
 
@@ -147,7 +147,7 @@ def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
     good = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)
     before = {ref: client.images.get(ref).id for ref in good.tags}
     rebuilt = make_image(f"v2 {uuid.uuid4()}")
-    pip = next(c for c in SPEC.cells if c.id == good.cell_id)
+    pip = next(c for c in DEFAULT.cells if c.id == good.cell_id)
     for kind in ("failed", "cpu-checked"):
         cell = sealed(of_cell(make_cell(kind, image_id=rebuilt), pip))  # the same cell: the same good tag names
         assert tags.apply_good_tags(client, gate(cell), cfg) == []
@@ -201,13 +201,13 @@ def test_a_forged_record_moves_no_tag(
 ) -> None:
     """`tag` of each forgery: refused with the reason (an error before the engine is touched), or, for a
     record a verifier could have sealed, judged with the matrix's facts: nothing earned. No tag moves."""
-    spec = project(tmp_path, cfg)
+    loaded = project(tmp_path, cfg)
     good = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)   # the good tags already there
     target = make_image(f"forged {uuid.uuid4()}")
-    path = save_run(forged(kind, target), tmp_path / "results.json", spec)
+    path = save_run(forged(kind, target), tmp_path / "results.json", loaded)
     before = repository_tags(client, cfg.repository)
     assert {ref for ref, image in before.items() if image == str(good.image.id)} >= set(good.tags)
-    argv = ["--results", str(path), "--matrix", str(spec.path)]
+    argv = ["--results", str(path), "--matrix", str(loaded.path)]
     reason = FORGERIES[kind]
     if kind in ("no targets, arch bogus", "GPU stages on no GPU"):
         assert tagcmd.main(argv, Workspace.at(tmp_path), dict(os.environ)) == 0
@@ -228,7 +228,7 @@ def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
     cell = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
     good = [ref.rsplit(":", 1)[1] for ref in cell.tags]
     path = save_run(cell, tmp_path / "runs" / "t" / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg, SPEC, KEYS) == 1
+    assert promote.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 1
     saved = results.load(path).cells[0]
     base = f"{server.url}/{cfg.repository}"
     candidate = cell.image.ref.rsplit(":", 1)[1]  # type: ignore[union-attr]
@@ -249,14 +249,14 @@ def test_promote_refuses_a_forged_record_before_pushing(
     client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], server: RegistryServer,
     tmp_path: Path,
 ) -> None:
-    spec = project(tmp_path, cfg)
+    loaded = project(tmp_path, cfg)
     cell = verified(client, make_image(f"forged {uuid.uuid4()}"), cfg)
     edited = cell.model_copy(update={"targets": []})   # sealed, then edited: the seal no longer fits
-    path = save_run(edited, tmp_path / "results.json", spec)
+    path = save_run(edited, tmp_path / "results.json", loaded)
     with pytest.raises(ResultsError, match="changed after it was sealed"):
-        promote.main(["--results", str(path), "--registry", server.url, "--matrix", str(spec.path)],
+        promote.main(["--results", str(path), "--registry", server.url, "--matrix", str(loaded.path)],
                      Workspace.at(tmp_path), dict(os.environ))
-    assert promote.promote_file(client, path, server.url, cfg, spec, KEYS) == 0   # the API skips it too
+    assert promote.promote_file(client, path, server.url, cfg, loaded, KEYS) == 0   # the API skips it too
     assert results.load(path).cells[0].promoted == {}
     assert not any(server.url in t for i in client.images.list() for t in i.tags)
 
@@ -268,7 +268,7 @@ def _promote_twice(
     """Promote v1; then try v2 of the same cell after `before_second`; return v1's promoted refs."""
     v1 = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)
     first = save_run(v1, tmp_path / "v1.json")
-    promote.promote_file(client, first, server.url, cfg, SPEC, KEYS)
+    promote.promote_file(client, first, server.url, cfg, DEFAULT, KEYS)
     old = results.load(first).cells[0].promoted
     for ref in v1.tags:
         registry.untag(client, ref)
@@ -277,7 +277,7 @@ def _promote_twice(
     before_second()
     with pytest.raises(RegistryError) as err:
         if hook is None:
-            promote.promote_file(client, second, server.url, cfg, SPEC, KEYS)
+            promote.promote_file(client, second, server.url, cfg, DEFAULT, KEYS)
         else:
             promote.promote_cell(client, gate(results.load(second).cells[0]), server.url, cfg, before_push=hook)
     return old, second, str(err.value)
@@ -331,7 +331,7 @@ def test_an_unreachable_registry_is_a_clear_error(
     cell = verified(client, make_image(f"nowhere {uuid.uuid4()}"), cfg)
     path = save_run(cell, tmp_path / "results.json")
     with pytest.raises(RegistryError) as err:
-        promote.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg, SPEC, KEYS)
+        promote.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg, DEFAULT, KEYS)
     assert "unreachable" in str(err.value)
     assert results.load(path).cells[0].promoted == {}
 
@@ -340,10 +340,10 @@ def test_a_cell_without_good_tags_is_never_pushed(
     client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], server: RegistryServer,
     tmp_path: Path,
 ) -> None:
-    pip = next(c for c in SPEC.cells if c.id == make_cell("verified").cell_id)
+    pip = next(c for c in DEFAULT.cells if c.id == make_cell("verified").cell_id)
     cell = sealed(of_cell(make_cell("cpu-checked", image_id=make_image(f"cpu {uuid.uuid4()}")), pip))
     path = save_run(cell, tmp_path / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg, SPEC, KEYS) == 0
+    assert promote.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 0
     with pytest.raises(RegistryError, match="no good tag"):
         promote.promote_cell(client, gate(cell), server.url, cfg)
     assert not any(server.url in t for i in client.images.list() for t in i.tags)

@@ -68,21 +68,21 @@ class Staged:
 
     def __init__(self, client: docker.DockerClient, server: RegistryServer, tmp: Path, image_id: str) -> None:
         self.matrix_path = arch_runners_matrix(tmp / "project")
-        self.spec = matrix.load(self.matrix_path)
-        self.cell = cell_of(self.spec)
+        self.loaded = matrix.load(self.matrix_path)
+        self.cell = cell_of(self.loaded)
         self.tmp = tmp
         self.url = server.url
         self.source = f"{server.url}/{STAGING}"
-        self.dest = f"{server.url}/{self.spec.spec.tags.repository}"
+        self.dest = f"{server.url}/{self.loaded.spec.tags.repository}"
         image = staging.stage(client, built(self.cell, image_id), self.source, ENV)
         self.build = built(self.cell, image_id).model_copy(update={"image": image})
         self.digest = str(image.digest)
-        save(self.build, tmp / "collected" / "build" / "results.json", self.spec)
+        save(self.build, tmp / "collected" / "build" / "results.json", self.loaded)
 
     def job(self, arch: str, *, sign: bool = True, record: CellResult | None = None) -> Path:
         """The results of the GPU job of `arch` (and its signed verdict, as the verify side writes it)."""
         found = record or gpu_job(self.build, arch)
-        path = save(found, self.tmp / "collected" / f"verify-{arch}" / "results.json", self.spec)
+        path = save(found, self.tmp / "collected" / f"verify-{arch}" / "results.json", self.loaded)
         if sign:
             verdicts.sign_verdicts(found, path.parent, image=str(found.image.subject), matrix=self.matrix_path,
                                    probe="0" * 64, env=ENV)
@@ -100,7 +100,7 @@ class Staged:
     def release_in(self, server: RegistryServer) -> None:
         """Promote into another registry than the staging one from now on."""
         self.url = server.url
-        self.dest = f"{server.url}/{self.spec.spec.tags.repository}"
+        self.dest = f"{server.url}/{self.loaded.spec.tags.repository}"
 
     def served(self, tag: str) -> str | None:
         found = distribution.lookup(f"{self.dest}:{tag}", ENV)

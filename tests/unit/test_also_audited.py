@@ -19,10 +19,10 @@ from tests.unit.test_matrix import ROOT, edited, error_of, parse
 
 
 def test_the_default_matrix_audits_b300_and_gb10_beside_its_targets() -> None:
-    spec = matrix.load(ROOT / "matrix.yaml", {})
-    assert spec.spec.archs == ("sm_90a", "sm_100a", "sm_120a")
-    assert spec.spec.also_audit == ("sm_103a", "sm_121a")
-    cell = spec.buildable()[0]
+    default = matrix.load(ROOT / "matrix.yaml", {})
+    assert default.spec.archs == ("sm_90a", "sm_100a", "sm_120a")
+    assert default.spec.also_audit == ("sm_103a", "sm_121a")
+    cell = default.buildable()[0]
     assert cell.also_audit == ("sm_103a", "sm_121a")
     assert "sm_103a" not in cell.axes()["archs"]   # not an input of the image: no rebuild, no tag changes
 

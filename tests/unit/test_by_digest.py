@@ -85,9 +85,9 @@ def test_a_gpu_job_refuses_a_tag_before_asking_the_engine() -> None:
     (["--stage", "127.0.0.1:5000/Upper"], "lower case"),
 ])
 def test_a_staging_build_refuses_what_it_cannot_do_before_building(argv: list[str], words: str) -> None:
-    spec = matrix.load(ROOT / "matrix.yaml")
+    loaded = matrix.load(ROOT / "matrix.yaml")
     with pytest.raises(ConfigError, match=words):
-        pipeline.check_options(spec, pipeline.parse(argv, Workspace.at(ROOT), {}))
+        pipeline.check_options(loaded, pipeline.parse(argv, Workspace.at(ROOT), {}))
 
 
 def test_a_staging_build_runs_the_cpu_stages_only() -> None:
@@ -98,14 +98,14 @@ def test_a_staging_build_runs_the_cpu_stages_only() -> None:
     assert pipeline._stages(pipeline.parse([], Workspace.at(ROOT), {})) is None
 
 
-def staged_run(tmp_path: Path, spec: matrix.Matrix) -> Path:
+def staged_run(tmp_path: Path, loaded: matrix.Matrix) -> Path:
     """A staging build's results: the pip cell staged, the none cell (expected to fail at import) not."""
-    record = built(cell_of(spec), IMAGE_ID)
+    record = built(cell_of(loaded), IMAGE_ID)
     record = record.model_copy(update={"image": record.image.model_copy(update={"repository": STAGING,
                                                                                "digest": DIGEST})})
-    path = save(record, tmp_path / "build" / "results.json", spec)
+    path = save(record, tmp_path / "build" / "results.json", loaded)
     run = results.load(path)
-    none = built(cell_of(spec, PIP_CELL.replace("-pip-", "-none-")), OTHER)
+    none = built(cell_of(loaded, PIP_CELL.replace("-pip-", "-none-")), OTHER)
     run.cells.append(none)
     results.save(run, path)
     return path
@@ -129,69 +129,70 @@ def test_the_verify_jobs_are_the_matrix_jobs_of_what_was_staged_with_its_digest(
 # ---------------------------------------------------------------- what one digest's records earn
 
 
-def evidence(tmp_path: Path, spec: matrix.Matrix, *records: tuple[str, CellResult]) -> list[bydigest.Evidence]:
+def evidence(tmp_path: Path, loaded: matrix.Matrix, *records: tuple[str, CellResult]) -> list[bydigest.Evidence]:
     """The gated records, each saved alone (name, record) as the jobs' artifacts hold them."""
     found = []
     trusted_keys = [keys.signing_key(os.environ).public]   # this test session's verifier key
     for name, record in records:
-        path = save(record, tmp_path / name / "results.json", spec)
-        checked = trusted.check(results.load(path).cells[0], 0, spec, trusted_keys)
+        path = save(record, tmp_path / name / "results.json", loaded)
+        checked = trusted.check(results.load(path).cells[0], 0, loaded, trusted_keys)
         assert isinstance(checked, trusted.Trusted), checked
         found.append(bydigest.Evidence(path, checked))
     return found
 
 
-def staged_build(spec: matrix.Matrix, digest: str = DIGEST) -> CellResult:
-    record = built(cell_of(spec), IMAGE_ID)
+def staged_build(loaded: matrix.Matrix, digest: str = DIGEST) -> CellResult:
+    record = built(cell_of(loaded), IMAGE_ID)
     return record.model_copy(update={"image": record.image.model_copy(update={"repository": STAGING,
                                                                               "digest": digest})})
 
 
 def test_each_arch_earns_its_tag_and_both_together_the_arch_free_tag(tmp_path: Path) -> None:
-    spec = matrix.load(arch_runners_matrix(tmp_path))
-    build = staged_build(spec)
-    one = bydigest.weigh(PIP_CELL, evidence(tmp_path, spec, ("build", build), ("v100", gpu_job(build, "sm_100"))),
-                         spec, spec.spec.tags)
+    loaded = matrix.load(arch_runners_matrix(tmp_path))
+    build = staged_build(loaded)
+    one = bydigest.weigh(PIP_CELL, evidence(tmp_path, loaded, ("build", build), ("v100", gpu_job(build, "sm_100"))),
+                         loaded, loaded.spec.tags)
     assert isinstance(one, bydigest.Promotion)
     assert (one.tags, one.digest, one.source) == (["0.5.16-torch2.11.0-cu130-pip-verified-sm100"], DIGEST, STAGING)
     assert one.withheld == "not verified on sm120"
-    both = bydigest.weigh(PIP_CELL, evidence(tmp_path, spec, ("build", build), ("v100", gpu_job(build, "sm_100")),
-                                             ("v120", gpu_job(build, "sm_120"))), spec, spec.spec.tags)
+    both = bydigest.weigh(PIP_CELL, evidence(tmp_path, loaded, ("build", build), ("v100", gpu_job(build, "sm_100")),
+                                             ("v120", gpu_job(build, "sm_120"))), loaded, loaded.spec.tags)
     assert isinstance(both, bydigest.Promotion)
     assert both.tags == ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
                          "0.5.16-torch2.11.0-cu130-pip"]   # the arch-free tag last
 
 
 def test_a_failure_on_one_arch_keeps_the_arch_free_tag_back(tmp_path: Path) -> None:
-    spec = matrix.load(arch_runners_matrix(tmp_path))
-    build = staged_build(spec)
-    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, spec, ("v100", gpu_job(build, "sm_100")),
+    loaded = matrix.load(arch_runners_matrix(tmp_path))
+    build = staged_build(loaded)
+    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, loaded, ("v100", gpu_job(build, "sm_100")),
                                               ("v120", gpu_job(build, "sm_120", server_fails(
                                                   "NVIDIA RTX PRO 6000 Blackwell", "sm_120")))),
-                           spec, spec.spec.tags)
+                           loaded, loaded.spec.tags)
     assert isinstance(found, bydigest.Promotion)
     assert found.tags == ["0.5.16-torch2.11.0-cu130-pip-verified-sm100"]
     assert found.withheld is not None and "sm120" in found.withheld and "failed" in found.withheld
 
 
 def test_without_arch_runners_one_verified_arch_earns_the_arch_free_tag(tmp_path: Path) -> None:
-    spec = matrix.load(ROOT / "matrix.yaml")   # runners.default only: any one GPU runner verifies a cell
-    build = staged_build(spec)
-    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, spec, ("v100", gpu_job(build, "sm_100"))), spec,
-                           spec.spec.tags)
+    loaded = matrix.load(ROOT / "matrix.yaml")   # runners.default only: any one GPU runner verifies a cell
+    build = staged_build(loaded)
+    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, loaded, ("v100", gpu_job(build, "sm_100"))), loaded,
+                           loaded.spec.tags)
     assert isinstance(found, bydigest.Promotion)
     assert found.tags == ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip"]
 
 
 def test_records_of_two_digests_that_both_earned_tags_are_refused(tmp_path: Path) -> None:
-    spec = matrix.load(arch_runners_matrix(tmp_path))
-    first, second = staged_build(spec), staged_build(spec, OTHER)
-    found = evidence(tmp_path, spec, ("a", gpu_job(first, "sm_100")), ("b", gpu_job(second, "sm_120")))
+    loaded = matrix.load(arch_runners_matrix(tmp_path))
+    first, second = staged_build(loaded), staged_build(loaded, OTHER)
+    found = evidence(tmp_path, loaded, ("a", gpu_job(first, "sm_100")), ("b", gpu_job(second, "sm_120")))
     with pytest.raises(ResultsError, match="records of 2 different images earned good tags"):
-        bydigest.weigh(PIP_CELL, found, spec, spec.spec.tags)
+        bydigest.weigh(PIP_CELL, found, loaded, loaded.spec.tags)
 
 
 def test_a_cpu_only_staging_record_earns_nothing(tmp_path: Path) -> None:
-    spec = matrix.load(arch_runners_matrix(tmp_path))
-    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, spec, ("build", staged_build(spec))), spec, spec.spec.tags)
+    loaded = matrix.load(arch_runners_matrix(tmp_path))
+    found = bydigest.weigh(PIP_CELL, evidence(tmp_path, loaded, ("build", staged_build(loaded))), loaded,
+                           loaded.spec.tags)
     assert isinstance(found, str) and "cpu-checked" in found

@@ -19,14 +19,14 @@ from buildscripts.trust.keys import SigningKey
 from tests.results_factory import cpu_passed, gpu_passed, make_cell, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = matrix.load(ROOT / "matrix.yaml")
-CFG = SPEC.spec.tags
+DEFAULT = matrix.load(ROOT / "matrix.yaml")
+CFG = DEFAULT.spec.tags
 KEYS = [keys.signing_key(os.environ).public]
 GOOD = ["sglang-images:0.5.16-torch2.11.0-cu130-pip", "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm90"]
 
 
 def gate(cell: CellResult) -> trusted.Trusted | trusted.Refused:
-    return trusted.check(cell, 0, SPEC, KEYS)
+    return trusted.check(cell, 0, DEFAULT, KEYS)
 
 
 def refused(cell: CellResult) -> str:
@@ -56,7 +56,7 @@ def test_a_record_edited_after_sealing_is_refused() -> None:
 def test_a_record_sealed_by_another_key_is_refused() -> None:
     other = SigningKey("elsewhere", keys.generate())
     assert "no valid signature by a trusted key" in refused(sealed(make_cell("verified"), other))
-    assert isinstance(trusted.check(sealed(make_cell("verified"), other), 0, SPEC, [other.public]), trusted.Trusted)
+    assert isinstance(trusted.check(sealed(make_cell("verified"), other), 0, DEFAULT, [other.public]), trusted.Trusted)
 
 
 def test_no_targets_and_a_made_up_arch_earn_nothing() -> None:
@@ -129,21 +129,21 @@ def test_tags_come_from_the_matrix_cell_and_are_judged_once(monkeypatch: pytest.
 
 def test_sift_keeps_the_file_order_and_the_selection() -> None:
     run = RunResults(run_id="r", started="t", cells=[make_cell("verified"), sealed(make_cell("verified"))])
-    first, second = trusted.sift(run, SPEC, KEYS)
+    first, second = trusted.sift(run, DEFAULT, KEYS)
     assert isinstance(first, trusted.Refused) and first.position == 0
     assert isinstance(second, trusted.Trusted) and second.position == 1
-    assert trusted.sift(run, SPEC, KEYS, ["nothing-*"]) == []
-    assert [c.cell_id for c in trusted.earned([run], SPEC, KEYS)] == [second.cell_id]
+    assert trusted.sift(run, DEFAULT, KEYS, ["nothing-*"]) == []
+    assert [c.cell_id for c in trusted.earned([run], DEFAULT, KEYS)] == [second.cell_id]
 
 
 def test_a_results_file_without_a_matrix_digest_is_an_error_for_the_gate(tmp_path: Path) -> None:
     run = RunResults(run_id="r", started="t")
     with pytest.raises(ResultsError, match="records no matrix digest") as err:
-        trusted.check_run(run, tmp_path / "r.json", SPEC.path, SPEC, allow_other=False)
+        trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=False)
     assert "--allow-other-matrix" in (err.value.hint or "")
-    assert trusted.check_run(run, tmp_path / "r.json", SPEC.path, SPEC, allow_other=True)
-    run.matrix_digest = results.matrix_digest(SPEC.spec)
-    assert trusted.check_run(run, tmp_path / "r.json", SPEC.path, SPEC, allow_other=False) is None
+    assert trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=True)
+    run.matrix_digest = results.matrix_digest(DEFAULT.spec)
+    assert trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=False) is None
 
 
 class FakeEngine:
@@ -169,7 +169,7 @@ def test_the_builds_tag_step_tags_its_own_sealed_record_through_the_gate(forged:
     if forged:  # what the run just sealed, changed before the tag step: nothing is tagged
         record = record.model_copy(update={"targets": []})
     run = RunResults(run_id="r", started="t", cells=[record])
-    pipeline.tag_cell(run, SPEC, ctx, tmp_path / "results.json")
+    pipeline.tag_cell(run, DEFAULT, ctx, tmp_path / "results.json")
     if forged:
         assert engine.tagged == [] and run.cells[0].tags == []
     else:
