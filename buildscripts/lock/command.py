@@ -20,12 +20,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log
+from .. import arguments, log
 from .. import matrix as matrix_mod
 from ..errors import LockError
 from ..hostenv import uv_settings
 from ..matrix import Cell, Matrix
-from ..workspace import Workspace, path_argument
+from ..workspace import Workspace
 from . import drift
 from .layers import LayerLocker, LayerOutcome
 from .lockfile import inputs_hash
@@ -38,12 +38,10 @@ STATUS_MARK = {"ok": "passed", "incompatible": "failed", "unresolvable": "failed
 def main(argv: list[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     parser = argparse.ArgumentParser(prog="python -m buildscripts lock", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", default=[], metavar="GLOB", help="cell ids to lock")
-    parser.add_argument("--skip", action="append", default=[], metavar="GLOB", help="cell ids to leave out")
+    arguments.add_selection(parser, what="cell ids to lock", skip=True)
     parser.add_argument("--check", action="store_true", help="fail on stale or missing locks; write nothing")
     parser.add_argument("--upgrade", action="store_true", help="re-resolve every selected lock on purpose")
-    parser.add_argument("--matrix", type=path_argument, default=ws.matrix,
-                        help="path of matrix.yaml (its locks go to the project's lockfiles/)")
+    arguments.add_matrix(parser, ws, help="the matrix.yaml to lock (its locks go to the project's lockfiles/)")
     args = parser.parse_args(argv)
     ws = dataclasses.replace(ws, matrix=args.matrix)
     matrix = matrix_mod.load(ws.matrix, dict(env or {}))

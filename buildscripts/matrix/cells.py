@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..arguments import selected
 from ..errors import SelectionError
 from ..results import ExpectedFailure
 from .schema import Base, Expectation, MatrixFile, SGLang, Toolkit, TorchLane
@@ -115,11 +116,7 @@ def select(
     A selection that matches nothing is an error, naming the patterns and a few ids that exist.
     """
     pool = [c for c in cells if include_excluded or c.excluded is None]
-    chosen = [
-        c for c in pool
-        if (not only or any(fnmatch.fnmatchcase(c.id, p) for p in only))
-        and not any(fnmatch.fnmatchcase(c.id, p) for p in skip)
-    ]
+    chosen = [c for c in pool if selected(c.id, only, skip)]
     if not chosen:
         wanted = " ".join(f"--only {p!r}" for p in only) + " ".join(f" --skip {p!r}" for p in skip)
         sample = ", ".join(c.id for c in pool[:4]) or "(none: every cell is excluded)"

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log, results
+from .. import arguments, log, results
 from ..workspace import Workspace, path_argument
 from .cells import Cell, select
 from .load import load
@@ -27,9 +27,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ws = ws or Workspace.at()
     del env  # nothing here reads the environment
     ap = argparse.ArgumentParser(prog="nox -s matrix --", description="List the selected cells.")
-    ap.add_argument("--matrix", type=path_argument, default=ws.matrix)
-    ap.add_argument("--only", action="append", default=[], metavar="GLOB")
-    ap.add_argument("--skip", action="append", default=[], metavar="GLOB")
+    arguments.add_matrix(ap, ws)
+    arguments.add_selection(ap, what="cell ids to list", skip=True)
     ap.add_argument("--all", action="store_true", help="also list excluded cells, with the reason")
     output = ap.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="machine-readable output")

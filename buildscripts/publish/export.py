@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import glob
 import hashlib
 import json
 import shutil
@@ -32,14 +31,13 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import disk, distribution, engine, log, proc, results
+from .. import arguments, disk, distribution, engine, log, proc, results
 from ..errors import (
     ConfigError,
     DiskSpaceError,
     ExportError,
     NotVerified,
     RegistryError,
-    ResultsError,
     ToolMissingError,
 )
 from ..matrix import Matrix, load
@@ -123,12 +121,8 @@ def vouched_runs(patterns: Sequence[str], ws: Workspace, matrix: Matrix, allow_o
     if not patterns:
         digest = results.matrix_digest(matrix.spec)
         return [run for run in saved_runs(ws.runs) if allow_other or run.matrix_digest == digest]
-    paths = [Path(p) for pattern in patterns for p in sorted(glob.glob(pattern))]
-    if not paths:
-        msg = "no results file matches " + ", ".join(repr(p) for p in patterns)
-        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
     runs = []
-    for path in paths:
+    for path in arguments.results_files(patterns):
         run = results.load(path)
         warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
         if warning:
@@ -339,9 +333,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ap.add_argument("--out", type=Path, default=ws.root / "exports", help="folder for the archive (default exports/)")
     ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
     ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
-    ap.add_argument("--results", action="append", default=[], metavar="GLOB",
-                    help="results file(s) whose sealed record vouches for the image (default: the saved runs)")
-    ap.add_argument("--matrix", type=Path, default=ws.matrix, help="matrix.yaml the results are judged against")
+    arguments.add_results(ap, default="the saved runs of this matrix; a sealed record there vouches for the image")
+    arguments.add_matrix(ap, ws, help="matrix.yaml the results are judged against")
     trusted.add_arguments(ap)
     a = ap.parse_args(list(argv))
     if a.name is not None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distribution, engine, log, results
+from .. import arguments, distribution, engine, log, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix import Matrix, load
 from ..matrix.schema import Tags
@@ -149,10 +149,10 @@ def _newest_results(runs: Path) -> list[Path]:
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws, env = ws or Workspace.at(), env or {}
     parser = argparse.ArgumentParser(prog="promote", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--results", action="append", default=[], help="results glob(s); default: newest run")
+    arguments.add_results(parser, default="the newest run's; the tags pushed are recorded in them")
     parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
-    parser.add_argument("--matrix", type=Path, default=ws.matrix)
-    parser.add_argument("--only", action="append", default=[], help="cell id glob(s)")
+    arguments.add_matrix(parser, ws, help="matrix.yaml with the cells, tag templates and registry")
+    arguments.add_selection(parser, what="cell ids to promote")
     trusted.add_arguments(parser)
     parser.add_argument("--arch-tags-only", action="store_true",
                         help="push only the tags that name an arch (a CI job that verified one arch of a cell)")
@@ -171,23 +171,13 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = "no registry to promote to"
         raise ConfigError(msg, hint="pass --registry HOST:PORT or set registry.url in matrix.yaml")
     url = registry.check_url(url)
-    paths = [Path(p) for pattern in args.results for p in sorted(glob.glob(pattern))]
-    if args.results and not paths:  # a typo must not quietly promote another run
-        msg = "no results file matches " + ", ".join(repr(p) for p in args.results)
-        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
-    paths = paths or _newest_results(ws.runs)
+    paths = arguments.results_files(args.results) or _newest_results(ws.runs)
     if not paths:
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
-    runs = {path: results.load(path) for path in paths}
     keys = trusted.keys_from(args, ws, env)
-    for path, run in runs.items():  # every file is checked before the first push
-        warning = trusted.check_run(run, path, ws.matrix, matrix, allow_other=args.allow_other_matrix)
-        if warning:
-            log.warn(warning)
-        recorded.check_writable(path, "promote")
-        trusted.refuse(trusted.sift(run, matrix, keys, args.only), path)
-    recorded.check_selection(runs, args.only)
+    runs = recorded.load_checked(paths, matrix, keys, only=args.only, allow_other=args.allow_other_matrix,
+                                 command="promote")
     total = bydigest.promote(runs, matrix, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
                              log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")
     if any(_pushed_from_here(run, matrix, keys, args.only) for run in runs.values()):

@@ -7,19 +7,21 @@ before anything happens, and a save that still fails names what was done and is 
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import disk, results
+from .. import arguments, disk, log, results
 from ..errors import ResultsError, SelectionError
+from ..matrix import Matrix
 from ..results import RunResults
+from ..trust.keys import PublicKey
+from . import trusted
 
 
 def positions(run: RunResults, only: Sequence[str]) -> list[int]:
     """Positions of the cells whose id matches an `only` glob (all when none is given)."""
     return [i for i, cell in enumerate(run.cells)
-            if not only or any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only)]
+            if arguments.selected(cell.cell_id, only)]
 
 
 def check_selection(runs: Mapping[Path, RunResults], only: Sequence[str]) -> None:
@@ -30,6 +32,22 @@ def check_selection(runs: Mapping[Path, RunResults], only: Sequence[str]) -> Non
     sample = ", ".join(c.cell_id for run in runs.values() for c in run.cells[:4]) or "(none: no cell at all)"
     msg = f"{wanted} matches no cell of " + ", ".join(map(str, runs))
     raise SelectionError(msg, hint=f"cell ids there: {sample}")
+
+
+def load_checked(paths: Sequence[Path], matrix: Matrix, keys: Sequence[PublicKey], *, only: Sequence[str],
+                 allow_other: bool, command: str) -> dict[Path, RunResults]:
+    """The results files `command` acts from and writes back to, every one checked before its first tag or
+    push: made from this matrix (a warning when `allow_other` lets another through), writable, no record in
+    the selection that the gate refuses, and the selection not empty."""
+    runs = {path: results.load(path) for path in paths}
+    for path, run in runs.items():
+        warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
+        if warning:
+            log.warn(warning)
+        check_writable(path, command)
+        trusted.refuse(trusted.sift(run, matrix, keys, only), path)
+    check_selection(runs, only)
+    return runs
 
 
 def check_writable(path: Path, command: str) -> None:

@@ -29,13 +29,12 @@ a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a targ
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import results
+from .. import arguments, results
 from ..errors import ResultsError
 from ..matrix import Cell, Matrix
 from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, family, tag_form
@@ -161,7 +160,7 @@ def sift(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey],
          only: Sequence[str] = ()) -> list[Trusted | Refused]:
     """Every cell of `run` an `only` glob selects (all when none), through the gate, in file order."""
     return [check(cell, i, matrix, trusted) for i, cell in enumerate(run.cells)
-            if not only or any(fnmatch.fnmatchcase(cell.cell_id, p) for p in only)]
+            if arguments.selected(cell.cell_id, only)]
 
 
 def earned(runs: Iterable[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> list[Trusted]:
@@ -181,9 +180,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
                         help="also trust records sealed by this public key (repeatable; keys/*.pub and this "
                              "machine's verifier key are trusted always)")
-    parser.add_argument("--allow-other-matrix", action="store_true",
-                        help="use results made with another matrix.yaml, or with none recorded (cells, axes "
-                             "and targets still come from this one)")
+    arguments.add_allow_other_matrix(parser)
 
 
 def keys_from(args: argparse.Namespace, ws: Workspace, env: Mapping[str, str]) -> list[PublicKey]:

@@ -21,10 +21,10 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import disk, log, matrix, results
+from .. import arguments, disk, log, matrix, results
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
-from ..workspace import Workspace, path_argument, path_text
+from ..workspace import Workspace, path_argument
 from . import console, github, html, junit, markdown, merge, sizes
 
 __all__ = ["console", "main", "render_all"]
@@ -130,9 +130,8 @@ def _check_destinations(out: Path, readme: Path | None) -> None:
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
-    parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
-                        help="results files to merge (default: runs/*/results.json, evidence/**/results.json; "
-                             "with --update-readme: evidence/*/results.json)")
+    arguments.add_results(parser, default="runs/*/results.json and evidence/**/results.json, merged; "
+                                          "with --update-readme: evidence/*/results.json")
     parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
                         help="output folder (default: reports/)")
     parser.add_argument("--update-readme", action="store_true",
@@ -143,10 +142,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                              "--update-readme")
     parser.add_argument("--no-readme", action="store_true",
                         help="leave the README alone (the default; refused with --update-readme or --readme)")
-    parser.add_argument("--matrix", type=path_argument, default=None,
-                        help="the matrix.yaml the results must come from (default: matrix.yaml)")
-    parser.add_argument("--allow-other-matrix", action="store_true",
-                        help="merge results made from another matrix.yaml too (with a warning)")
+    arguments.add_matrix(parser, None, help="the matrix.yaml the results must come from (default: matrix.yaml)")
+    arguments.add_allow_other_matrix(parser, help="merge results made from another matrix.yaml too (with a warning)")
     args = parser.parse_args(list(argv))
     update_readme = args.update_readme or args.readme is not None
     if update_readme and args.no_readme:
@@ -155,9 +152,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     defaults = readme_results(ws) if update_readme else default_results(ws)
     _check_destinations(args.out, readme)
     github.check(env or {})
-    paths = find_results(args.results or defaults)
+    paths = arguments.results_files(args.results) if args.results else find_results(defaults)
     if not paths:
-        msg = "no results files found (looked for " + ", ".join(args.results or defaults) + ")"
+        msg = "no results files found (looked for " + ", ".join(defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
     loaded = of_this_matrix(dict(zip(paths, merge.load_all(paths), strict=True)), args.matrix or ws.matrix,
                             explicit_matrix=args.matrix is not None, explicit_results=bool(args.results),

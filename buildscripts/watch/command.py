@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import log
+from .. import arguments, log
 from .. import matrix as matrix_mod
 from ..errors import ProposalError
 from ..hostenv import ca_bundle, index_urls
@@ -52,7 +52,7 @@ class Options:
 def parse(argv: list[str], ws: Workspace) -> Options:
     ap = argparse.ArgumentParser(prog="nox -s watch --", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the findings (and the proposal) as JSON on stdout")
-    ap.add_argument("--matrix", type=path_argument, default=ws.matrix, help="path of matrix.yaml")
+    arguments.add_matrix(ap, ws)
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help=f"how long one answer of the index may take (default {DEFAULT_TIMEOUT_S:g})")
     ap.add_argument("--propose", action="store_true",

@@ -1,0 +1,69 @@
+"""The arguments the commands share, each with one spelling and one meaning (and the rules behind them).
+
+  --matrix PATH         the matrix.yaml a command reads its cells, tags and profiles from (default: the project's)
+  --only GLOB / --skip  cell ids to act on / to leave out (repeatable); `selected` is the one matching rule
+  --results GLOB        results files to READ (repeatable; `**` any depth); `tag` and `promote` also record the
+                        tags they applied in the files they read. A pattern that matches no file is an error:
+                        a typo must never quietly act on other records (`results_files`)
+  --allow-other-matrix  use results made from another matrix.yaml, with a warning (else they are refused)
+  --out PATH            where a command WRITES (a results file, a report folder, an archive folder): never
+                        `--results`
+
+Each command adds what it takes from here, with a help text that says its default, so `--help` of any of
+them reads the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import disk
+from .errors import ResultsError
+from .workspace import Workspace, path_argument, path_text
+
+
+def add_matrix(parser: argparse.ArgumentParser, ws: Workspace | None, *,
+               help: str = "the matrix.yaml to read (default: the project's)") -> None:
+    """--matrix PATH; `ws` None leaves the default to the command (None when not given)."""
+    parser.add_argument("--matrix", type=path_argument, default=ws.matrix if ws else None, metavar="PATH",
+                        help=help)
+
+
+def add_selection(parser: argparse.ArgumentParser, *, what: str = "cell ids to act on",
+                  skip: bool = False) -> None:
+    """--only GLOB (and with `skip`, --skip GLOB), repeatable."""
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB", help=f"{what} (repeatable)")
+    if skip:
+        parser.add_argument("--skip", action="append", default=[], metavar="GLOB",
+                            help="cell ids to leave out (repeatable)")
+
+
+def selected(cell_id: str, only: Sequence[str], skip: Sequence[str] = ()) -> bool:
+    """The one `--only`/`--skip` rule: an id any `only` glob matches (every id when none) and no `skip` glob."""
+    return ((not only or any(fnmatch.fnmatchcase(cell_id, p) for p in only))
+            and not any(fnmatch.fnmatchcase(cell_id, p) for p in skip))
+
+
+def add_results(parser: argparse.ArgumentParser, *, default: str) -> None:
+    """--results GLOB: results files to read; `default` says what the command reads without it."""
+    parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
+                        help=f"results files to read (repeatable; `**` is any depth); default: {default}")
+
+
+def add_allow_other_matrix(parser: argparse.ArgumentParser, *,
+                           help: str = "use results made with another matrix.yaml, or with none recorded "
+                                       "(cells, axes and targets still come from this one)") -> None:
+    parser.add_argument("--allow-other-matrix", action="store_true", help=help)
+
+
+def results_files(patterns: Sequence[str]) -> list[Path]:
+    """The files `patterns` match, sorted (disk.glob_files); ResultsError when patterns are given and match
+    nothing, so that a typo never quietly acts on other records."""
+    paths = disk.glob_files(patterns)
+    if patterns and not paths:
+        msg = "no results file matches " + ", ".join(repr(p) for p in patterns)
+        raise ResultsError(msg, hint="check the pattern; results live in runs/RUN_ID/results.json")
+    return paths
