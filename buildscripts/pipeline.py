@@ -24,7 +24,7 @@ import docker
 import docker.errors
 from pydantic import ValidationError
 
-from . import distribution, engine, hostenv, log, report, results
+from . import arguments, distribution, engine, hostenv, log, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint
 from .errors import ConfigError, LockError, RunFailed
@@ -35,11 +35,11 @@ from .publish import staging, tagcmd, tags, trusted
 from .results import CPU_STAGES, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
-from .verify import gpus, reuse
-from .verify.container import KEEP_ENV, network_plan
+from .verify import gpus, provision, reuse
+from .verify.container import KEEP_ENV
 from .verify.ladder import verify_image
 from .verify.pergpu import combine_per_gpu, verify_per_gpu
-from .verify.plan import Plan
+from .verify.plan import Plan, stages_argument
 from .workspace import Workspace, path_argument
 
 # CI systems configure jobs through the environment: these stand in for the flags when set (and not empty).
@@ -92,9 +92,8 @@ class Context:
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
     ap = argparse.ArgumentParser(prog="nox -s build --", description="Build and verify the selected cells.")
-    ap.add_argument("--matrix", type=path_argument, default=ws.matrix)
-    ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="cell ids to build (repeatable)")
-    ap.add_argument("--skip", action="append", default=[], metavar="GLOB", help="cell ids to leave out")
+    arguments.add_matrix(ap, ws)
+    arguments.add_selection(ap, what="cell ids to build", skip=True)
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first unexpected outcome")
     ap.add_argument("--no-verify", dest="verify", action="store_false", help="build only")
     ap.add_argument("--stages", help="comma-separated verification stages (default: all)")
@@ -123,7 +122,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                          "RESULTS` lists the verify jobs)")
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip, stage=a.stage,
-                   fail_fast=a.fail_fast, verify=a.verify, stages=a.stages.split(",") if a.stages else None,
+                   fail_fast=a.fail_fast, verify=a.verify, stages=stages_argument(a.stages),
                    profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
                    builder=a.builder, cache_ref=a.cache_ref, cache_keep=_cache_keep(a.cache_keep, env),
                    keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1", env=env,
@@ -159,11 +158,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
 
 
 def check_options(matrix: Matrix, opts: Options) -> None:
-    """Bad options fail before anything is built, not after the first hour-long cell."""
-    unknown = [s for s in opts.stages or () if s not in results.LADDER]
-    if unknown:
-        msg = f"unknown stage(s) {', '.join(unknown)}"
-        raise ConfigError(msg, hint="stages are: " + ", ".join(results.LADDER))
+    """Bad options fail before anything is built, not after the first hour-long cell (--stages: as parsed)."""
     if opts.stage is not None:
         conflict = "--no-verify" if not opts.verify else "--per-gpu" if opts.per_gpu else None
         if conflict:
@@ -192,10 +187,8 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     engine.check_disk(found, len(missing),  # only what will really be built needs room
                       advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
                                                       tag_of))
-    log.info(f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to build, engine {found.version}; "
-             f"{ctx.discovery.summary()}")
-    for warning in ctx.discovery.warnings:
-        log.warn(warning)
+    provision.say(ctx.discovery, f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to build, "
+                                 f"engine {found.version}; ")
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         for cell in cells:
@@ -241,12 +234,7 @@ def _candidate_of(cells: Mapping[str, Cell], matrix: Matrix, cell_id: str, input
 def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cell], opts: Options,
             run_dir: Path) -> Context:
     info = client.info()
-    discovery = gpus.discover(info)
-    network, cut_problem = network_plan(client)
-    gpu = opts.gpu if discovery.usable_in_containers else None
-    options = {**gpus.container_options(discovery, gpu=gpu), **network}
-    if cut_problem:
-        log.warn(f"the server stage keeps a network: {cut_problem}")
+    given = provision.find(client, opts.gpu, info)
     builder = cache.builder(opts.builder, info)
     shared, notes = cache.plan(shared_cache(matrix, opts), builder) if buildable else (None, [])
     for note in notes:
@@ -263,9 +251,9 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
              for name in sorted({c.base_name for c in buildable})}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
     key = keys.signing_key(opts.env)
-    ctx = Context(client, discovery, options, network, bases, buildx.Recipe.of(opts.ws), history, builder, shared,
-                  key, keys.trusted(opts.ws.root, opts.env), handed=gpus.handed(discovery, gpu),
-                  cut_problem=cut_problem)
+    ctx = Context(client, given.discovery, given.options, given.network, bases, buildx.Recipe.of(opts.ws), history,
+                  builder, shared, key, keys.trusted(opts.ws.root, opts.env), handed=given.handed,
+                  cut_problem=given.cut_problem)
     ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
     return ctx
 

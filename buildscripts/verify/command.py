@@ -26,11 +26,11 @@ from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResul
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
 from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc, pulled, reuse, tp
-from .container import KEEP_ENV, network_plan
+from . import gpus, lxc, provision, pulled, reuse, tp
+from .container import KEEP_ENV
 from .host import HostRunner
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
-from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, planned_stages
+from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, stage_timeout, stages_argument
 from .runner import Options, verify
 
 MAX_STAGE_TIMEOUT = float(MAX_TIMEOUT_S)
@@ -51,11 +51,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--python", type=path_text,
                     help="with --host: the interpreter to verify (default: this one); with --lxc: "
                          "the container's interpreter, e.g. a venv's (default: python3)")
-    ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else sm_90a,sm_100a,sm_120a)")
+    ap.add_argument("--archs", help="comma-separated targets (default: the image's label, else "
+                                    f"{','.join(DEFAULT_ARCHS)})")
     ap.add_argument("--lane-cuda", help="CUDA major.minor torch must be built for, e.g. 13.0 (default: image label)")
     ap.add_argument("--stages", help="comma-separated stages (default: all, in ladder order)")
     ap.add_argument("--stage-timeout", type=float, default=None,
-                    help="seconds per stage (default: 900, or the profile's timeout_s when longer)")
+                    help=f"seconds per stage (default: {MIN_STAGE_TIMEOUT:.0f}, or the profile's timeout_s when "
+                         "longer)")
     ap.add_argument("--cell-id", help="name for this result (default: the image's cell label, else adhoc); a cell "
                                       "of matrix.yaml also gives its targets, lane and expected failure")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
@@ -103,12 +105,7 @@ def check_arguments(a: argparse.Namespace) -> None:
         msg = "--python '' names no interpreter"
         raise ConfigError(msg, hint="give the interpreter's path, e.g. --python /opt/venv/bin/python, or leave "
                                     "--python out (with --host: this one; with --lxc: python3)")
-    if a.stages is not None:
-        if not all(s.strip() for s in a.stages.split(",")):
-            msg = f"--stages {a.stages!r} names an empty stage"
-            raise ConfigError(msg, hint="give comma-separated stage names, e.g. --stages facts,import; or leave "
-                                        "--stages out for the whole ladder")
-        planned_stages(a.stages.split(","))  # raises ConfigError naming the unknown ones
+    stages_argument(a.stages)
     if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_STAGE_TIMEOUT):  # NaN compares False
         msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
         raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")
@@ -134,7 +131,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     # Before the ladder (minutes to an hour): its results must have somewhere to go.
     disk.check_writable(out, "--out", "pass --out PATH of a results file in a folder you can write")
     archs = a.archs.split(",") if a.archs else None
-    stages = a.stages.split(",") if a.stages else None
+    stages = stages_argument(a.stages)
     started = results.now()
     matrix = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
     profile = _profile(matrix, a.profile)
@@ -171,29 +168,17 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     labels = facts.labels
     # The image's cell label names its log folder: an image is input too, and may carry any text there.
     checked_name(labels.get(f"{LABEL_PREFIX}.cell", "adhoc"), f"the cell label of {a.image}")
-    found_gpus = gpus.discover(client.info())
-    gpu = a.gpu if found_gpus.usable_in_containers else None
-    every = tp.wants_all_gpus(profile)   # a tensor-parallel profile spans every GPU of the runner
-    network, cut_problem = network_plan(client)
-    options = {**gpus.container_options(found_gpus, gpu=gpu, all_gpus=every, shm_size=a.shm_size), **network}
-    log.info(found_gpus.summary())
-    for warning in found_gpus.warnings:
-        log.warn(warning)
-    if cut_problem:
-        log.warn(f"the server stage keeps a network: {cut_problem}")
+    # a tensor-parallel profile spans every GPU of the runner
+    given = provision.find(client, a.gpu, all_gpus=tp.wants_all_gpus(profile), shm_size=a.shm_size)
+    provision.say(given.discovery)
     # --cell-id naming a matrix cell: verified as that cell (its axes, targets, lane and expectation), e.g. an
     # image built elsewhere for it; its label may name another, and the gate compares axes with the matrix.
     named = matrix_cell(matrix, a.cell_id) if a.cell_id else None
     cell = check_image(client, image, logs=run_dir, cell=named, matrix=matrix, archs=archs, lane_cuda=a.lane_cuda,
-                       stages=stages, stage_timeout=stage_timeout(a, profile), run_id=run_id, options=options,
-                       handed=gpus.handed(found_gpus, gpu, all_gpus=every), cut_problem=cut_problem, profile=profile,
+                       stages=stages, stage_timeout=stage_timeout(profile, a.stage_timeout), run_id=run_id,
+                       options=given.options, handed=given.handed, cut_problem=given.cut_problem, profile=profile,
                        profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source, facts=facts)
     return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
-
-
-def stage_timeout(a: argparse.Namespace, profile: Profile) -> float:
-    """--stage-timeout, else what `nox -s build` gives the profile: 900 s, or its server timeout when longer."""
-    return float(a.stage_timeout) if a.stage_timeout else max(MIN_STAGE_TIMEOUT, float(profile.timeout_s))
 
 
 def _profile(matrix: Matrix, name: str) -> Profile:
@@ -210,7 +195,7 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
-                     stage_timeout=stage_timeout(a, profile), profile=profile, profile_name=a.profile,
+                     stage_timeout=stage_timeout(profile, a.stage_timeout), profile=profile, profile_name=a.profile,
                      also_archs=also_archs)
     found = verify(HostRunner(python, env, run_dir / cell_id / "work"),
                    Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
@@ -228,7 +213,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     labels = lxc.cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
-                     stages=stages, stage_timeout=stage_timeout(a, profile), profile=profile,
+                     stages=stages, stage_timeout=stage_timeout(profile, a.stage_timeout), profile=profile,
                      profile_name=a.profile, also_archs=matrix.spec.also_audit)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
@@ -265,7 +250,7 @@ def _say_source(target: lxc.Target, trusted: Sequence[keys.PublicKey], env: Mapp
 def _host_gpus() -> gpus.Discovery:
     """This machine's GPUs (host and LXC mode: the probe runs here, with what the machine has)."""
     found = gpus.discover(None)
-    log.info(found.summary())
+    provision.say(found)
     return found
 
 

@@ -24,7 +24,7 @@ from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, c
 from .container import ContainerRunner
 from .gpus import Handed
 from .output import failed
-from .plan import DEFAULT_ARCHS, Plan, lane_from_labels
+from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels
 from .runner import Options, verify
 
 
@@ -60,7 +60,7 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
 
 def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Cell | None = None,
                 matrix: Matrix | None = None, archs: Sequence[str] | None = None, lane_cuda: str | None = None,
-                stages: Sequence[str] | None = None, stage_timeout: float = 900, run_id: str = "manual",
+                stages: Sequence[str] | None = None, stage_timeout: float = MIN_STAGE_TIMEOUT, run_id: str = "manual",
                 options: Mapping[str, Any] | None = None, handed: Handed | None = None,
                 cut_problem: str | None = None, profile: Profile | None = None,
                 profile_name: str = "default", keep: bool = False, pulled: ImageInfo | None = None,

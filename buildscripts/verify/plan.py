@@ -19,6 +19,26 @@ DEFAULT_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
 MIN_STAGE_TIMEOUT = 900.0
 
 
+def stages_argument(text: str | None, flag: str = "--stages") -> list[str] | None:
+    """The one check of a comma-separated stage list a user gives (`verify`, `build`): None (all) when not
+    given; an empty or unknown name is a ConfigError before anything runs."""
+    if text is None:
+        return None
+    names = text.split(",")
+    if not all(name.strip() for name in names):
+        msg = f"{flag} {text!r} names an empty stage"
+        raise ConfigError(msg, hint=f"give comma-separated stage names, e.g. {flag} facts,import; or leave "
+                                    f"{flag} out for the whole ladder")
+    planned_stages(names)  # raises ConfigError naming the unknown ones
+    return names
+
+
+def stage_timeout(profile: Profile, given: float | None = None) -> float:
+    """The one stage-timeout rule: `given` (--stage-timeout), else 900 s, or the server profile's timeout
+    when that is longer (a server stage must not be cut short by the deadline of the stages around it)."""
+    return float(given) if given else max(MIN_STAGE_TIMEOUT, float(profile.timeout_s))
+
+
 def planned_stages(stages: Sequence[str] | None) -> list[str]:
     """The stages that will run, in ladder order (all registered ones by default)."""
     wanted = list(stages) if stages else list(core.ORDER)
@@ -63,7 +83,7 @@ class Plan:
         """A matrix cell's archs and lane; the stage deadline covers the profile's server timeout."""
         profile = profile or Profile()
         return cls.make(archs=cell.archs, lane_cuda=cell.lane.cuda_version, stages=stages, profile=profile,
-                        stage_timeout=max(MIN_STAGE_TIMEOUT, float(profile.timeout_s)), profile_name=profile_name,
+                        stage_timeout=stage_timeout(profile), profile_name=profile_name,
                         also_archs=cell.also_audit)
 
     @property
