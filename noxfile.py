@@ -80,7 +80,7 @@ def report(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tag(session: nox.Session) -> None:
-    """Apply the good tags that verified cells of a results file earned (`-- --results FILE`)."""
+    """Apply the good tags that verified cells of results files earned (`-- --results GLOB`)."""
     _cli(session, "tag")
 
 

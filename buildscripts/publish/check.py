@@ -38,8 +38,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                     help="a registry reference, a local engine image, or an archive written by `nox -s export`")
     ap.add_argument("--arch", action="append", default=[],
                     help="the GPU arch that must be verified, e.g. sm_120a (default: every arch the verdicts name)")
-    ap.add_argument("--key", action="append", default=[], type=path_argument,
-                    help="a public key (PEM) to trust besides the project's keys/*.pub")
+    # --trust-key, as every command that weighs signatures spells it; --key is the spelling the docs first gave.
+    ap.add_argument("--trust-key", "--key", dest="key", action="append", default=[], type=path_argument,
+                    metavar="PUB", help="a public key (PEM) to trust besides the project's keys/*.pub (repeatable)")
     ap.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
     a = ap.parse_args(list(argv))
     for arch in a.arch:
