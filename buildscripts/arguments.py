@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import disk
-from .errors import ResultsError
+from .errors import ConfigError, ResultsError
 from .workspace import Workspace, path_argument, path_text
 
 
@@ -45,6 +45,21 @@ def selected(cell_id: str, only: Sequence[str], skip: Sequence[str] = ()) -> boo
     """The one `--only`/`--skip` rule: an id any `only` glob matches (every id when none) and no `skip` glob."""
     return ((not only or any(fnmatch.fnmatchcase(cell_id, p) for p in only))
             and not any(fnmatch.fnmatchcase(cell_id, p) for p in skip))
+
+
+def add_verification(parser: argparse.ArgumentParser) -> None:
+    """--profile NAME and --gpu N: the server profile and the GPU the GPU stages use (`build`, `verify`)."""
+    parser.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
+    parser.add_argument("--gpu", type=int, default=0,
+                        help="index of the GPU the GPU stages run on (verify with a tp profile: every GPU)")
+
+
+def check_gpu(index: int) -> int:
+    """--gpu's index, else a ConfigError (argparse takes any integer)."""
+    if index < 0:
+        msg = f"--gpu {index} is not a GPU index"
+        raise ConfigError(msg, hint="GPU indexes count from 0, as nvidia-smi shows them")
+    return index
 
 
 def add_results(parser: argparse.ArgumentParser, *, default: str) -> None:

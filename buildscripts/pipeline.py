@@ -97,10 +97,9 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first unexpected outcome")
     ap.add_argument("--no-verify", dest="verify", action="store_false", help="build only")
     ap.add_argument("--stages", help="comma-separated verification stages (default: all)")
-    ap.add_argument("--profile", default="default", help="server profile from matrix.yaml")
     ap.add_argument("--runs", type=path_argument, default=ws.runs, help="where run folders go")
     ap.add_argument("--run-id", default="", help="name of this run's folder (default: time + random)")
-    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on")
+    arguments.add_verification(ap)
     ap.add_argument("--per-gpu", action="store_true",
                     help="one container per GPU, side by side; a stage passes only if it passed on every GPU")
     ap.add_argument("--reverify", action="store_true",
@@ -123,7 +122,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     a = ap.parse_args(list(argv))
     return Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), only=a.only, skip=a.skip, stage=a.stage,
                    fail_fast=a.fail_fast, verify=a.verify, stages=stages_argument(a.stages),
-                   profile=a.profile, gpu=a.gpu, per_gpu=a.per_gpu, reverify=a.reverify,
+                   profile=a.profile, gpu=arguments.check_gpu(a.gpu), per_gpu=a.per_gpu, reverify=a.reverify,
                    builder=a.builder, cache_ref=a.cache_ref, cache_keep=_cache_keep(a.cache_keep, env),
                    keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1", env=env,
                    run_id=a.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
@@ -165,9 +164,7 @@ def check_options(matrix: Matrix, opts: Options) -> None:
             msg = f"--stage runs the CPU stages and pushes what passed them: it cannot go with {conflict}"
             raise ConfigError(msg, hint=f"drop {conflict}, or --stage")
         distribution.check_repository(opts.stage, "--stage")
-    if opts.profile not in matrix.spec.profiles:
-        msg = f"no server profile {opts.profile!r} in {opts.ws.matrix}"
-        raise ConfigError(msg, hint="profiles there: " + ", ".join(matrix.spec.profiles))
+    matrix.profile(opts.profile)
 
 
 def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:

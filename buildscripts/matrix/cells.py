@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..arguments import selected
-from ..errors import SelectionError
+from ..errors import ConfigError, SelectionError
 from ..results import ExpectedFailure
-from .schema import Base, Expectation, MatrixFile, SGLang, Toolkit, TorchLane
+from .schema import Base, Expectation, MatrixFile, Profile, SGLang, Toolkit, TorchLane
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +74,14 @@ class Matrix:
 
     def buildable(self) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if c.excluded is None)
+
+    def profile(self, name: str) -> Profile:
+        """The server profile `name` (--profile of `build` and `verify`), else a ConfigError naming the known."""
+        found = self.spec.profiles.get(name)
+        if found is None:
+            msg = f"no server profile {name!r} in {self.path} (known: {', '.join(self.spec.profiles)})"
+            raise ConfigError(msg, hint="pass --profile with one of those names")
+        return found
 
 
 # ---------------------------------------------------------------- expansion

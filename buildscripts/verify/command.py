@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import disk, distribution, engine, log, results
+from .. import arguments, disk, distribution, engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..matrix import Matrix, load
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
@@ -62,8 +62,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                                       "of matrix.yaml also gives its targets, lane and expected failure")
     ap.add_argument("--run-id", default=None, help="run folder name under runs/ (default: time-based)")
     ap.add_argument("--out", type=path_argument, help="results JSON (default: runs/RUN_ID/results.json)")
-    ap.add_argument("--profile", default="default", help="server profile from matrix.yaml (GPU stages)")
-    ap.add_argument("--gpu", type=int, default=0, help="index of the GPU the GPU stages run on (a tp profile: all)")
+    arguments.add_verification(ap)
     ap.add_argument("--shm-size", default=gpus.SHM_SIZE, type=gpus.shm_size_argument,
                     help=f"/dev/shm of the verification container, as docker's --shm-size (default {gpus.SHM_SIZE}); "
                          "64m is Docker's default")
@@ -109,9 +108,7 @@ def check_arguments(a: argparse.Namespace) -> None:
     if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_STAGE_TIMEOUT):  # NaN compares False
         msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
         raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")
-    if a.gpu < 0:
-        msg = f"--gpu {a.gpu} is not a GPU index"
-        raise ConfigError(msg, hint="GPU indexes count from 0, as nvidia-smi shows them")
+    arguments.check_gpu(a.gpu)
     if a.archs is not None:
         problems = [p for p in map(arch_problem, a.archs.split(",")) if p]
         if problems:
@@ -134,7 +131,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     stages = stages_argument(a.stages)
     started = results.now()
     matrix = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
-    profile = _profile(matrix, a.profile)
+    profile = matrix.profile(a.profile)
     signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
@@ -179,14 +176,6 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
                        options=given.options, handed=given.handed, cut_problem=given.cut_problem, profile=profile,
                        profile_name=a.profile, keep=env.get(KEEP_ENV) == "1", pulled=source, facts=facts)
     return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
-
-
-def _profile(matrix: Matrix, name: str) -> Profile:
-    profile = matrix.spec.profiles.get(name)
-    if profile is None:
-        msg = f"no server profile {name!r} in {matrix.path} (known: {', '.join(matrix.spec.profiles)})"
-        raise ConfigError(msg, hint="pass --profile with one of those names")
-    return profile
 
 
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,

@@ -100,3 +100,20 @@ def test_the_stage_timeout_rule_is_one_for_the_build_and_verify() -> None:
     assert stage_timeout(slow, 60) == 60                    # --stage-timeout wins
     cell = matrix.load(ROOT / "matrix.yaml").buildable()[0]
     assert Plan.for_cell(cell, profile=slow).stage_timeout == stage_timeout(slow)
+
+
+def test_build_and_verify_refuse_a_negative_gpu_alike(ws: Workspace) -> None:
+    with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
+        pipeline.parse(["--gpu", "-1"], ws, {})
+    with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
+        verify_command.parse(["some-image", "--gpu", "-1"])
+
+
+def test_an_unknown_profile_is_said_alike_by_build_and_verify(ws: Workspace) -> None:
+    loaded = matrix.load(ws.matrix)
+    with pytest.raises(ConfigError) as from_build:
+        pipeline.check_options(loaded, pipeline.parse(["--profile", "nope"], ws, {}))
+    with pytest.raises(ConfigError) as from_verify:
+        verify_command.main(["some-image", "--profile", "nope", "--out", str(ws.root / "r.json")], ws, {})
+    assert "no server profile 'nope'" in from_build.value.message
+    assert from_build.value.message == from_verify.value.message
