@@ -6,6 +6,7 @@ namespaces (root), the same server started with no route out (probe/netcut.py), 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -27,7 +28,13 @@ from buildscripts.verify.observe import Endpoint
 FAKE = str(Path(__file__).with_name("fake_server.py"))
 NETCUT = str(Path(server.__file__).with_name("netcut.py"))
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
-MODEL = tinymodel.make(seed=20261201)
+
+
+@functools.cache
+def model() -> tinymodel.TinyModel:
+    """The tests' tiny model, made when a test first asks (not at collection, where every worker would make it
+    for files it never runs)."""
+    return tinymodel.make(seed=20261201)
 
 
 class Local:
@@ -69,7 +76,7 @@ def serve_line(port: int, pid: int = 4242) -> str:
 
 def observe(reach: Local, port: int, *, handed: Handed | None = None, deadline: float = 30,
             after: str | None = None) -> Observation:
-    handoff = Handoff(reach, handed or Handed((H200,)), MODEL, ready_deadline_s=deadline)
+    handoff = Handoff(reach, handed or Handed((H200,)), model(), ready_deadline_s=deadline)
     assert handoff.feed(serve_line(port))
     if after:
         time.sleep(0.5)
@@ -91,12 +98,12 @@ def probe_said(status: Status = Status.PASSED) -> list[StageResult]:
 
 
 def judged(seen: Observation | None, status: Status = Status.PASSED) -> dict[str, StageResult]:
-    stages = claims.backed(served.merge(probe_said(status), seen, MODEL), Handed((H200,)), "host")
+    stages = claims.backed(served.merge(probe_said(status), seen, model()), Handed((H200,)), "host")
     return {s.name: s for s in stages}
 
 
 def test_a_server_that_answers_the_reference_passes_as_the_host_saw_it(fake) -> None:  # type: ignore[no-untyped-def]
-    port, _ = fake("sglang", list(MODEL.reference.output_ids))
+    port, _ = fake("sglang", list(model().reference.output_ids))
     seen = observe(Local(), port)
     assert seen.readiness is not None and seen.readiness.ready and seen.problem is None
     assert seen.readiness.seconds_to_ready is not None and seen.readiness.seconds_to_ready >= 1.0
@@ -106,12 +113,12 @@ def test_a_server_that_answers_the_reference_passes_as_the_host_saw_it(fake) -> 
     assert "network could not be cut" in found["server"].evidence["warning"]
     generation = found["first-generation"]
     assert generation.status is Status.PASSED and generation.where == "host: NVIDIA H200 (sm_90)"
-    assert generation.evidence["generate"]["output_ids"] == list(MODEL.reference.output_ids)
-    assert generation.evidence["model"]["seed"] == MODEL.seed and generation.evidence["chat"]["usage"]
+    assert generation.evidence["generate"]["output_ids"] == list(model().reference.output_ids)
+    assert generation.evidence["model"]["seed"] == model().seed and generation.evidence["chat"]["usage"]
 
 
 def test_other_tokens_fail_the_first_generation_with_the_position(fake) -> None:  # type: ignore[no-untyped-def]
-    wrong = list(MODEL.reference.output_ids)
+    wrong = list(model().reference.output_ids)
     wrong[5] = (wrong[5] + 1) % 512
     port, _ = fake("sglang", wrong)
     found = judged(observe(Local(), port))
@@ -133,7 +140,7 @@ def test_a_server_that_dies_ends_the_polling_at_once(fake) -> None:  # type: ign
 
 def test_a_server_that_never_answers_times_out_with_the_url(fake) -> None:  # type: ignore[no-untyped-def]
     port, _ = fake("hang", [])
-    found = judged(observe(Local(), port, deadline=4))
+    found = judged(observe(Local(), port, deadline=1.5))   # a deadline, not a wait: short is enough
     server_stage = found["server"]
     assert server_stage.status is Status.FAILED and server_stage.failure_class == "readiness-timeout"
     assert f"http://127.0.0.1:{port}" in (server_stage.reason or "")
@@ -157,7 +164,7 @@ def test_a_pid_without_this_verifications_marker_is_not_reached(fake) -> None:  
 
 @pytest.mark.skipif(netns.problem() is not None, reason=f"cannot join network namespaces here: {netns.problem()}")
 def test_a_server_with_no_route_out_is_reached_from_inside_its_namespace(fake) -> None:  # type: ignore[no-untyped-def]
-    port, proc = fake("sglang", list(MODEL.reference.output_ids), cut=True)
+    port, proc = fake("sglang", list(model().reference.output_ids), cut=True)
     time.sleep(1.5)
     assert not netns.same_as_ours(netns.of_process(proc.pid))
     assert Endpoint("127.0.0.1", port).request("/health_generate", timeout=2)[0] is None  # not from outside

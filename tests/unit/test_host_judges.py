@@ -5,6 +5,7 @@ the image's own torch/transformers decode: tests/e2e/test_reference_decode.py.""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -20,7 +21,13 @@ from buildscripts.verify.handoff import Handover, Observation
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
 H200_B = Gpu(1, "NVIDIA H200", "GPU-0b00b1e5-0000-4000-8000-00000000beef", "9.0", "580.159.04", 143771)
-MODEL = tinymodel.make(seed=7)
+
+
+@functools.cache
+def model() -> tinymodel.TinyModel:
+    """The tests' tiny model, made when a test first asks (not at collection, where every worker would make it
+    for files it never runs), of a seed whose first draw has clear margins: seed 7 took 363 draws, 4.4 s."""
+    return tinymodel.make(seed=91)
 
 
 def gpu_stage(name: str, status: Status = Status.PASSED, gpu: str | None = "NVIDIA H200", arch: str | None = "sm_90",
@@ -100,20 +107,20 @@ FIRST = StageResult(name="first-generation", status=Status.SKIPPED, reason="made
 
 def test_a_server_pass_without_a_hand_over_fails_and_so_does_its_generation() -> None:
     claimed = StageResult(name="first-generation", status=Status.PASSED)
-    server, generation = served.merge([probe_server(), claimed], None, MODEL)
+    server, generation = served.merge([probe_server(), claimed], None, model())
     assert server.status is Status.FAILED and server.failure_class == "server-unobserved"
     assert generation.status is Status.FAILED and generation.failure_class == "server-unobserved"
     skipped = probe_server(Status.SKIPPED, reason="the profile does not apply")
-    assert served.merge([skipped, FIRST], None, MODEL)[0] == skipped   # a skip claims nothing: kept
+    assert served.merge([skipped, FIRST], None, model())[0] == skipped   # a skip claims nothing: kept
 
 
 def test_the_hosts_timings_replace_the_probes_and_the_generation_is_the_hosts() -> None:
     observation = seen(generation={"generate": {"output_ids": [1, 2]}})
-    server, generation = served.merge([probe_server(), FIRST], observation, MODEL)
+    server, generation = served.merge([probe_server(), FIRST], observation, model())
     assert server.status is Status.PASSED and server.evidence["seconds_to_ready"] == 90.0
     assert server.evidence["observed_by"] == "host" and "shutdown" not in server.evidence
     assert generation.status is Status.PASSED and generation.evidence["shutdown"] == {"clean": True}
-    failed = served.merge([probe_server(), FIRST], seen(problem="generation mismatch: GPU token 3 is 9"), MODEL)[1]
+    failed = served.merge([probe_server(), FIRST], seen(problem="generation mismatch: GPU token 3 is 9"), model())[1]
     assert failed.status is Status.FAILED and failed.failure_class == "generation-mismatch"
 
 
@@ -126,11 +133,11 @@ def test_a_download_tried_with_no_route_out_is_named_in_reason_and_hint() -> Non
            "RuntimeError: fmha.cubin could not be loaded")
     died = probe_server(Status.FAILED, reason="server process exited with code 1 after 48s: RuntimeError: x",
                         log_excerpt=log)
-    server = served.merge([died, FIRST], seen(ready=False), MODEL)[0]
+    server = served.merge([died, FIRST], seen(ready=False), model())[0]
     assert server.failure_class == "offline-download"
     assert (server.reason or "").endswith(f"with no route out, the server tried to download {url}")
     assert (server.hint or "").startswith(f"It tried {url}. ")
-    kept = served.merge([died, FIRST], seen(ready=False, cut=False), MODEL)[0]  # network not cut: another cause
+    kept = served.merge([died, FIRST], seen(ready=False, cut=False), model())[0]  # network not cut: another cause
     assert kept.failure_class != "offline-download"
 
 
@@ -149,11 +156,11 @@ def test_the_url_of_a_failed_download(text: str, url: str | None) -> None:
 # ----------------------------------------------------------------------------------- the tiny model
 
 def test_weights_are_bf16_values_and_the_checkpoint_reads_back() -> None:
-    files = MODEL.files()
+    files = model().files()
     tensors = load(files["model.safetensors"])
-    assert set(tensors) == set(MODEL.weights) and len(tensors) == 3 + 9 * LAYERS
+    assert set(tensors) == set(model().weights) and len(tensors) == 3 + 9 * LAYERS
     for name, value in tensors.items():
-        assert value.dtype == np.float32 and np.array_equal(value, MODEL.weights[name])
+        assert value.dtype == np.float32 and np.array_equal(value, model().weights[name])
         assert not (value.view(np.uint32) & 0xFFFF).any(), f"{name} holds values bf16 cannot hold exactly"
     config = json.loads(files["config.json"])
     assert config["architectures"] == ["LlamaForCausalLM"] and config["vocab_size"] == VOCAB
@@ -165,11 +172,11 @@ def test_bf16_rounds_to_nearest_even() -> None:
 
 
 def test_a_seed_draws_the_same_model_and_every_run_gets_a_new_one() -> None:
-    again = tinymodel.make(seed=7)
-    assert again.reference == MODEL.reference and again.draws == MODEL.draws
-    assert MODEL.reference.weakest() >= tinymodel.MIN_MARGIN and len(MODEL.reference.output_ids) == 16
+    again = tinymodel.make(seed=91)
+    assert again.reference == model().reference and again.draws == model().draws
+    assert model().reference.weakest() >= tinymodel.MIN_MARGIN and len(model().reference.output_ids) == 16
     fresh = tinymodel.make()
-    assert fresh.seed != MODEL.seed and fresh.reference.prompt_ids != MODEL.reference.prompt_ids
+    assert fresh.seed != model().seed and fresh.reference.prompt_ids != model().reference.prompt_ids
 
 
 def test_a_margin_no_seed_reaches_is_a_clear_error() -> None:
@@ -179,14 +186,14 @@ def test_a_margin_no_seed_reaches_is_a_clear_error() -> None:
 
 def test_a_fresh_decoder_given_the_whole_sequence_picks_the_same_next_token() -> None:
     shape = reference.Shape.of(tinymodel.CONFIG)
-    ids = [*MODEL.reference.prompt_ids, *MODEL.reference.output_ids[:-1]]
-    for i in (len(MODEL.reference.prompt_ids), len(ids)):   # the sequence so far, given at once
-        logits = reference.Llama(MODEL.weights, shape).step(ids[:i])
-        assert int(np.argmax(logits)) == MODEL.reference.output_ids[i - len(MODEL.reference.prompt_ids)]
+    ids = [*model().reference.prompt_ids, *model().reference.output_ids[:-1]]
+    for i in (len(model().reference.prompt_ids), len(ids)):   # the sequence so far, given at once
+        logits = reference.Llama(model().weights, shape).step(ids[:i])
+        assert int(np.argmax(logits)) == model().reference.output_ids[i - len(model().reference.prompt_ids)]
 
 
 def test_tokens_are_compared_as_ids_and_read_from_either_answer_form() -> None:
-    want = MODEL.reference
+    want = model().reference
     assert observe.compare_tokens(list(want.output_ids), want) is None
     wrong = [*want.output_ids[:3], (want.output_ids[3] + 1) % 512, *want.output_ids[4:]]
     assert "GPU token 3 is" in (observe.compare_tokens(wrong, want) or "")
