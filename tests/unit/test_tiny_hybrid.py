@@ -5,6 +5,7 @@ tests/e2e/test_reference_decode.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import get_args
@@ -22,17 +23,25 @@ from buildscripts.verify.plan import Plan
 from buildscripts.verify.reference import Array, as_float64, bf16
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = tinymodel.make(seed=11, model="hybrid")
+
+
+@functools.cache
+def model() -> tinymodel.TinyModel:
+    """The tests' tiny hybrid, made when a test first asks (not at collection, where every worker would make
+    it), of a seed whose first draw has clear margins: seed 11 took 196 draws, 3.9 s."""
+    return tinymodel.make(seed=98, model="hybrid")
+
+
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
 
 
 def test_the_checkpoint_is_a_nemotron_h_of_bf16_values() -> None:
-    files = MODEL.files()
+    files = model().files()
     config = json.loads(files["config.json"])
     assert config["architectures"] == ["NemotronHForCausalLM"] and config["vocab_size"] == VOCAB
     assert config["hybrid_override_pattern"] == "M*-M-" and config["n_groups"] == config["mamba_n_groups"] == 2
     tensors = load(files["model.safetensors"])
-    assert set(tensors) == set(MODEL.weights)
+    assert set(tensors) == set(model().weights)
     for name, value in tensors.items():
         assert name.startswith(("backbone.", "lm_head.")), name   # NemotronH's own names: both loaders map them
         assert value.dtype == np.float32 and not (value.view(np.uint32) & 0xFFFF).any(), name
@@ -42,22 +51,22 @@ def test_the_checkpoint_is_a_nemotron_h_of_bf16_values() -> None:
     assert {n for n in tensors if n.startswith("backbone.layers.2.")} == {
         "backbone.layers.2.norm.weight", "backbone.layers.2.mixer.up_proj.weight",
         "backbone.layers.2.mixer.down_proj.weight"}
-    assert MODEL.evidence()["architecture"] == "NemotronHForCausalLM"
+    assert model().evidence()["architecture"] == "NemotronHForCausalLM"
 
 
 def test_a_seed_draws_the_same_hybrid_with_clear_margins() -> None:
-    again = tinymodel.make(seed=11, model="hybrid")
-    assert again.reference == MODEL.reference and len(MODEL.reference.output_ids) == tinymodel.NEW_TOKENS
-    assert MODEL.reference.weakest() >= tinymodel.MIN_MARGIN
-    assert MODEL.reference != tinymodel.make(seed=11).reference   # the Llama of the same seed is another model
+    again = tinymodel.make(seed=98, model="hybrid")
+    assert again.reference == model().reference and len(model().reference.output_ids) == tinymodel.NEW_TOKENS
+    assert model().reference.weakest() >= tinymodel.MIN_MARGIN
+    assert model().reference != tinymodel.make(seed=98).reference   # the Llama of the same seed is another model
 
 
 def test_the_whole_sequence_at_once_gives_the_same_next_token() -> None:
-    ids = [*MODEL.reference.prompt_ids, *MODEL.reference.output_ids[:-1]]
-    start = len(MODEL.reference.prompt_ids)
+    ids = [*model().reference.prompt_ids, *model().reference.output_ids[:-1]]
+    start = len(model().reference.prompt_ids)
     for i in (start, start + 5, len(ids)):
-        logits = hybrid.NemotronH(MODEL.weights).step(ids[:i])
-        assert int(np.argmax(logits)) == MODEL.reference.output_ids[i - start]
+        logits = hybrid.NemotronH(model().weights).step(ids[:i])
+        assert int(np.argmax(logits)) == model().reference.output_ids[i - start]
 
 
 def unrolled_mamba2(x: Array, w: dict[str, Array], p: str) -> Array:
@@ -89,7 +98,7 @@ def unrolled_mamba2(x: Array, w: dict[str, Array], p: str) -> Array:
 
 
 def test_the_mamba_recurrence_is_the_unrolled_sum() -> None:
-    w = as_float64(MODEL.weights)
+    w = as_float64(model().weights)
     x = np.random.default_rng(3).standard_normal((7, hybrid.HIDDEN))
     decoder = hybrid.NemotronH(w)
     stepwise = np.stack([decoder._mamba(0, row, "backbone.layers.0.mixer.") for row in x])
@@ -97,8 +106,8 @@ def test_the_mamba_recurrence_is_the_unrolled_sum() -> None:
 
 
 def test_the_path_survives_bf16_everywhere_the_server_stores_a_value() -> None:
-    ref = MODEL.reference
-    decoder = hybrid.NemotronH(MODEL.weights, rounding=lambda v: bf16(v).astype(np.float64))
+    ref = model().reference
+    decoder = hybrid.NemotronH(model().weights, rounding=lambda v: bf16(v).astype(np.float64))
     logits, got = decoder.step(list(ref.prompt_ids)), []
     for token in ref.output_ids:
         got.append(int(np.argmax(logits)))
