@@ -19,6 +19,7 @@ import pytest
 from buildscripts import results
 from buildscripts.results import RunResults
 from tests.results_factory import make_cell
+from tests.unit.fuzzing import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SET = {"results.json", "results.schema.json", "compat.md", "compat.html", "junit.xml", "sizes.md"}
@@ -70,7 +71,7 @@ def test_sigkill_at_any_moment_leaves_one_whole_set(files: dict[str, Path], tmp_
     whole = time.monotonic() - started
     rng = random.Random(27)
     seen = set()
-    for round_ in range(10):
+    for round_ in range(examples(10, least=4)):
         writer = report(files["new" if round_ % 2 == 0 else "old"], out, slow=True)
         time.sleep(rng.uniform(whole * 0.4, whole))  # past the imports, into rendering, writing or the swap
         os.kill(writer.pid, signal.SIGKILL)
@@ -81,7 +82,7 @@ def test_sigkill_at_any_moment_leaves_one_whole_set(files: dict[str, Path], tmp_
 
 def test_two_reports_into_one_folder_leave_one_whole_set(files: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "reports"
-    for _ in range(6):
+    for _ in range(examples(6, least=3)):
         writers = [report(files["old"], out), report(files["new"], out)]
         for writer in writers:
             assert writer.wait(120) == 0

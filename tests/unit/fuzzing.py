@@ -46,9 +46,10 @@ FUZZ = settings(deadline=5000, database=None, print_blob=True, derandomize=os.en
 SHARE = float(os.environ.get("SGLANG_IMAGES_FUZZ_SHARE", "1"))
 
 
-def examples(full: int) -> int:
-    """How many examples a property of `full` examples draws in this run (at least 10)."""
-    return max(10, round(full * SHARE))
+def examples(full: int, least: int = 10) -> int:
+    """How many examples a property of `full` examples draws in this run (at least `least`); also the rounds
+    of a test that repeats an attempt at random moments (the report kills)."""
+    return max(least, round(full * SHARE))
 
 
 # Text that once crashed or fooled something: rich markup, format fields, path tricks, Unicode digits.

@@ -76,11 +76,11 @@ def test_gpus_that_do_not_divide_the_heads_skip_the_server_with_the_reason(count
 
 
 def test_the_tp_llama_decodes_and_keeps_the_default_llama_as_it_was() -> None:
-    wide = tinymodel.make(seed=11, model="llama-tp", max_draws=400)
+    wide = tinymodel.make(seed=331, model="llama-tp", max_draws=1)   # a seed whose first draw has clear margins
     assert wide.config["num_attention_heads"] == 8 and wide.architecture == "LlamaForCausalLM"
     assert wide.weights["model.layers.0.self_attn.q_proj.weight"].shape == (8 * 64, 256)
     assert len(wide.reference.output_ids) == tinymodel.NEW_TOKENS
-    assert tinymodel.make(seed=7).config["num_attention_heads"] == 4   # what the baked caches were recorded for
+    assert tinymodel.ARCHITECTURES["llama"].config["num_attention_heads"] == 4   # what the baked caches know
 
 
 def test_a_profile_without_the_placeholder_is_left_alone() -> None:
