@@ -35,7 +35,7 @@ from .publish import staging, tagcmd, tags, trusted
 from .results import CPU_STAGES, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
-from .verify import gpus, provision, reuse
+from .verify import gpus, provision, reuse, tp
 from .verify.container import KEEP_ENV
 from .verify.ladder import verify_image
 from .verify.pergpu import combine_per_gpu, verify_per_gpu
@@ -231,7 +231,8 @@ def _candidate_of(cells: Mapping[str, Cell], matrix: Matrix, cell_id: str, input
 def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cell], opts: Options,
             run_dir: Path) -> Context:
     info = client.info()
-    given = provision.find(client, opts.gpu, info)
+    # A tensor-parallel profile spans every GPU of the runner, in the build as in `verify IMAGE` (verify/tp.py)
+    given = provision.find(client, opts.gpu, info, all_gpus=tp.wants_all_gpus(matrix.spec.profiles[opts.profile]))
     builder = cache.builder(opts.builder, info)
     shared, notes = cache.plan(shared_cache(matrix, opts), builder) if buildable else (None, [])
     for note in notes:

@@ -5,17 +5,20 @@ every GPU and the /dev/shm asked for."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
+from buildscripts import pipeline
 from buildscripts.matrix import load
 from buildscripts.probe import core
 from buildscripts.results import CellResult, ImageInfo, StageResult, Status, Verdict, judged
 from buildscripts.results.schema import BuildResult
-from buildscripts.verify import gpus, tinymodel, tp
+from buildscripts.verify import gpus, provision, tinymodel, tp
 from buildscripts.verify.gpus import Discovery, Gpu, Handed
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.served import generation_stage
+from buildscripts.workspace import Workspace
 from tests.results_factory import PROJECT_MATRIX, cpu_passed, gpu_passed
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
@@ -149,3 +152,26 @@ def test_shm_sizes_in_dockers_form_are_taken(text: str) -> None:
 def test_other_shm_sizes_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="docker's --shm-size"):
         gpus.shm_size_argument(text)
+
+
+@pytest.mark.parametrize(("profile", "spans"), [("tp", True), ("tp-shm", True), ("default", False)])
+def test_the_build_hands_a_tp_profile_every_gpu_as_verify_does(profile: str, spans: bool, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: dict[str, object] = {}
+
+    class Asked(Exception):
+        pass
+
+    def find(client: object, gpu: int, info: object = None, **kwargs: object) -> None:
+        asked.update(kwargs, gpu=gpu)
+        raise Asked
+
+    class Engine:
+        def info(self) -> dict[str, object]:
+            return {}
+
+    monkeypatch.setattr(provision, "find", find)
+    with pytest.raises(Asked):
+        pipeline.prepare(Engine(), load(PROJECT_MATRIX), [],  # type: ignore[arg-type]
+                         pipeline.Options(ws=Workspace.at(tmp_path), profile=profile), tmp_path)
+    assert asked == {"gpu": 0, "all_gpus": spans}
