@@ -15,3 +15,4 @@ run() { local name=$1; shift
 run allreduce --stages gpu-visible,nccl-allreduce
 run tp1 --profile tp --stages gpu-visible,nccl-allreduce,server,first-generation --stage-timeout 300
 run hybrid --profile hybrid --stages gpu-visible,server,first-generation --stage-timeout 420
+run full --stage-timeout 300
