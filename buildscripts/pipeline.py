@@ -164,7 +164,10 @@ def check_options(matrix: Matrix, opts: Options) -> None:
             msg = f"--stage runs the CPU stages and pushes what passed them: it cannot go with {conflict}"
             raise ConfigError(msg, hint=f"drop {conflict}, or --stage")
         distribution.check_repository(opts.stage, "--stage")
-    matrix.profile(opts.profile)
+    if tp.wants_all_gpus(matrix.profile(opts.profile)) and opts.per_gpu:
+        msg = f"--per-gpu gives each server one GPU; profile {opts.profile!r} serves across all of them"
+        raise ConfigError(msg, hint=f"drop --per-gpu (the {opts.profile} profile takes every GPU), or pick another "
+                                    "--profile")
 
 
 def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:

@@ -40,14 +40,31 @@ def load_checked(paths: Sequence[Path], matrix: Matrix, keys: Sequence[PublicKey
     push: made from this matrix (a warning when `allow_other` lets another through), writable, no record in
     the selection that the gate refuses, and the selection not empty."""
     runs = {path: results.load(path) for path in paths}
+    earning: dict[str, dict[str, Path]] = {}   # cell id -> tested image -> the file whose record earned tags
     for path, run in runs.items():
         warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
         if warning:
             log.warn(warning)
         check_writable(path, command)
-        trusted.refuse(trusted.sift(run, matrix, keys, only), path)
+        sifted = trusted.sift(run, matrix, keys, only)
+        trusted.refuse(sifted, path)
+        for c in sifted:
+            if isinstance(c, trusted.Trusted) and c.why_not is None and not c.record.image.subject:
+                earning.setdefault(c.cell_id, {}).setdefault(c.image_id, path)
     check_selection(runs, only)
+    check_one_image_per_cell(earning)
     return runs
+
+
+def check_one_image_per_cell(earning: Mapping[str, Mapping[str, Path]]) -> None:
+    """ResultsError when one cell earned good tags for different images in the files given: which one the
+    moving tags should name is not for file order to decide (promotion by digest weighs its records itself)."""
+    for cell_id, images in earning.items():
+        if len(images) > 1:
+            found = "; ".join(f"{image[:19]}… in {path}" for image, path in images.items())
+            msg = f"{cell_id} earned good tags for {len(images)} different images: {found}"
+            raise ResultsError(msg, hint="pass only the results file whose image should carry the tags "
+                                         "(--results FILE), or select other cells with --only")
 
 
 def check_writable(path: Path, command: str) -> None:

@@ -27,6 +27,7 @@ from ..results import CellResult, RunResults, StageResult, Verdict, load
 from ..trust import seal
 from ..trust.dsse import EnvelopeError
 from ..trust.keys import PublicKey
+from . import tp
 from .classify import CATALOGUE
 from .container import PROBE_SOURCE
 from .gpus import Discovery
@@ -37,7 +38,7 @@ HISTORY = 50   # saved runs looked through, newest first: older results are veri
 
 
 # The host's side of a verdict: GPU facts, the server stages it observes, its model and reference decode.
-JUDGES = ("claims.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py", "hybrid.py")
+JUDGES = ("claims.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py", "hybrid.py", "tp.py")
 
 
 def _digest(paths: Iterable[Path]) -> str:
@@ -65,11 +66,12 @@ def catalogue_digest() -> str:
     return hashlib.sha256(CATALOGUE.read_bytes()).hexdigest()
 
 
-def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool) -> dict[str, object]:
-    """The GPU side of the key: the GPU(s) the stages would run on, or why none can."""
+def gpu_identity(discovery: Discovery, gpu: int, per_gpu: bool, all_gpus: bool = False) -> dict[str, object]:
+    """The GPU side of the key: the GPU(s) the stages would run on (every one for a tensor-parallel profile,
+    whose tp size they make), or why none can."""
     if not discovery.usable_in_containers:
         return {"gpu": None, "problem": discovery.problem}
-    chosen = [g for g in discovery.gpus if per_gpu or g.index == gpu]
+    chosen = [g for g in discovery.gpus if per_gpu or all_gpus or g.index == gpu]
     return {"runtime": discovery.runtime, "per_gpu": per_gpu,
             "gpus": [{"name": g.name, "arch": g.arch, "driver": g.driver, "memory_mib": g.memory_mib}
                      for g in chosen]}
@@ -82,7 +84,7 @@ def key(image_id: str, plan: Plan, discovery: Discovery, *, gpu: int = 0, per_gp
               "lane_cuda": plan.lane_cuda, "stage_timeout": plan.stage_timeout,
               "server_args": list(plan.server_args), "server_env": dict(plan.server_env),
               "server_profile": plan.server_profile, "server_model": plan.server_model,
-              "gpu": gpu_identity(discovery, gpu, per_gpu)}
+              "gpu": gpu_identity(discovery, gpu, per_gpu, all_gpus=tp.wants_all_gpus(plan.server_args))}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 

@@ -61,4 +61,5 @@ def verify(runner: Runner, options: Options) -> list[StageResult]:
     model = model_for(options)
     outcome = runner.run(options, model)
     stages = served.merge(outcome.stages, outcome.observation, model)
+    stages = tp.skipped(stages, options.plan)
     return tp.backed(claims.backed(stages, options.handed, runner.mode), options.handed)

@@ -129,6 +129,9 @@ def generation_stage(probe: StageResult, server: StageResult | None, probe_serve
     if not isinstance(shutdown, dict) or not shutdown.get("clean", False):
         return _failed(probe, f"unclean shutdown: the server left processes or port {observation.handover.port} "
                               "behind", evidence, None)
+    if model is None:   # the host made no weights for this run, so nothing it saw can be compared
+        return _failed(probe, "the host made no tiny model for this run: there was no reference to compare the "
+                              "generation with", evidence, None, UNOBSERVED)
     return probe.model_copy(update={"status": Status.PASSED, "reason": None, "evidence": evidence})
 
 

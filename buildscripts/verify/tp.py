@@ -18,9 +18,10 @@ from ..results import StageResult, Status
 from . import classify, tinymodel
 from .gpus import Handed
 from .handoff import UNBACKED
-from .plan import Plan
+from .plan import Plan, planned_stages
 
 PLACEHOLDER = "{gpus}"
+ALLREDUCE = "nccl-allreduce"
 MIN_GPUS = 2
 
 
@@ -47,7 +48,11 @@ def planned(plan: Plan, handed: Handed) -> Plan:
     elif heads % count:
         skip = (f"profile {plan.server_profile!r} would split the tiny model's {heads} attention heads over "
                 f"{count} GPUs, which does not divide them; the tp profiles verify on machines of 2, 4 or 8 GPUs")
-    return replace(plan, server_args=args, server_skip=skip)
+    # The all-reduce is what a tp verdict stands on besides the tokens: a tp server is never planned without it
+    stages = plan.stages
+    if "server" in stages and ALLREDUCE not in stages:
+        stages = tuple(planned_stages((*stages, ALLREDUCE)))
+    return replace(plan, server_args=args, server_skip=skip, stages=stages)
 
 
 def attention_heads(model: str) -> int:
@@ -57,13 +62,24 @@ def attention_heads(model: str) -> int:
     return heads
 
 
+def skipped(stages: Sequence[StageResult], plan: Plan) -> list[StageResult]:
+    """The server and first-generation stages skipped with the host's reason when the host decided the server
+    was not to run (`planned`): what the image under test reports for them is not asked."""
+    if not plan.server_skip:
+        return list(stages)
+    reasons = {"server": plan.server_skip, "first-generation": f"the server was skipped: {plan.server_skip}"}
+    return [stage.model_copy(update={"status": Status.SKIPPED, "reason": reasons[stage.name], "evidence": {},
+                                     "failure_class": None, "hint": None})
+            if stage.name in reasons else stage for stage in stages]
+
+
 def backed(stages: Sequence[StageResult], handed: Handed) -> list[StageResult]:
     """nccl-allreduce passes only at the world size the host handed over: a probe that ran fewer (or more)
     ranks than the GPUs given has not shown what the verdict will say."""
     out = []
     for stage in stages:
         world = stage.evidence.get("world_size")
-        if stage.name == "nccl-allreduce" and stage.status is Status.PASSED and world != len(handed.gpus):
+        if stage.name == ALLREDUCE and stage.status is Status.PASSED and world != len(handed.gpus):
             reason = (f"nccl-allreduce passed at world size {world}, but the host handed over "
                       f"{len(handed.gpus)} GPU(s)")
             stage = stage.model_copy(update={"status": Status.FAILED, "reason": reason, "failure_class": UNBACKED,

@@ -18,7 +18,7 @@ from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.verify import command as verify_command
 from buildscripts.verify.plan import MIN_STAGE_TIMEOUT, Plan, stage_timeout
 from buildscripts.workspace import Workspace
-from tests.results_factory import make_run, sealed
+from tests.results_factory import make_cell, make_run, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = {"report": ["--no-readme"], "tag": [], "promote": ["--registry", "127.0.0.1:5000"], "export": ["x"]}
@@ -61,6 +61,18 @@ def test_tag_takes_several_results_files_and_checks_every_one_before_the_engine(
     results.save(make_run(), ws.runs / "b" / "results.json")   # no matrix digest: refused
     with pytest.raises(ResultsError, match=r"b/results\.json"):
         tagcmd.main(["--results", str(ws.runs / "*" / "results.json")], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
+
+
+def test_tag_refuses_files_whose_records_of_one_cell_earned_tags_for_different_images(ws: Workspace) -> None:
+    digest = results.matrix_digest(matrix.load(ws.matrix).spec)
+    for name, image in (("aa-new", "sha256:" + "ab" * 32), ("zz-old", "sha256:" + "cd" * 32)):
+        run = make_run(run_id=name, kinds=("verified",))
+        run.matrix_digest = digest
+        run.cells = [sealed(make_cell("verified", image_id=image))]
+        results.save(run, ws.runs / name / "results.json")
+    with pytest.raises(ResultsError, match="earned good tags for 2 different images") as exc:
+        tagcmd.main(["--results", str(ws.runs / "*" / "results.json")], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
+    assert "aa-new" in exc.value.message and "zz-old" in exc.value.message
 
 
 def test_tag_without_results_is_a_usage_error(ws: Workspace) -> None:

@@ -124,6 +124,14 @@ def test_the_hosts_timings_replace_the_probes_and_the_generation_is_the_hosts() 
     assert failed.status is Status.FAILED and failed.failure_class == "generation-mismatch"
 
 
+def test_a_generation_the_host_had_no_reference_for_never_passes() -> None:
+    observation = seen(generation={"generate": {"output_ids": [1, 2]}})
+    server, generation = served.merge([probe_server(), FIRST], observation, None)   # no tiny model made
+    assert server.status is Status.PASSED
+    assert generation.status is Status.FAILED and generation.failure_class == "server-unobserved"
+    assert "no reference" in (generation.reason or "")
+
+
 def test_a_download_tried_with_no_route_out_is_named_in_reason_and_hint() -> None:
     url = "https://artifacts.example.invalid/cubins/7a1b/flashinfer/trtllm/fmha.cubin"
     log = (f"INFO flashinfer.jit: Fetching fmha.cubin from {url}\n"

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from buildscripts import pipeline
+from buildscripts.errors import ConfigError
 from buildscripts.matrix import load
 from buildscripts.probe import core
 from buildscripts.results import CellResult, ImageInfo, StageResult, Status, Verdict, judged
 from buildscripts.results.schema import BuildResult
-from buildscripts.verify import gpus, provision, tinymodel, tp
+from buildscripts.verify import gpus, provision, reuse, runner, tinymodel, tp
 from buildscripts.verify.gpus import Discovery, Gpu, Handed
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.served import generation_stage
@@ -175,3 +176,55 @@ def test_the_build_hands_a_tp_profile_every_gpu_as_verify_does(profile: str, spa
         pipeline.prepare(Engine(), load(PROJECT_MATRIX), [],  # type: ignore[arg-type]
                          pipeline.Options(ws=Workspace.at(tmp_path), profile=profile), tmp_path)
     assert asked == {"gpu": 0, "all_gpus": spans}
+
+
+class Claiming:
+    """A runner whose image claims every GPU stage passed on the GPU it was given, server included."""
+
+    mode = "host"
+
+    def run(self, options: runner.Options, model: object) -> runner.Outcome:
+        claims = [StageResult(name=n, status=Status.PASSED, gpu="NVIDIA H200", arch="sm_90",
+                              evidence={"world_size": 1} if n == "nccl-allreduce" else {})
+                  for n in options.plan.stages]
+        return runner.Outcome(stages=claims)
+
+
+@pytest.mark.parametrize(("count", "words"), [(1, "needs at least 2"), (3, "8 attention heads over 3 GPUs")])
+def test_a_server_the_host_skipped_stays_skipped_whatever_the_image_claims(count: int, words: str,
+                                                                            tmp_path: Path) -> None:
+    handed = Handed(tuple(gpu(i) for i in range(count)))
+    stages = runner.verify(Claiming(), runner.Options(plan=plan(), log_file=tmp_path / "probe.log", handed=handed))
+    found = {s.name: s for s in stages}
+    assert found["server"].status is Status.SKIPPED and words in (found["server"].reason or "")
+    assert found["first-generation"].status is Status.SKIPPED
+    assert judged(CellResult(cell_id="c", stages=stages)).verdict is not Verdict.VERIFIED
+
+
+def test_a_tp_server_is_never_planned_without_the_all_reduce() -> None:
+    chosen = Plan.make(archs=["sm_90a"], lane_cuda="13.0", profile=TP, profile_name="tp",
+                       stages=["gpu-visible", "server", "first-generation"])
+    made = tp.planned(chosen, Handed((H200, H200_B)))
+    assert made.stages == ("gpu-visible", "nccl-allreduce", "server", "first-generation")
+    alone = Plan.make(archs=["sm_90a"], lane_cuda="13.0", profile=TP, profile_name="tp", stages=["import"])
+    assert tp.planned(alone, Handed((H200, H200_B))).stages == ("import",)   # no server: nothing added
+
+
+def test_reuse_tells_a_tp_run_on_two_gpus_from_one_on_three() -> None:
+    def discovery(count: int) -> Discovery:
+        return Discovery(gpus=tuple(gpu(i) for i in range(count)), runtime="cdi")
+
+    two, three = (reuse.key("sha256:" + "ab" * 32, plan(), discovery(n)) for n in (2, 3))
+    assert two != three
+    default = Plan.make(archs=["sm_90a"], lane_cuda="13.0")
+    assert reuse.key("sha256:" + "ab" * 32, default, discovery(2)) == reuse.key("sha256:" + "ab" * 32, default,
+                                                                                discovery(3))
+    assert "tp.py" in reuse.JUDGES
+
+
+def test_the_build_refuses_per_gpu_servers_with_a_tp_profile(tmp_path: Path) -> None:
+    opts = pipeline.Options(ws=Workspace.at(tmp_path), profile="tp", per_gpu=True)
+    with pytest.raises(ConfigError, match="--per-gpu gives each server one GPU"):
+        pipeline.check_options(load(PROJECT_MATRIX), opts)
+    pipeline.check_options(load(PROJECT_MATRIX), pipeline.Options(ws=Workspace.at(tmp_path), per_gpu=True))
+
