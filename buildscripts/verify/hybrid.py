@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..probe.tinymodel import VOCAB
-from .reference import Array, as_float64, attend, bf16, rms_norm
+from .reference import Array, Stepwise, as_float64, attend, bf16, rms_norm, silu
 
 HIDDEN, PATTERN = 256, "M*-M-"        # Mamba2, attention, MLP, Mamba2, MLP (NemotronH's pattern letters)
 HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 4, 2, 64, 512
@@ -87,11 +87,6 @@ def draw_weights(rng: np.random.Generator) -> Weights:
     return weights
 
 
-def silu(x: Array) -> Array:
-    out: Array = x / (1.0 + np.exp(-x))
-    return out
-
-
 def softplus(x: Array) -> Array:
     out: Array = np.logaddexp(0.0, x)
     return out
@@ -101,7 +96,7 @@ def exact(values: Array) -> Array:
     return values
 
 
-class NemotronH:
+class NemotronH(Stepwise):
     """The decoder of the tiny hybrid, one token at a time: a conv window and an SSM state per Mamba layer,
     keys and values per attention layer. `rounding` is applied wherever a bf16 server stores a value (every
     product, norm and residual, the caches and the SSM state): the identity for the reference, bf16 to
@@ -115,12 +110,6 @@ class NemotronH:
         self.state = {i: np.zeros((M_HEADS, M_HEAD_DIM, M_STATE)) for i, c in enumerate(PATTERN) if c == "M"}
         self.keys = {i: np.zeros((KV_HEADS, 0, HEAD_DIM)) for i, c in enumerate(PATTERN) if c == "*"}
         self.values = {i: np.zeros((KV_HEADS, 0, HEAD_DIM)) for i, c in enumerate(PATTERN) if c == "*"}
-
-    def step(self, ids: list[int]) -> Array:
-        logits = np.zeros(0)
-        for token in ids:
-            logits = self._token(token)
-        return logits
 
     def _token(self, token: int) -> Array:
         h = self.w["backbone.embeddings.weight"][token]

@@ -12,18 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 Array = npt.NDArray[np.float64]
-
-
-class Decoder(Protocol):
-    """A model with its cache: `step(ids)` appends tokens and returns the logits after the last one."""
-
-    def step(self, ids: list[int]) -> Array: ...
 
 
 def bf16(values: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
@@ -103,8 +96,29 @@ def as_float64(weights: Mapping[str, npt.NDArray[np.floating]]) -> dict[str, Arr
     return {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
 
 
-class Llama:
-    """A decoder with a key/value cache: `step(ids)` appends tokens and returns their logits."""
+def silu(x: Array) -> Array:
+    out: Array = x / (1.0 + np.exp(-x))
+    return out
+
+
+class Stepwise:
+    """A decoder with its caches: `step(ids)` appends tokens and returns the logits after the last one."""
+
+    def step(self, ids: list[int]) -> Array:
+        """Logits (vocab,) after `ids`, which follow the tokens given so far. One token at a time, as a
+        decoder with a cache runs: the same numbers as a whole prompt at once, and every product a
+        matrix-vector one (a multi-threaded BLAS makes small matrix-matrix products slow on a busy machine)."""
+        logits = np.zeros(0)
+        for token in ids:
+            logits = self._token(token)
+        return logits
+
+    def _token(self, token: int) -> Array:
+        raise NotImplementedError
+
+
+class Llama(Stepwise):
+    """The Llama decoder with a key/value cache."""
 
     def __init__(self, weights: Mapping[str, npt.NDArray[np.floating]], shape: Shape) -> None:
         self.w = as_float64(weights)   # no copy when they are float64 already
@@ -127,17 +141,8 @@ class Llama:
     def _mlp(self, layer: int, x: Array) -> Array:
         p = f"model.layers.{layer}.mlp."
         gate, up = x @ self.w[p + "gate_proj.weight"].T, x @ self.w[p + "up_proj.weight"].T
-        result: Array = (gate / (1.0 + np.exp(-gate)) * up) @ self.w[p + "down_proj.weight"].T
+        result: Array = (silu(gate) * up) @ self.w[p + "down_proj.weight"].T
         return result
-
-    def step(self, ids: list[int]) -> Array:
-        """Logits (vocab,) after `ids`, which follow the tokens given so far. One token at a time, as a
-        decoder with a cache runs: the same numbers as a whole prompt at once, and every product a
-        matrix-vector one (a multi-threaded BLAS makes small matrix-matrix products slow on a busy machine)."""
-        logits = np.zeros(0)
-        for token in ids:
-            logits = self._token(token)
-        return logits
 
     def _token(self, token: int) -> Array:
         s = self.shape
@@ -151,7 +156,7 @@ class Llama:
         return logits
 
 
-def greedy(model: Decoder, prompt_ids: list[int], new_tokens: int,
+def greedy(model: Stepwise, prompt_ids: list[int], new_tokens: int,
            keep_going: Callable[[float], bool] = lambda weakest: True) -> Decode:
     """The greedy path of a fresh `model` after `prompt_ids`; stops early when `keep_going(margin / spread)`
     says no (a seed that is refused anyway need not be decoded to its end)."""

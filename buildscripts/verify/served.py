@@ -103,6 +103,11 @@ def server_stage(probe: StageResult, observation: Observation | None) -> StageRe
     return _offline(_failed(probe, reason, evidence, log), observation)
 
 
+def after_skipped(reason: str | None) -> str:
+    """Why the first generation is skipped when the server was, in one wording for the probe's and the host's skips."""
+    return f"the server was skipped: {reason}"
+
+
 def generation_stage(probe: StageResult, server: StageResult | None, probe_server: StageResult | None,
                      observation: Observation | None, model: TinyModel | None) -> StageResult:
     if probe.where == "host":
@@ -115,8 +120,8 @@ def generation_stage(probe: StageResult, server: StageResult | None, probe_serve
             return probe   # no GPU here: skipped with its reason, like every GPU stage (never "aborted")
         if server is not None and server.status is Status.SKIPPED and probe.status is Status.ABORTED:
             # the server was not to run here (a tp profile on one GPU, a profile this SGLang does not know)
-            return probe.model_copy(update={"status": Status.SKIPPED, "reason": f"the server was skipped: "
-                                                                                  f"{server.reason}", "evidence": {}})
+            return probe.model_copy(update={"status": Status.SKIPPED, "reason": after_skipped(server.reason),
+                                            "evidence": {}})
         why = f"prerequisite did not pass: server ({server.status.value if server else 'not run'})"
         return probe.model_copy(update={"status": Status.ABORTED, "reason": why, "evidence": {}})
     assert observation is not None and probe_server is not None   # a passed server stage is the host's observation

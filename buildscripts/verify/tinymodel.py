@@ -27,7 +27,7 @@ from safetensors.numpy import save
 from ..errors import ConfigError
 from ..probe.tinymodel import HEAD_DIM, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS, VOCAB
 from . import hybrid
-from .reference import Array, Decode, Decoder, Llama, Shape, as_float64, bf16, greedy
+from .reference import Array, Decode, Llama, Shape, Stepwise, as_float64, bf16, greedy
 
 NEW_TOKENS = 16
 PROMPT_TOKENS = 8                 # after the BOS token, drawn from the ordinary (non-special) ids
@@ -93,10 +93,10 @@ class Architecture:
 
     config: Mapping[str, object]
     draw: Callable[[np.random.Generator], Weights]
-    decoder: Callable[[Mapping[str, Array]], Decoder]
+    decoder: Callable[[Mapping[str, Array]], Stepwise]
 
 
-# By a profile's `model:` (matrix.yaml); the names are the schema's (matrix/schema.py TINY_MODELS).
+# By a profile's `model:` (matrix.yaml); the names are the schema's (matrix/schema.py TinyModelName).
 ARCHITECTURES = {
     "llama": Architecture(CONFIG, draw_weights, lambda w: Llama(w, Shape.of(CONFIG))),
     "llama-tp": Architecture(CONFIG_TP, lambda rng: draw_weights(rng, TP_HEADS),

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..matrix.schema import Profile
 from ..results import StageResult, Status
-from . import classify, tinymodel
+from . import classify, served, tinymodel
 from .gpus import Handed
 from .handoff import UNBACKED
 from .plan import Plan, planned_stages
@@ -67,7 +67,7 @@ def skipped(stages: Sequence[StageResult], plan: Plan) -> list[StageResult]:
     was not to run (`planned`): what the image under test reports for them is not asked."""
     if not plan.server_skip:
         return list(stages)
-    reasons = {"server": plan.server_skip, "first-generation": f"the server was skipped: {plan.server_skip}"}
+    reasons = {"server": plan.server_skip, "first-generation": served.after_skipped(plan.server_skip)}
     return [stage.model_copy(update={"status": Status.SKIPPED, "reason": reasons[stage.name], "evidence": {},
                                      "failure_class": None, "hint": None})
             if stage.name in reasons else stage for stage in stages]
