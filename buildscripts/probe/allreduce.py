@@ -8,7 +8,8 @@ the work folder and NCCL bootstraps over loopback (the server runs with no route
 need one). Like the server in host and LXC mode (netcut.py), the ranks run in a network namespace of their
 own with loopback up, where the probe may make one: a container whose own loopback is down (an LXC
 container nothing brought `lo` up in) then fails neither stage; where none can be made and loopback is down
-here, the failure says so (data/failures.yaml: no-loopback). The whole stage has one deadline: a rank that hangs is killed with the others, and the stage
+here, the failure says so (data/failures.yaml: no-loopback). The whole stage has one deadline: a rank that
+hangs is killed with the others, and the stage
 fails as a hang. With one GPU it runs world size 1: NCCL loads and makes a communicator, nothing more,
 and its evidence says so. The pure parts (expected, judge) are unit-tested, the rank program on CPU with
 gloo (which says nothing about NCCL).

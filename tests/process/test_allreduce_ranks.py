@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts.probe import allreduce
+from buildscripts.probe import allreduce, netcut
 from buildscripts.verify import netns
 
 REPORTS = r"""
@@ -101,7 +101,7 @@ def test_where_no_namespace_is_made_a_loopback_that_is_down_is_said(tmp_path: Pa
 
 def test_without_the_right_to_make_one_the_ranks_run_here_and_say_why(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(allreduce.netcut, "cut", lambda: "unshare(CLONE_NEWNET): EPERM (Operation not permitted)")
+    monkeypatch.setattr(netcut, "cut", lambda: "unshare(CLONE_NEWNET): EPERM (Operation not permitted)")
     ranks, network = allreduce.run_ranks(1, str(tmp_path), 60, {}, program=NETWORK)
     assert network["own_namespace"] is False and "EPERM" in network["why_not"]
     assert ranks[0]["result"]["netns"] == os.stat("/proc/self/ns/net").st_ino

@@ -46,8 +46,8 @@ RECOGNISED = [
      "ImportError: libnccl.so.2: cannot open shared object file: No such file or directory",
      "https://github.com/pinokiocomputer/pinokio/issues/193"),
     ("cuda-runtime-so-missing", "import",
-     '  File "/app/server/projects/pulid/venv/lib/python3.10/site-packages/llama_cpp/_ctypes_extensions.py", line 82, in '
-     "load_shared_library\n    return ctypes.CDLL(str(lib_path), **cdll_args)\n"
+     '  File "/app/server/projects/pulid/venv/lib/python3.10/site-packages/llama_cpp/_ctypes_extensions.py", '
+     "line 82, in load_shared_library\n    return ctypes.CDLL(str(lib_path), **cdll_args)\n"
      "OSError: libcudart.so.12: cannot open shared object file: No such file or directory",
      "https://github.com/JamePeng/llama-cpp-python/issues/52"),
     # an optional CUDA package of a backend not installed
@@ -131,7 +131,8 @@ NOT_THE_FAMILY = [
     ("RuntimeError: CUDA error: invalid argument\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
      "nccl-invalid-argument"),
     # the driver's own library is not a CUDA runtime library of a wheel
-    ("OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or directory", "cuda-runtime-so-missing"),
+    ("OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+     "cuda-runtime-so-missing"),
     # a download failing with no hub kernel loader in sight is a plain download failure
     ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded "
      "with url: /Qwen/Qwen2.5-7B/resolve/main/config.json", "hub-kernel-offline"),
@@ -161,8 +162,8 @@ def test_a_loopback_that_is_down_beats_what_nccl_says_about_it() -> None:
 
 def test_gpu_nodes_refused_by_their_mode_are_not_sent_to_dockers_advice() -> None:
     text = ("torch sees no usable GPU: RuntimeError: No CUDA GPUs are available; /dev/nvidia0 (mode 0660, owner "
-            "65534:65534), /dev/nvidiactl (mode 0660, owner 65534:65534) cannot be opened for reading and writing here\n"
-            "nvidia-smi: Failed to initialize NVML: Insufficient Permissions")
+            "65534:65534), /dev/nvidiactl (mode 0660, owner 65534:65534) cannot be opened for reading and writing "
+            "here\nnvidia-smi: Failed to initialize NVML: Insufficient Permissions")
     match = classify.classify(text, "gpu-visible")
     assert match.id == "gpu-node-permission"
     assert "/dev/nvidia0 (mode 0660)" in match.hint and "NVreg_DeviceFileMode=0666" in match.hint
