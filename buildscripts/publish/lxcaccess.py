@@ -34,8 +34,9 @@ DEFAULT_MAP = ("u 0 100000 65536", "g 0 100000 65536")
 
 @dataclass(frozen=True)
 class Passed:
-    node: str                       # the host's node, /dev/nvidia0
-    key: str                        # "dev0" (Proxmox makes the node) or "lxc.mount.entry" (the host's node bound in)
+    node: str                       # the host's node it stands for, /dev/nvidia0
+    key: str                        # "dev0" (Proxmox makes the node) or "lxc.mount.entry" (a host file bound in)
+    source: str = ""                # what is bound in (the node itself, or another node of its number)
     options: Mapping[str, str] = field(default_factory=dict)   # a devN entry's mode, uid, gid
 
 
@@ -49,7 +50,7 @@ def passed_nodes(config: LxcConfig, nodes: Mapping[str, tuple[int, int]], host_s
         for value in config.values(f"dev{k}"):
             path, options = _dev_entry(value)
             if path in nodes:
-                found.setdefault(path, Passed(path, f"dev{k}", options))
+                found.setdefault(path, Passed(path, f"dev{k}", path, options))
     for source, target, mount_options in mount_entries(config):
         if "bind" not in mount_options:
             continue
@@ -57,7 +58,7 @@ def passed_nodes(config: LxcConfig, nodes: Mapping[str, tuple[int, int]], host_s
         node = source if source in nodes else by_number.get(seen[3]) if seen and stat.S_ISCHR(seen[0]) else None
         node = node or next((n for n in nodes if target.strip("/") == n[1:]), None)
         if node is not None:
-            found.setdefault(node, Passed(node, "lxc.mount.entry"))
+            found.setdefault(node, Passed(node, "lxc.mount.entry", source))
     return [found[n] for n in sorted(found)]
 
 
@@ -81,9 +82,9 @@ def root_may_open(mode: int, uid: int, gid: int, idmap: IdMap | None) -> bool:
     return bits & 0o6 == 0o6
 
 
-def idmap_check(config: LxcConfig, target: Target, subids: Mapping[str, str | None]) -> Check:
-    """Privileged or unprivileged, as its config says; a map without a root is an error; an unprivileged plain LXC
-    container's host ranges should be root's in /etc/subuid and /etc/subgid."""
+def idmap_check(config: LxcConfig, target: Target) -> Check:
+    """Privileged or unprivileged, as its config says; a map that gives the container no root is an error (LXC
+    does not start such a container)."""
     idmap = config.idmap
     if idmap is None:
         return Check("idmap", "pass", "privileged (no lxc.idmap): the container's root is the host's root")
@@ -91,23 +92,7 @@ def idmap_check(config: LxcConfig, target: Target, subids: Mapping[str, str | No
         return Check("idmap", "fail", "; ".join(problems),
                      (f"add to {target.config_path()}:",
                       *(config_line(target, "lxc.idmap", line) for line in DEFAULT_MAP)))
-    files = (("/etc/subuid", "u"), ("/etc/subgid", "g"))
-    missing = [f"{name} {r.outside}-{r.outside + r.count - 1}" for name, kind in files
-               for r in idmap.ranges if r.kind == kind and not _delegated(subids.get(name), r.outside, r.count)]
-    said = f"unprivileged: {idmap.shown()}"
-    if missing and target.tool == "lxc":
-        return Check("idmap", "warn", f"{said}; not root's in {', '.join(missing)}",
-                     ("add to /etc/subuid and /etc/subgid: root:100000:65536   (the ranges of its lxc.idmap lines)",))
-    return Check("idmap", "pass", said)
-
-
-def _delegated(text: str | None, start: int, count: int) -> bool:
-    for line in (text or "").splitlines():
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] == "root" and parts[1].isdigit() and parts[2].isdigit() \
-                and int(parts[1]) <= start and start + count <= int(parts[1]) + int(parts[2]):
-            return True
-    return False
+    return Check("idmap", "pass", f"unprivileged: {idmap.shown()}")
 
 
 def gpu_node_access(config: LxcConfig, target: Target, passed: Sequence[Passed], host_stat: Stat,
@@ -126,12 +111,13 @@ def gpu_node_access(config: LxcConfig, target: Target, passed: Sequence[Passed],
             said.append(f"{entry.node} ({entry.key}: made for the container, {o.get('uid', '0')}:{o.get('gid', '0')} "
                         f"mode {o.get('mode', '0660')})")
             continue
-        seen = host_stat(entry.node)
+        seen = host_stat(entry.source)
         if seen is None:
             continue
         mode, uid, gid, _ = seen
         inside = f"{_shown(idmap, 'u', uid)}:{_shown(idmap, 'g', gid)}" if idmap else f"{uid}:{gid}"
-        words = f"{entry.node} (mode {stat.S_IMODE(mode):04o}, host {uid}:{gid}, {inside} inside)"
+        bound = "" if entry.source == entry.node else f" bound from {entry.source}"
+        words = f"{entry.node}{bound} (mode {stat.S_IMODE(mode):04o}, host {uid}:{gid}, {inside} inside)"
         (said if root_may_open(stat.S_IMODE(mode), uid, gid, idmap) else refused).append(words)
     live: list[str] = []
     if attach is not None:

@@ -308,9 +308,8 @@ def user_namespace(view: ContainerView, host: HostView, nodes: Mapping[str, tupl
     if view.config is None:
         return []
     config = view.parsed(host)
-    subids = {name: host.read(name) for name in ("/etc/subuid", "/etc/subgid")}
     passed = lxcaccess.passed_nodes(config, nodes, host.node)
-    return [lxcaccess.idmap_check(config, view.target, subids),
+    return [lxcaccess.idmap_check(config, view.target),
             lxcaccess.gpu_node_access(config, view.target, passed, host.node, view.attach),
             lxcaccess.loopback(config, view.target, view.attach)]
 

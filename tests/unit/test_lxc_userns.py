@@ -50,19 +50,12 @@ def test_target_unprivileged_reads_the_containers_config(tmp_path: Path) -> None
 
 def test_a_map_without_a_root_fails_with_the_lines_in_both_spellings() -> None:
     half = lxcconfig.parse("lxc.idmap = u 0 100000 65536\n", "lxc")
-    check = lxcaccess.idmap_check(half, Target.named("ct"), {})
+    check = lxcaccess.idmap_check(half, Target.named("ct"))
     assert check.status == "fail" and "gid 0" in check.detail
     assert "lxc.idmap = g 0 100000 65536" in check.fix
-    pct = lxcaccess.idmap_check(lxcconfig.parse("lxc.idmap: u 0 100000 65536\n", "pct"), Target.pct("200"), {})
+    pct = lxcaccess.idmap_check(lxcconfig.parse("lxc.idmap: u 0 100000 65536\n", "pct"), Target.pct("200"))
     assert "lxc.idmap: g 0 100000 65536" in pct.fix
-
-
-def test_host_ranges_not_delegated_to_root_are_a_warning_for_plain_lxc() -> None:
-    config = lxcconfig.parse(UNPRIVILEGED, "lxc")
-    ok = {"/etc/subuid": "root:100000:65536\n", "/etc/subgid": "root:100000:65536\n"}
-    assert lxcaccess.idmap_check(config, Target.named("ct"), ok).status == "pass"
-    warned = lxcaccess.idmap_check(config, Target.named("ct"), {"/etc/subuid": "", "/etc/subgid": ""})
-    assert warned.status == "warn" and "root:100000:65536" in warned.fix[0]
+    assert lxcaccess.idmap_check(lxcconfig.parse("", "lxc"), Target.named("ct")).detail.startswith("privileged")
 
 
 def test_the_mode_decides_for_an_unprivileged_root_and_not_for_a_privileged_one() -> None:
@@ -108,11 +101,17 @@ def test_devn_entries_are_made_for_the_container_and_passed_nodes_are_found_by_m
     passed = {p.node: p for p in lxcaccess.passed_nodes(config, NODES, seen)}
     assert set(passed) == set(NODES)                 # by devN, by device number, by target
     assert passed["/dev/nvidia0"].options == {"mode": "0666"} and passed["/dev/nvidiactl"].key == "dev1"
-    refused = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), host_nodes(0o660), None)
-    assert refused.status == "fail" and "/dev/nvidia-uvm (mode 0660" in refused.detail
+    strict = {"/dev/char/238:0": (CHR | 0o660, 0, 0, (238, 0)), "/srv/gpu/uvm-tools": (CHR | 0o660, 0, 0, (238, 1))}
+    refused = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), strict.get, None)
+    assert refused.status == "fail" and "/dev/nvidia-uvm bound from /dev/char/238:0 (mode 0660" in refused.detail
     assert "/dev/nvidiactl" not in refused.detail and "/dev/nvidia0" not in refused.detail   # made for the container
-    check = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), host_nodes(0o666), None)
+    check = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), seen, None)
     assert "/dev/nvidiactl (dev1: made for the container, 0:44 mode 0660)" in check.detail
+    assert passed["/dev/nvidia-uvm"].source == "/dev/char/238:0"
+    own = {"/srv/gpu/uvm-tools": (CHR | 0o660, 0, 0, (238, 1))}
+    by_source = lxcaccess.gpu_node_access(config, Target.pct("200"), [passed["/dev/nvidia-uvm-tools"]],
+                                          lambda path: own.get(path) or host_nodes(0o666)(path), None)
+    assert "/dev/nvidia-uvm-tools bound from /srv/gpu/uvm-tools (mode 0660" in by_source.detail   # the file bound in
     view = ContainerView(Target.pct("200"), "unprivileged: 1\ndev0: path=/dev/nvidia0,mode=0666\ndev1: /dev/nvidiactl\n"
                          "lxc.mount.entry: /srv/uvm dev/nvidia-uvm none bind,create=file\n"
                          "lxc.mount.entry: /srv/uvmt dev/nvidia-uvm-tools none bind,create=file\n")
