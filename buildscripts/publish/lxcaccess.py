@@ -105,6 +105,7 @@ def gpu_node_access(config: LxcConfig, target: Target, passed: Sequence[Passed],
         return Check(name, "skip", "no GPU node is passed to the container (see `container config`)")
     said: list[str] = []
     refused: list[str] = []
+    sources: list[str] = []
     for entry in passed:
         if entry.key.startswith("dev"):
             o = entry.options
@@ -118,7 +119,11 @@ def gpu_node_access(config: LxcConfig, target: Target, passed: Sequence[Passed],
         inside = f"{_shown(idmap, 'u', uid)}:{_shown(idmap, 'g', gid)}" if idmap else f"{uid}:{gid}"
         bound = "" if entry.source == entry.node else f" bound from {entry.source}"
         words = f"{entry.node}{bound} (mode {stat.S_IMODE(mode):04o}, host {uid}:{gid}, {inside} inside)"
-        (said if root_may_open(stat.S_IMODE(mode), uid, gid, idmap) else refused).append(words)
+        if root_may_open(stat.S_IMODE(mode), uid, gid, idmap):
+            said.append(words)
+        else:
+            refused.append(words)
+            sources.append(entry.source)
     live: list[str] = []
     if attach is not None:
         _, out = attach(["sh", "-c", OPEN_GPU_NODES])
@@ -126,7 +131,7 @@ def gpu_node_access(config: LxcConfig, target: Target, passed: Sequence[Passed],
     if refused or any("Permission denied" in line for line in live):
         kind = f"unprivileged ({idmap.shown()})" if idmap else "privileged"
         detail = f"{kind}; its root cannot open " + "; ".join(refused + [f"inside: {line}" for line in live])
-        return Check(name, "fail", detail, _node_fixes(target, config, passed))
+        return Check(name, "fail", detail, _node_fixes(target, config, passed, sources or ["/dev/nvidia*"]))
     how = "opened inside" if attach is not None else "by their modes and the idmap"
     kind = "unprivileged" if idmap else "privileged"
     return Check(name, "pass", f"{kind}; its root may open them ({how}): " + "; ".join(said))
@@ -137,10 +142,10 @@ def _shown(idmap: IdMap | None, kind: str, host: int) -> str:
     return "nobody" if inner is None else str(inner)
 
 
-def _node_fixes(target: Target, config: LxcConfig, passed: Sequence[Passed]) -> tuple[str, ...]:
+def _node_fixes(target: Target, config: LxcConfig, passed: Sequence[Passed], sources: Sequence[str]) -> tuple[str, ...]:
     host = (f"on the host, /etc/modprobe.d/nvidia.conf: {MODPROBE}   (then reload the nvidia module or reboot)",
             f"or on the host, /etc/udev/rules.d/70-nvidia.rules: {UDEV}",
-            "or at once, until the driver makes them again: chmod 0666 /dev/nvidia*")
+            f"or at once, until the driver makes them again: chmod 0666 {' '.join(sources)}")
     if target.tool != "pct":
         return host
     free = [k for k in range(256) if not config.values(f"dev{k}")]
@@ -180,5 +185,6 @@ def _loopback_fixes(target: Target, nets: Sequence[str], types: Sequence[str]) -
     if (target.tool == "pct" and nets) or (types and types[0] not in ("empty", "none")):
         has = ", ".join(nets) or f"lxc.net.0.type = {types[0]}"
         return (f"{target.shown} has a network ({has}): its init must bring lo up", inside)
-    return (f"add to {target.config_path()} (then restart it):",
-            config_line(target, "lxc.net.0.type", "empty"), config_line(target, "lxc.net.0.flags", "up"), inside)
+    lines = [config_line(target, "lxc.net.0.type", "empty")] if not types else []
+    return (f"add to {target.config_path()} (then restart it):", *lines, config_line(target, "lxc.net.0.flags", "up"),
+            inside)
