@@ -5,15 +5,19 @@ stage's hint for the container. The real thing runs in tests/integration/test_un
 
 from __future__ import annotations
 
+import json
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from buildscripts.probe import devnodes
+import pytest
+
+from buildscripts.probe import core, devnodes, gpu_stages
 from buildscripts.publish import lxcaccess, preflight
 from buildscripts.publish.preflight import ContainerView, HostView
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import lxcadvice, lxcconfig
+from buildscripts.verify import classify, lxcadvice, lxcconfig
 from buildscripts.verify.lxc import Target
 
 NODES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (238, 0),
@@ -173,3 +177,27 @@ def test_the_probe_names_the_nodes_it_may_not_open() -> None:
     said = devnodes.refused(seen)
     assert said == "/dev/nvidia0 (mode 0660, owner 65534:65534) " + devnodes.REFUSED
     assert devnodes.refused(seen[1:]) == ""
+
+
+def test_gpu_visible_keeps_nvidia_smis_words_and_names_the_node_it_may_not_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H200 case of issue 34: nodes of mode 0660 owned by root, seen through the idmap as nobody's."""
+    info = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "driver_cuda": "13.0", "arch_list": ["sm_90"],
+            "warnings": [], "error": "RuntimeError: No CUDA GPUs are available"}
+    monkeypatch.delenv(gpu_stages.NO_GPU_ENV, raising=False)
+    monkeypatch.setattr("buildscripts.probe.gpu_stages.glob.glob", lambda pattern: ["/dev/nvidia0"])
+    monkeypatch.setattr(core, "python_snippet", lambda code, timeout: subprocess.CompletedProcess(
+        [], 0, stdout=gpu_stages.JSON_PREFIX + json.dumps(info)))
+    monkeypatch.setattr(core, "sh", lambda argv, timeout: subprocess.CompletedProcess(
+        argv, 9, "Failed to initialize NVML: Insufficient Permissions\n"))
+    monkeypatch.setattr(devnodes, "observe", lambda: [
+        {"path": "/dev/nvidia0", "mode": "0660", "uid": 65534, "gid": 65534, "rw": False},
+        {"path": "/dev/nvidiactl", "mode": "0660", "uid": 65534, "gid": 65534, "rw": False}])
+    result = core.run_stage(core.Context(archs=["sm_90a"], mode="lxc"), core.REGISTRY["gpu-visible"])
+    assert result["status"] == core.FAILED
+    assert result["evidence"]["nvidia_smi_error"] == "Failed to initialize NVML: Insufficient Permissions"
+    assert result["evidence"]["node_access"][0]["mode"] == "0660"
+    assert "/dev/nvidia0 (mode 0660, owner 65534:65534)" in result["reason"]
+    assert "nvidia-smi: Failed to initialize NVML: Insufficient Permissions" in result["log_excerpt"]
+    match = classify.classify(result["reason"] + "\n" + result["log_excerpt"], "gpu-visible")
+    assert match.id == "gpu-node-permission"
