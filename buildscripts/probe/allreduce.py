@@ -21,11 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
-from . import core, netcut, shm
+from . import core, netcut, shm, threads
 
 T = TypeVar("T")
 
@@ -100,30 +99,21 @@ def judge(ranks: List[Dict[str, Any]], world: int, elements: int = ELEMENTS) -> 
 
 def in_own_network(start: Callable[[], T]) -> Tuple[T, Dict[str, Any]]:
     """start() in a thread that first moves into a fresh network namespace with loopback up (netcut.cut, as
-    the server's): a network namespace belongs to a thread, and the processes it starts stay in it while this
-    process does not move. Where none can be made (no CAP_SYS_ADMIN, as in a default Docker container),
-    start() runs in this namespace. Also: (what happened, whether loopback is up where start() ran)."""
-    box: Dict[str, Any] = {}
+    the server's): the processes it starts stay in that namespace while this process does not move. Where none
+    can be made (no CAP_SYS_ADMIN, as in a default Docker container), start() runs in this namespace. Also:
+    (what happened, whether loopback is up where start() ran)."""
 
-    def run() -> None:
+    def run() -> Tuple[T, Dict[str, Any]]:
         try:
             why = netcut.cut()
         except OSError as exc:   # a namespace of its own, but its loopback stayed down
             why = f"loopback could not be brought up in a namespace of its own: {exc}"
-        box["network"] = {"own_namespace": why is None, "loopback_up": netcut.loopback_up()}
+        network: Dict[str, Any] = {"own_namespace": why is None, "loopback_up": netcut.loopback_up()}
         if why:
-            box["network"]["why_not"] = why
-        try:
-            box["value"] = start()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
+            network["why_not"] = why
+        return start(), network
 
-    thread = threading.Thread(target=run, name="allreduce-netns", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"], box["network"]
+    return threads.run_in_thread(run, "allreduce-netns")
 
 
 def run_ranks(world: int, workdir: str, timeout: float, env: Dict[str, str], elements: int = ELEMENTS,
