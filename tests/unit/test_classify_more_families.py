@@ -124,6 +124,8 @@ NOT_THE_FAMILY = [
      "XFormers backend.", "optional-backend-missing"),
     # torch or sglang missing is the wrong image, not an optional backend
     ("ModuleNotFoundError: No module named 'torch'", "optional-backend-missing"),
+    # a module missing inside an installed package is a version that does not fit, not a package not installed
+    ("ModuleNotFoundError: No module named 'flashinfer.jit.attention'", "optional-backend-missing"),
     # a CUDA call inside NCCL failing is NCCL's setup (nccl-init-failed), not its argument checks
     ("NCCL WARN Cuda failure 1 'invalid argument'\nRuntimeError: NCCL Error 1: unhandled cuda error (run with "
      "NCCL_DEBUG=INFO for details)", "nccl-invalid-argument"),
