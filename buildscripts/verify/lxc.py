@@ -211,23 +211,15 @@ def outside_env() -> dict[str, str]:
     return handed_environment(os.environ)
 
 
-IDMAP = re.compile(r"^\s*lxc\.idmap\s*[=:]\s*u\s+0\s+(\d+)\s+\d+", re.M)
-PVE_UNPRIVILEGED = re.compile(r"^\s*unprivileged\s*:\s*1\s*$", re.M)
-
-
 def why_unsealed(target: Target) -> str | None:
     """Why a run in place in `target` vouches for nothing (None: it may be sealed). A privileged container's
     root is this machine's root, so the code under test there is no further from the keys than the verifier;
     an unprivileged one's root is an unprivileged uid here (its idmap, or Proxmox's `unprivileged: 1`)."""
-    try:
-        config = target.config_path().read_text(errors="replace")
-    except OSError as exc:
-        return f"{target.config_path()} cannot be read ({exc.strerror}): nothing shows the container is unprivileged"
-    mapped = IDMAP.search(config)
-    if PVE_UNPRIVILEGED.search(config) or (mapped and int(mapped.group(1)) != 0):
+    if target.unprivileged():
         return None
-    return (f"{target.shown} is privileged (no idmap maps its root to an unprivileged uid): its root is this "
-            "machine's root, so no boundary keeps the code under test from the verifier's keys")
+    return (f"{target.shown} is privileged, or its config ({target.config_path()}) cannot be read: no idmap maps "
+            "its root to an unprivileged uid, so its root is this machine's root and no boundary keeps the code "
+            "under test from the verifier's keys")
 
 
 def config_line(target: Target, key: str, value: str) -> str:
