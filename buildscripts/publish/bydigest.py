@@ -198,7 +198,7 @@ def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequenc
         carry_attachments(promotion.source, dest, promotion.digest, env, log_file=log_file)
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
-        verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, log_file=log_file)
+        verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, env=env, log_file=log_file)
     published = {pinned: promotion.digest}
     for tag in promotion.tags:
         ref = f"{dest}:{tag}"
@@ -215,10 +215,13 @@ def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequenc
 
 def carry_attachments(source: str, dest: str, digest: str, env: Mapping[str, str], *,
                       log_file: Path | None = None) -> list[str]:
-    """Copy the attachment tags of `digest` (cosign's `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no
-    referrers API) from `source` to `dest`, each keeping its digest; return the tags copied."""
-    prefix = digest.replace(":", "-")
-    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefix)]
+    """Copy the attachment tags of `digest` and, for an index, of its platform manifests (cosign's
+    `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no referrers API; a verdict names the platform that
+    ran) from `source` to `dest`, each keeping its digest; return the tags copied."""
+    top = distribution.lookup(f"{source}@{digest}", env, log=log_file)
+    digests = [digest, *(top.children() if top is not None and top.is_index else [])]
+    prefixes = tuple(d.replace(":", "-") + "." for d in digests)
+    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefixes)]
     for tag in carried:
         distribution.copy(f"{source}:{tag}", f"{dest}:{tag}", env, log=log_file)
     return carried
