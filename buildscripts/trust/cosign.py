@@ -42,10 +42,11 @@ def _failed(action: str, ref: str, done: proc.Completed, seconds: float) -> Regi
     return distribution.failure(f"cosign {action}", ref, detail or f"exit {done.returncode}")
 
 
-def _run(argv: list[str], env: Mapping[str, str], log_file: Path | None) -> tuple[proc.Completed, float]:
+def _run(command: list[str], ref: str, env: Mapping[str, str], log_file: Path | None) -> tuple[proc.Completed, float]:
+    """cosign COMMAND… REF within the deadline: cosign's own `--timeout` does not bound a registry that takes the
+    connection and never answers (2.5 waits on), so the process is stopped at the deadline here too."""
     seconds = distribution.deadline(env)
-    done = proc.run([binary(), *argv, "--timeout", f"{seconds:g}s"], log=log_file,
-                    timeout=seconds + distribution.GRACE_S)
+    done = proc.run([binary(), *command, "--timeout", f"{seconds:g}s", ref], log=log_file, timeout=seconds)
     return done, seconds
 
 
@@ -53,7 +54,7 @@ def download(ref: str, env: Mapping[str, str] | None = None, *, log_file: Path |
     """The attestation envelopes attached to `ref` (REPO@sha256:…), as stored; [] when none is."""
     with tempfile.TemporaryDirectory(prefix="sglang-images-att-") as scratch:
         out = Path(scratch) / "attestations.jsonl"
-        done, seconds = _run(["download", "attestation", "--output-file", str(out), ref], env or {}, log_file)
+        done, seconds = _run(["download", "attestation", "--output-file", str(out)], ref, env or {}, log_file)
         if not done.ok:
             if NONE_FOUND in done.output and not distribution.stalled(done):
                 return []
@@ -69,6 +70,6 @@ def download(ref: str, env: Mapping[str, str] | None = None, *, log_file: Path |
 
 
 def attach(envelope: Path, ref: str, env: Mapping[str, str] | None = None, *, log_file: Path | None = None) -> None:
-    done, seconds = _run(["attach", "attestation", "--attestation", str(envelope), ref], env or {}, log_file)
+    done, seconds = _run(["attach", "attestation", "--attestation", str(envelope)], ref, env or {}, log_file)
     if not done.ok:
         raise _failed(ATTACH, ref, done, seconds)

@@ -173,8 +173,8 @@ def summary(what: str, judged: Judged, platform: str | None = None) -> tuple[boo
     """(verified, one line saying so and why) for what `check` found, for `platform` (see `choose`)."""
     chosen, asked = choose(judged, platform)
     for source, judgement in chosen:
-        if judgement.verified:
-            archs = ", ".join(f.arch for f in judgement.archs)
+        if judgement.verified:   # which verdict decided, and how old it is
+            archs = ", ".join(f"{f.arch} ({f.detail.rsplit('; ', 1)[-1]})" for f in judgement.archs)
             where = f" ({source.platform})" if source.platform else ""
             return True, f"{what}: verified on {archs} for {source.digest}{where} (signed verdicts)"
     if not judged:

@@ -8,9 +8,12 @@ for its digest, its arch and its key, and that each forgery is refused with its 
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import io
 import json
 import shutil
+import socket
 import subprocess
 import tarfile
 import uuid
@@ -20,16 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 import pytest
 
-from buildscripts.errors import CannotCheck, NotVerified
+from buildscripts import distribution
+from buildscripts.errors import CannotCheck, NotVerified, RegistryError
 from buildscripts.publish import registry
-from buildscripts.trust import carried, cosign, keys, statement, verdicts
+from buildscripts.results import Status
+from buildscripts.trust import carried, cosign, dsse, keys, statement, verdicts
 from buildscripts.verify.reuse import probe_digest
 from tests import needs
 from tests.cli import cli
 from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer, free_port
+from tests.registry_writer import RegistryWriter
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 pytestmark = pytest.mark.registry
@@ -52,9 +59,9 @@ class World:
     images: list[str] = field(default_factory=list)
 
     def push(self, tag: str, *, keep_local: bool = False) -> str:
-        """A new tiny image (unique content) pushed as REPOSITORY:tag; its digest. Unless `keep_local`, the
-        engine forgets the tag (and with it the pushed digest), so that `check` reads the tag from the
-        registry."""
+        """A new tiny image (unique content) pushed as REPOSITORY:tag, an OCI manifest with gzip layers (what
+        Proxmox and LXC's oci template load); its digest. With `keep_local` the engine pulls it back by digest
+        (its RepoDigests name it, as for an image pulled from its registry)."""
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode="w") as tar:
             payload = uuid.uuid4().hex.encode()
@@ -66,13 +73,32 @@ class World:
                                                changes=[owner_change(), 'CMD ["/hi"]'])
         image_id = str(self.client.images.get(f"{name}:{tag_here}").id)
         self.images.append(image_id)
-        digest = registry.push(self.client, image_id, f"{self.repository}:{tag}")
-        if not keep_local:
-            registry.untag(self.client, f"{self.repository}:{tag}")
+        subprocess.run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false",
+                        f"docker-daemon:{image_id}", f"docker://{self.repository}:{tag}"], check=True, timeout=120)
+        digest = distribution.served(f"{self.repository}:{tag}", {}).digest
+        if keep_local:
+            self.images.append(distribution.pull(self.client, self.ref(digest)))
         return digest
 
     def ref(self, digest: str) -> str:
         return f"{self.repository}@{digest}"
+
+    @property
+    def name(self) -> str:
+        return self.repository.split("/", 1)[1]
+
+    def verdict(self, digest: str, arch: str = "sm_100a", *, fail: bool = False, drop: str | None = None,
+                at: str = "2026-12-01T10:00:00Z") -> Path:
+        """A verdict the verifier signed for `digest`, made by hand: a FAILED one, one with a GPU stage left
+        out, one signed at a chosen time."""
+        family = arch.rstrip("af")
+        stages = [s.model_copy(update={"status": Status.FAILED}) if fail and s.name == "server" else s
+                  for s in gpu_passed("NVIDIA B200", family) if s.name != drop]
+        cell = finish(make_cell("verified"), stages=cpu_passed() + stages)
+        document = statement.statement(cell, arch, subject=self.repository, digest=digest, configuration={},
+                                       url=None, signed_at=at)
+        envelope = dsse.sign(json.dumps(document).encode(), dsse.IN_TOTO, keys.signing_key(self.verifier_env))
+        return write(self, envelope)
 
     def sign(self, digest: str, arch: str = "sm_100", env: dict[str, str] | None = None) -> list[Path]:
         """What a verifier that ran every GPU stage of a cell on `arch` signs for `digest`."""
@@ -110,8 +136,9 @@ def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory)
         yield made
     finally:
         server.stop()
-        for image_id in made.images:
-            client.images.remove(image_id, force=True)
+        for image_id in dict.fromkeys(made.images):
+            with contextlib.suppress(docker.errors.NotFound):
+                client.images.remove(image_id, force=True)
         shutil.rmtree(server.folder / "data", ignore_errors=True)
 
 
@@ -142,6 +169,7 @@ def test_cosign_verify_attestation_accepts_what_promotion_attached(world: World,
     document = json.loads(base64.b64decode(json.loads(line)["payload"]))
     assert document["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
     assert document["predicate"]["result"] == "PASSED" and "server@sm_100a" in document["predicate"]["passedTests"]
+    assert document["predicate"]["arch"] == "sm_100a" and verdicts.parse_time(document["predicate"]["signedAt"])
     names = {c["name"] for c in document["predicate"]["configuration"]}
     assert {"matrix.yaml", "buildscripts/probe"} < names and any(n.startswith("lockfiles/") for n in names)
 
@@ -307,7 +335,7 @@ def test_an_archive_of_another_image_beside_the_verdicts_is_refused(world: World
     assert "carries none" in done.stderr and not carried.sidecar(out / "good.oci.tar").exists()
     shutil.copy(carried.sidecar(archive), carried.sidecar(out / "good.oci.tar"))
     done = world.check(f"oci-archive:{out / 'good.oci.tar'}")
-    assert done.returncode == NOT_VERIFIED and "its layers are not the tested image's" in done.stderr
+    assert done.returncode == NOT_VERIFIED and "but the archive holds the manifest" in done.stderr
 
 
 def test_an_archive_whose_layer_bytes_changed_is_refused(world: World, archive: Path) -> None:
@@ -339,3 +367,203 @@ def test_preflight_checks_the_source_a_container_records(world: World, archive: 
     done = cli("preflight", "--lxc-name", "recorded", "--lxc-path", str(lxc_path), env=world.checker_env)
     row = next(line for line in done.stdout.splitlines() if "image's signed" in line)
     assert "! warn" in row   # the verifier's key is no key the project or this user trusts
+
+
+# ---------------------------------------------------------------- what the verdicts say, weighed
+
+
+POLICY = ROOT / "policies" / "test-result-sm_100a.cue"
+
+
+def cosign_verify(world: World, digest: str, *policy: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["cosign", "verify-attestation", "--key", str(world.verifier_pub), "--insecure-ignore-tlog",
+                           "--type", statement.TEST_RESULT, *policy, world.ref(digest)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cosign_weighs_the_verdict_only_with_the_policy(world: World) -> None:
+    """cosign alone checks the signature and the subject: it exits 0 on a FAILED verdict, one of another arch
+    and one with a GPU stage missing. With the policy of sm_100a it accepts only a good sm_100a verdict."""
+    kinds = {"passed": {}, "failed": {"fail": True}, "other arch": {"arch": "sm_120a"},
+             "missing stage": {"drop": "first-generation"}}
+    for kind, how in kinds.items():
+        digest = world.push(f"policy-{kind.replace(' ', '-')}")
+        cosign.attach(world.verdict(digest, **how), world.ref(digest))   # type: ignore[arg-type]
+        assert cosign_verify(world, digest).returncode == 0, kind
+        with_policy = cosign_verify(world, digest, "--policy", str(POLICY))
+        assert (with_policy.returncode == 0) == (kind == "passed"), (kind, with_policy.stderr)
+        checked = world.check(world.ref(digest), "--arch", "sm_100a")
+        assert (checked.returncode == 0) == (kind == "passed"), (kind, checked.stderr)
+
+
+def test_an_index_holds_a_verdict_per_platform(world: World) -> None:
+    """A verdict names the platform manifest that ran: an index's other platform has none, whatever the
+    index's own attachments say."""
+    amd64 = world.push("index-amd64")
+    writer = RegistryWriter(world.server.url)
+    arm64 = writer.rewrite_config(world.name, amd64, "index-arm64", architecture="arm64", variant="v8")
+    index = writer.index(world.name, "index", {"linux/amd64": amd64, "linux/arm64/v8": arm64})
+    cosign.attach(world.verdict(amd64), world.ref(amd64))
+    cosign.attach(world.verdict(index), world.ref(index))   # an index named as subject: no platform ran as such
+    tag = f"{world.repository}:index"
+    done = world.check(tag, "--platform", "linux/amd64", "--json")
+    assert done.returncode == 0, done.stderr
+    found = {f["platform"]: f for f in json.loads(done.stdout)}
+    assert set(found) == {"linux/amd64", "linux/arm64/v8"} and found["linux/amd64"]["verified"]
+    assert found["linux/amd64"]["index"] == index and not found["linux/arm64/v8"]["verified"]
+    done = world.check(tag, "--platform", "linux/arm64")
+    assert done.returncode == NOT_VERIFIED, done.stderr
+    assert f"is not verified for {arm64} (linux/arm64/v8)" in done.stderr
+
+
+def test_the_newest_verdict_decides_and_what_the_registry_hides_cannot_be_seen(world: World) -> None:
+    digest = world.push("rollback")
+    cosign.attach(world.verdict(digest, at="2026-12-01T10:00:00Z"), world.ref(digest))
+    older = RegistryWriter(world.server.url).manifest(world.name, digest.replace(":", "-") + ".att")
+    done = world.check(world.ref(digest))
+    assert done.returncode == 0 and "signed 2026-12-01T10:00:00Z" in done.stdout, done.stderr
+    cosign.attach(world.verdict(digest, fail=True, at="2026-12-01T11:00:00Z"), world.ref(digest))
+    done = world.check(world.ref(digest))
+    assert done.returncode == NOT_VERIFIED and "FAILED (server@sm_100a); signed 2026-12-01T11:00:00Z" in done.stderr
+    assert "outdating 1 older verdict" in done.stderr
+    # A writer of the registry points the attestation tag back at the older attachment: offline, nothing
+    # shows that a newer verdict exists (docs/trust.md: what a registry writer can still do).
+    RegistryWriter(world.server.url).put_manifest(world.name, digest.replace(":", "-") + ".att", *older)
+    assert world.check(world.ref(digest)).returncode == 0
+
+
+def test_a_registry_that_never_answers_is_named_within_the_deadline(world: World) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)   # takes connections (the kernel does), never answers
+        host = f"127.0.0.1:{silent.getsockname()[1]}"
+        env = {**world.checker_env, "SGLANG_IMAGES_REGISTRY_TIMEOUT": "2"}
+        for ref in (f"{host}/sglang:tag", f"{host}/sglang@sha256:{'a' * 64}"):
+            done = cli("check", ref, "--key", str(world.verifier_pub), env=env, timeout=60)   # a guard, no timing
+            assert done.returncode == CANNOT_CHECK, done.stderr
+            assert f"the registry {host} did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
+        with pytest.raises(RegistryError, match=f"the registry {host} did not answer"):
+            cosign.download(f"{host}/sglang@sha256:{'a' * 64}", {"SGLANG_IMAGES_REGISTRY_TIMEOUT": "2"})
+
+
+def test_a_malformed_attachment_is_named_as_such(world: World) -> None:
+    digest = world.push("malformed")
+    junk = world.push(digest.replace(":", "-") + ".att")   # an image, not an attestation, at the .att tag
+    assert junk != digest
+    done = world.check(world.ref(digest))
+    assert done.returncode == CANNOT_CHECK and "malformed" in done.stderr, done.stderr
+    assert "docker login" not in done.stderr and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------- archives as skopeo reads them
+
+
+def skopeo_reads(archive: Path) -> tuple[str, dict[str, Any]]:
+    """The manifest digest skopeo loads from `archive` (what LXC's oci template and Proxmox take), and its
+    config."""
+    raw = subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{archive}"], capture_output=True, check=True,
+                         timeout=120).stdout
+    config = subprocess.run(["skopeo", "inspect", "--raw", "--config", f"oci-archive:{archive}"],
+                            capture_output=True, check=True, timeout=120).stdout
+    return carried_digest(raw), json.loads(config)
+
+
+def carried_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def exported(world: World, digest: str, path: Path) -> Path:
+    """What anyone can write: REPO@digest as an OCI archive, byte for byte."""
+    subprocess.run(["skopeo", "copy", "--quiet", "--preserve-digests", "--src-tls-verify=false",
+                    f"docker://{world.ref(digest)}", f"oci-archive:{path}"], check=True, timeout=120)
+    return path
+
+
+def with_sidecar(archive: Path, good: Path, **claims: str) -> Path:
+    record = {**json.loads(carried.sidecar(good).read_text()), **claims}
+    carried.sidecar(archive).write_text(json.dumps(record))
+    return archive
+
+
+def appended(archive: Path, extra: Path, name: str) -> Path:
+    """A copy of `archive` with `extra`'s index.json, and the blobs of `extra` it lacks, added at its end."""
+    copy = tampered(archive, name)
+    with tarfile.open(archive) as tar:
+        present = set(tar.getnames())
+    with tarfile.open(extra) as source, tarfile.open(copy, "a") as tar:
+        for member in source.getmembers():
+            if member.isfile() and (member.name == "index.json" or member.name not in present):
+                tar.addfile(member, source.extractfile(member))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def evil(world: World, promoted: tuple[str, list[Path]]) -> tuple[str, Path]:
+    """The tested image with a Healthcheck and an OnBuild added to its config, every digest rewritten to match:
+    another image, pushed beside it, and written as an archive."""
+    writer = RegistryWriter(world.server.url)
+    digest = writer.rewrite_config(world.name, promoted[0], "evil", config={
+        "Healthcheck": {"Test": ["CMD", "/bin/steal"]}, "OnBuild": ["RUN /bin/steal"]})
+    folder = world.folder / "evil"
+    folder.mkdir()
+    return digest, exported(world, digest, folder / "evil.oci.tar")
+
+
+def test_the_archive_is_the_tested_manifest_byte_for_byte(archive: Path, promoted: tuple[str, list[Path]]) -> None:
+    assert skopeo_reads(archive)[0] == promoted[0]
+
+
+def test_a_second_index_json_is_refused(world: World, archive: Path, evil: tuple[str, Path]) -> None:
+    crafted = appended(archive, evil[1], "second-index")
+    assert skopeo_reads(crafted)[0] == evil[0]   # skopeo (and tar) take the last index.json
+    done = world.check(f"oci-archive:{crafted}")
+    assert done.returncode == NOT_VERIFIED and "index.json is in the archive twice" in done.stderr, done.stderr
+
+
+def test_a_shadowed_layer_is_refused(world: World, archive: Path, evil: tuple[str, Path]) -> None:
+    with tarfile.open(archive) as tar:
+        layer = max((m for m in tar.getmembers() if m.name.startswith("blobs/")), key=lambda m: m.size)
+        original = tar.extractfile(layer).read()   # type: ignore[union-attr]
+    crafted = tampered(archive, "shadowed")
+    with tarfile.open(crafted, "a") as tar:
+        shadow = tarfile.TarInfo(layer.name)
+        payload = original[:-1] + bytes([original[-1] ^ 0xFF])
+        shadow.size = len(payload)
+        tar.addfile(shadow, io.BytesIO(payload))
+    unpacked = world.folder / "shadowed-by-skopeo"
+    loaded = subprocess.run(["skopeo", "copy", "--quiet", f"oci-archive:{crafted}", f"dir:{unpacked}"],
+                            capture_output=True, text=True, timeout=120)
+    # skopeo takes the later member: the tested bytes are not what it loads (it stops, or copies others)
+    assert loaded.returncode != 0 or hashlib.sha256(
+        (unpacked / layer.name.rsplit("/", 1)[1]).read_bytes()).digest() != hashlib.sha256(original).digest()
+    done = world.check(f"oci-archive:{crafted}")
+    assert done.returncode == NOT_VERIFIED and f"{layer.name} is in the archive twice" in done.stderr, done.stderr
+
+
+def test_a_rewritten_config_is_another_manifest(world: World, archive: Path, evil: tuple[str, Path],
+                                               promoted: tuple[str, list[Path]]) -> None:
+    digest, crafted = evil
+    read, config = skopeo_reads(crafted)
+    assert read == digest != promoted[0] and config["config"]["Healthcheck"]["Test"] == ["CMD", "/bin/steal"]
+    done = world.check(f"oci-archive:{with_sidecar(crafted, archive)}")
+    assert done.returncode == NOT_VERIFIED, done.stderr
+    assert f"speaks of {promoted[0]}, but the archive holds the manifest {digest}" in done.stderr
+    done = world.check(f"oci-archive:{with_sidecar(crafted, archive, digest=digest)}")   # the file made to agree
+    assert done.returncode == NOT_VERIFIED and f"a verdict for {promoted[0]}, not for {digest}" in done.stdout
+
+
+def test_an_archive_of_an_index_platform_that_never_ran_is_not_verified(world: World, archive: Path) -> None:
+    amd64 = world.push("arm-amd64")
+    writer = RegistryWriter(world.server.url)
+    arm64 = writer.rewrite_config(world.name, amd64, "arm-arm64", architecture="arm64", variant="v8")
+    writer.index(world.name, "arm-index", {"linux/amd64": amd64, "linux/arm64/v8": arm64})
+    cosign.attach(world.verdict(amd64), world.ref(amd64))
+    folder = world.folder / "arm"
+    folder.mkdir()
+    crafted = exported(world, arm64, folder / "arm.oci.tar")
+    assert skopeo_reads(crafted)[0] == arm64
+    record = {"schema": carried.SCHEMA, "repository": world.repository, "digest": arm64, "platform": "linux/arm64/v8",
+              "attestations": cosign.download(world.ref(amd64))}   # the amd64 arm's verdicts, beside it
+    carried.sidecar(crafted).write_text(json.dumps(record))
+    done = world.check(f"oci-archive:{crafted}")
+    assert done.returncode == NOT_VERIFIED and f"not for {arm64}" in done.stdout, done.stderr
