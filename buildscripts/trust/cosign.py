@@ -22,7 +22,7 @@ NONE_FOUND = "found no attestations"
 DOWNLOAD, ATTACH = "download attestation", "attach attestation"   # what failed, in messages
 # What cosign says when the registry answered with something that is no attestation it can read.
 MALFORMED = ("unmarshal", "invalid character", "unexpected end of json", "unexpected media type",
-             "mediatype", "invalid layer", "decoding", "cannot unmarshal")
+             "mediatype", "invalid layer", "decoding", "no child with platform", "blob unknown")
 
 
 def binary() -> str:

@@ -74,6 +74,9 @@ def refused(archive: Path, what: str) -> NotVerified:
 def read(archive: Path) -> Layout:
     """The image `archive` holds; NotVerified naming what a tool could read otherwise, CannotCheck when it
     cannot be read at all."""
+    if not archive.is_file():   # a folder, a device, a named pipe (which would block the read forever)
+        msg = f"{archive} is not a file"
+        raise CannotCheck(msg, hint=HINT)
     try:
         with archive.open("rb") as fh:
             members = _members(archive, fh)

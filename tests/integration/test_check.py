@@ -36,7 +36,7 @@ from tests import needs
 from tests.cli import cli
 from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer, free_port
-from tests.registry_writer import RegistryWriter
+from tests.registry_writer import INDEX, RegistryWriter
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 pytestmark = pytest.mark.registry
@@ -453,6 +453,11 @@ def test_a_malformed_attachment_is_named_as_such(world: World) -> None:
     done = world.check(world.ref(digest))
     assert done.returncode == CANNOT_CHECK and "malformed" in done.stderr, done.stderr
     assert "docker login" not in done.stderr and "Traceback" not in done.stderr
+    other = world.push("malformed-index")   # an empty index at the .att tag
+    body = json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": []}).encode()
+    RegistryWriter(world.server.url).put_manifest(world.name, other.replace(":", "-") + ".att", body, INDEX)
+    done = world.check(world.ref(other))
+    assert done.returncode == CANNOT_CHECK and "are malformed" in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------- archives as skopeo reads them

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 from collections.abc import Sequence
@@ -285,3 +286,16 @@ def test_the_committed_cosign_policies_are_the_generated_ones() -> None:
         arch = path.name.removeprefix("test-result-").removesuffix(".cue")
         assert path.read_text() == policy.cue(arch), f"{path}: run `nox -s check -- --write-policies`"
         assert all(f'"{stage}@{arch}"' in path.read_text() for stage in REQUIRED_GPU_STAGES)
+
+
+def test_a_named_pipe_is_no_archive_and_no_verdicts_file(tmp_path: Path) -> None:
+    """Reading either would block forever."""
+    pipe = tmp_path / "c.oci.tar"
+    os.mkfifo(pipe)
+    with pytest.raises(CannotCheck, match="is not a file"):
+        ociarchive.read(pipe)
+    members = layout()
+    archive = pack(tmp_path / "d.oci.tar", list(members.items()))
+    os.mkfifo(carried.sidecar(archive))
+    with pytest.raises(CannotCheck, match="is not a file"):
+        carried.read(archive)
