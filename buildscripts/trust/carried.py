@@ -95,7 +95,8 @@ def read(archive: Path) -> Tested:
     file speaks of another, or the archive could load other bytes than that manifest's)."""
     try:
         if sidecar(archive).exists() and not sidecar(archive).is_file():   # a pipe would block the read
-            raise OSError(f"{sidecar(archive).name} is not a file")
+            msg = f"{sidecar(archive).name} is not a file"
+            raise OSError(msg)
         record = json.loads(sidecar(archive).read_text(encoding="utf-8"))
     except FileNotFoundError:
         msg = f"{archive} carries no signed verdict: {sidecar(archive).name} is not beside it"
