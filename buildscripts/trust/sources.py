@@ -147,42 +147,41 @@ def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs
     return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs)) for source in sources(what, env)]
 
 
-def choose(judged: Judged, platform: str | None) -> tuple[Judged, str | None]:
-    """The manifests that must be verified, and the platform asked: an index's entry for `platform` (default:
-    this machine's, as Docker pulls), any other manifest as it is (an archive's only for an asked platform)."""
+def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
+    """The groups of manifests that must be verified, one group per image `what` leads to, and the platform
+    asked. Of an index: every entry for `platform` (default: this machine's, as Docker pulls). Docker picks
+    one of several that match (an `arm64` and an `arm64/v8` entry, amd64 micro-architecture variants) by its
+    own preferences, so each of them must be verified. Any other manifest as it is (an archive's only when
+    its platform is the one asked)."""
     asked = platform or machine_platform()
-    chosen = []
+    groups: dict[str, Judged] = {}
     for source, judgement in judged:
         if source.index is not None:
             if matches(source.platform, asked):
-                chosen.append((source, judgement))
+                groups.setdefault(source.index, []).append((source, judgement))
         elif platform is None or source.platform is None or matches(source.platform, asked):
-            chosen.append((source, judgement))
-    picked, seen = [], set()
-    for source, judgement in chosen:   # of an index, the one entry Docker pulls: an exact one before a v8 one
-        if source.index is None:
-            picked.append((source, judgement))
-        elif source.index not in seen:
-            seen.add(source.index)
-            same = [j for j in chosen if j[0].index == source.index]
-            picked.append(next((j for j in same if j[0].platform == asked), same[0]))
-    return picked, asked
+            groups[source.digest] = [(source, judgement)]
+    return list(groups.values()), asked
+
+
+def _verified(source: Source, judgement: verdicts.Judgement) -> str:
+    """`sm_100a (signed … (2 h ago)) for sha256:… (linux/amd64)`: which verdict decided, and how old it is."""
+    archs = ", ".join(f"{f.arch} ({f.detail.rsplit('; ', 1)[-1]})" for f in judgement.archs)
+    return f"{archs} for {source.digest}" + (f" ({source.platform})" if source.platform else "")
 
 
 def summary(what: str, judged: Judged, platform: str | None = None) -> tuple[bool, str]:
     """(verified, one line saying so and why) for what `check` found, for `platform` (see `choose`)."""
-    chosen, asked = choose(judged, platform)
-    for source, judgement in chosen:
-        if judgement.verified:   # which verdict decided, and how old it is
-            archs = ", ".join(f"{f.arch} ({f.detail.rsplit('; ', 1)[-1]})" for f in judgement.archs)
-            where = f" ({source.platform})" if source.platform else ""
-            return True, f"{what}: verified on {archs} for {source.digest}{where} (signed verdicts)"
     if not judged:
         return False, f"{what}: no manifest to check"
-    if not chosen:
+    groups, asked = choose(judged, platform)
+    for group in groups:
+        if all(judgement.verified for _, judgement in group):
+            return True, f"{what}: verified on {'; '.join(_verified(s, j) for s, j in group)} (signed verdicts)"
+    if not groups:
         listed = ", ".join(sorted({s.platform for s, _ in judged if s.platform})) or "none"
         return False, f"{what} has no manifest for {asked} (its platforms: {listed}): nothing of it ran here"
-    source, judgement = chosen[0]
+    source, judgement = next(j for j in groups[0] if not j[1].verified)
     failing = [f for f in judgement.archs if not f.verified]
     said = "; ".join(f"{f.arch}: {f.detail}" for f in failing) or "no valid signed verdict is attached"
     where = f" ({source.platform})" if source.platform else ""

@@ -127,8 +127,12 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
     assert not sources.summary("r:t", both, "linux/arm64/v7")[0]
     verified, line = sources.summary("r:t", both, "linux/s390x")
     assert not verified and "has no manifest for linux/s390x (its platforms: linux/amd64, linux/arm64/v8)" in line
-    # an exact entry is what Docker takes before one that only matches
-    assert sources.summary("r:t", judged(("linux/arm64", False), ("linux/arm64/v8", True)), "linux/arm64/v8")[0]
+    # Docker picks one of several entries that match by its own preferences: each must be verified
+    two = judged(("linux/arm64", False), ("linux/arm64/v8", True))
+    for asked in ("linux/arm64", "linux/arm64/v8"):
+        verified, line = sources.summary("r:t", two, asked)
+        assert not verified and "(linux/arm64)" in line
+    assert sources.summary("r:t", judged(("linux/arm64", True), ("linux/arm64/v8", True)), "linux/arm64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
     assert sources.platform_problem("linux") and not sources.platform_problem("linux/arm64/v8")
 
