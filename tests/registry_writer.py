@@ -66,12 +66,14 @@ class RegistryWriter:
         return self.put_manifest(name, tag, json.dumps(manifest).encode(), media_type)
 
     def index(self, name: str, tag: str, platforms: dict[str, str]) -> str:
-        """An OCI index of `platforms` (os/arch[/variant] -> manifest digest, all in `name`), pushed as `tag`."""
+        """An OCI index of `platforms` (os/arch[/variant] -> manifest digest, all in `name`; "" for an entry that
+        names no platform), pushed as `tag`."""
         entries = []
         for platform, digest in platforms.items():
             data, media_type = self.manifest(name, digest)
-            parts = platform.split("/")
-            wanted = {"os": parts[0], "architecture": parts[1], **({"variant": parts[2]} if len(parts) > 2 else {})}
-            entries.append({"mediaType": media_type, "digest": digest, "size": len(data), "platform": wanted})
+            entry = {"mediaType": media_type, "digest": digest, "size": len(data)}
+            if platform:
+                entry["platform"] = dict(zip(("os", "architecture", "variant"), platform.split("/"), strict=False))
+            entries.append(entry)
         body = json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": entries}).encode()
         return self.put_manifest(name, tag, body, INDEX)

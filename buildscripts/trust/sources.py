@@ -33,6 +33,7 @@ SOURCE_LINE = re.compile(rf"{SOURCE_KEY}:\s*(\S+)")
 
 PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?")
 MACHINES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+ANY_PLATFORM = "any platform (the index entry names none)"
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,12 @@ def platform_problem(value: str) -> str | None:
 
 
 def matches(found: str | None, asked: str) -> bool:
-    """`found` is a platform Docker takes for `asked` (an arm64 entry without variant is v8)."""
+    """`found` is a platform Docker takes for `asked` (an arm64 entry without variant is v8; an index entry
+    that names no platform may be taken for any)."""
     if found is None:
         return False
+    if found == ANY_PLATFORM:
+        return True
     f, a = found.split("/"), asked.split("/")
     if f[:2] != a[:2]:
         return False
@@ -104,11 +108,15 @@ def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Ma
         return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)))]
     found = []
     for entry in top.data.get("manifests") or []:
-        wanted = entry.get("platform") if isinstance(entry, dict) else None
-        if not isinstance(wanted, dict) or wanted.get("os") in (None, "unknown"):
-            continue   # an attestation manifest (buildx), no image to run
-        name = "/".join(str(wanted[k]) for k in ("os", "architecture", "variant") if wanted.get(k))
-        child = str(entry.get("digest"))
+        found_platform = entry.get("platform") if isinstance(entry, dict) else None
+        wanted = found_platform if isinstance(found_platform, dict) else {}
+        if wanted.get("os") == "unknown":
+            continue   # an attestation manifest (buildx): no engine pulls it to run
+        # An entry that names no os or architecture is one an engine may take for any platform (containerd
+        # then reads its config): it is checked as matching every platform.
+        name = "/".join(str(wanted[k]) for k in ("os", "architecture", "variant") if wanted.get(k)) \
+            if wanted.get("os") and wanted.get("architecture") else ANY_PLATFORM
+        child = str(entry.get("digest") if isinstance(entry, dict) else None)
         found.append(Source(f"{shown} -> {name} {child}", child, tuple(cosign.download(f"{repository}@{child}", env)),
                             name, digest))
     return found

@@ -414,6 +414,11 @@ def test_an_index_holds_a_verdict_per_platform(world: World) -> None:
     done = world.check(tag, "--platform", "linux/arm64")
     assert done.returncode == NOT_VERIFIED, done.stderr
     assert f"is not verified for {arm64} (linux/arm64/v8)" in done.stderr
+    # an entry that names no platform is one an engine may pull anywhere (it reads the config): it must be
+    # verified too, whatever the amd64 entry holds
+    writer.index(world.name, "index-open", {"linux/amd64": amd64, "": arm64})
+    done = world.check(f"{world.repository}:index-open", "--platform", "linux/amd64")
+    assert done.returncode == NOT_VERIFIED and f"is not verified for {arm64}" in done.stderr, done.stderr
 
 
 def test_the_newest_verdict_decides_and_what_the_registry_hides_cannot_be_seen(world: World) -> None:

@@ -133,6 +133,8 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
         verified, line = sources.summary("r:t", two, asked)
         assert not verified and "(linux/arm64)" in line
     assert sources.summary("r:t", judged(("linux/arm64", True), ("linux/arm64/v8", True)), "linux/arm64")[0]
+    # an entry that names no platform is one an engine may take for any: it must be verified too
+    assert not sources.summary("r:t", judged(("linux/amd64", True), (sources.ANY_PLATFORM, False)), "linux/amd64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
     assert sources.platform_problem("linux") and not sources.platform_problem("linux/arm64/v8")
 
