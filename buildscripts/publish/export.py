@@ -309,12 +309,14 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     return digest
 
 
-def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str]) -> carried.Tested | None:
-    """The first registry digest of `image` (its RepoDigests) whose signed verdicts are attached, with them."""
+def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str], *,
+             platform: tuple[str, str] = ("linux", "amd64")) -> carried.Tested | None:
+    """The first registry digest of `image` (its RepoDigests; of an index, its manifest for `platform`) whose
+    signed verdicts are attached, with them."""
     digests = [str(d) for d in image.attrs.get("RepoDigests") or []]
     for ref in digests:
         try:
-            found = carried.gather(ref, keys, env)
+            found = carried.gather(ref, keys, env, platform=platform)
         except (RegistryError, ToolMissingError) as exc:
             log.warn(f"{ref}: its verdicts cannot be read ({exc.message})")
             continue
@@ -369,7 +371,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                                     "or pass --force to export it marked as unverified")
     name = safe_name(a.name) if a.name else archive_name(image, a.image)
     cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    tested = attested(image, keys, env)
+    tested = attested(image, keys, env, platform=engine.platform(client))
     with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
         done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,
                       env=env)
