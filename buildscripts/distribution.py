@@ -129,6 +129,10 @@ def failure(action: str, ref: str, detail: str) -> RegistryError:
         hint = "the registry refuses writes (read-only, or no push right here); no tag was moved"
     elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
         hint = "the registry refused: run `docker login HOST` (credentials live in docker's config.json)"
+    elif any(word in lower for word in ("not a json", "not a manifest", "invalid character", "unmarshal",
+                                        "unsupported manifest", "malformed")):
+        hint = ("the registry answered, with something that is no manifest: what it holds there is malformed "
+                "(written by hand, or damaged); nothing was concluded from it")
     return RegistryError(f"{action} {ref} failed: {detail}", hint=hint)
 
 
