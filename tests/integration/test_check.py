@@ -449,6 +449,10 @@ def test_a_registry_that_never_answers_is_named_within_the_deadline(world: World
             assert f"the registry {host} did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
         with pytest.raises(RegistryError, match=f"the registry {host} did not answer"):
             cosign.download(f"{host}/sglang@sha256:{'a' * 64}", {"SGLANG_IMAGES_REGISTRY_TIMEOUT": "2"})
+        done = cli("verify", f"{host}/sglang@sha256:{'a' * 64}", "--out", str(world.folder / "silent.json"),
+                   env=env, timeout=60)   # verify REPO@sha256:… reads the registry before it pulls
+        assert done.returncode == RegistryError.exit_code, done.stderr
+        assert f"the registry {host} did not answer within 2 s" in done.stderr
 
 
 def test_a_malformed_attachment_is_named_as_such(world: World) -> None:
