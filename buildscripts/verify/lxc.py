@@ -15,19 +15,21 @@ container's /etc/passwd. Without HOME a login shell skips ~/.profile, and DeepGE
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import proc
+from .. import log, proc
 from ..errors import ConfigError
 from ..results import StageResult
-from . import netns
+from . import lxcadvice, lxcconfig, netns
 from .container import MODEL_ROOT, PROBE_ROOT, probe_archive
 from .handoff import Handoff, Handover
 from .host import ProcessReach, marker
+from .identity import handed_environment
 from .output import failed, from_process
 from .plan import Plan
 from .runner import Options, Outcome
@@ -108,7 +110,17 @@ class Target:
 
     def run(self, command: Sequence[str], *, timeout: float = 60) -> proc.Completed:
         """`command` inside the container, its output captured (short questions, not the probe)."""
-        return proc.run(self.exec_argv(command), timeout=timeout)
+        return proc.run(self.exec_argv(command), timeout=timeout, env=outside_env(), inherit_env=False)
+
+    def config(self) -> lxcconfig.LxcConfig | None:
+        """The container's config as LXC reads it (None when it cannot be read here)."""
+        return lxcconfig.load(self.config_path(), self.tool)
+
+    def unprivileged(self) -> bool:
+        """Whether the container's idmap maps its uid 0 to a non-zero host uid (read from its config: Proxmox's
+        `unprivileged: 1`, or lxc.idmap lines); False when the config cannot be read."""
+        config = self.config()
+        return config is not None and config.unprivileged
 
     def login_argv(self, script: str) -> list[str]:
         """`script` in a login shell inside the container: the login's environment (LOGIN_ENV), then
@@ -169,15 +181,21 @@ class LxcRunner:
             log_file.write_text(f"# {self.target.shown} is not running: {state}\n")
             return Outcome([failed("container", f"{self.target.shown} is not running ({state})", "lxc-not-running",
                                    log=state)])
+        config = self.target.config()
+        if config is not None and config.unprivileged and config.idmap is not None:
+            log.info(f"{self.target.shown} is unprivileged: {config.idmap.shown()}")
         mark, cut_problem = marker(), netns.problem()
         handoff = Handoff(ProcessReach(mark, self._stop, enter=cut_problem is None), options.handed, model,
                           ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
         script = probe_script(plan, self.python, mark=mark, model=model is not None, cut=cut_problem is None)
         done = proc.run(self.target.login_argv(script), log=log_file, timeout=len(plan.stages) * plan.deadline,
-                        stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed)
+                        stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed,
+                        env=outside_env(), inherit_env=False)
         observation = handoff.finish()
         stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python)
-        return Outcome([name_missing_rules(stage, self.target) for stage in stages], observation)
+        where = (self.target.shown, self.target.tool, str(self.target.config_path()))
+        return Outcome([lxcadvice.for_container(name_missing_rules(stage, self.target), *where, config)
+                        for stage in stages], observation)
 
     def _stop(self, handover: Handover) -> None:
         """The stop file, inside the container (the probe's own folder under /tmp, nowhere else)."""
@@ -185,6 +203,23 @@ class LxcRunner:
             msg = f"the probe named the stop file {handover.stop_file!r}, outside its own folder"
             raise ValueError(msg)
         self.target.run(["/bin/sh", "-c", '[ -d "${1%/*}" ] && : > "$1"', "sh", handover.stop_file])
+
+
+def outside_env() -> dict[str, str]:
+    """The environment lxc-attach and pct run with: `pct exec` hands the caller's on to the first program in
+    the container (the container's own `env`, before it clears it), so no secret of the verifier's goes."""
+    return handed_environment(os.environ)
+
+
+def why_unsealed(target: Target) -> str | None:
+    """Why a run in place in `target` vouches for nothing (None: it may be sealed). A privileged container's
+    root is this machine's root, so the code under test there is no further from the keys than the verifier;
+    an unprivileged one's root is an unprivileged uid here (its idmap, or Proxmox's `unprivileged: 1`)."""
+    if target.unprivileged():
+        return None
+    return (f"{target.shown} is privileged, or its config ({target.config_path()}) cannot be read: no idmap maps "
+            "its root to an unprivileged uid, so its root is this machine's root and no boundary keeps the code "
+            "under test from the verifier's keys")
 
 
 def config_line(target: Target, key: str, value: str) -> str:
