@@ -18,8 +18,10 @@ from typing import Any
 
 import docker
 import docker.errors
+import pytest
 
 from buildscripts import distribution
+from buildscripts.errors import CannotCheck, NotVerified
 from buildscripts.results import Status
 from buildscripts.trust import carried, cosign, dsse, keys, statement, verdicts
 from buildscripts.verify.reuse import probe_digest
@@ -30,6 +32,7 @@ from tests.registry_server import RegistryServer
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 ROOT = Path(__file__).resolve().parents[1]
+NOT_VERIFIED, CANNOT_CHECK = NotVerified.exit_code, CannotCheck.exit_code
 
 
 @dataclass
@@ -130,6 +133,25 @@ def opened(client: docker.DockerClient, folder: Path) -> Iterator[World]:
             with contextlib.suppress(docker.errors.NotFound):
                 client.images.remove(image_id, force=True)
         shutil.rmtree(server.folder / "data", ignore_errors=True)
+
+
+def fixtures(name: str) -> tuple[Any, Any, Any]:
+    """A test module's fixtures, `world, promoted, archive = fixtures("NAME")`: a registry of its own for the
+    module (`world`), an image promoted there with its sm_100 verdict (`promoted`), and its export (`archive`)."""
+    @pytest.fixture(scope="module")
+    def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+        with opened(client, tmp_path_factory.mktemp(name)) as made:
+            yield made
+
+    @pytest.fixture(scope="module")
+    def promoted(world: World) -> tuple[str, list[Path]]:
+        return promote_one(world)
+
+    @pytest.fixture(scope="module")
+    def archive(world: World, promoted: tuple[str, list[Path]]) -> Path:
+        return export_one(world, promoted[0])
+
+    return world, promoted, archive
 
 
 def promote_one(world: World) -> tuple[str, list[Path]]:

@@ -13,42 +13,27 @@ import shutil
 import subprocess
 import tarfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 
-from buildscripts.errors import CannotCheck, NotVerified
+from buildscripts.errors import NotVerified
 from buildscripts.publish import registry
 from buildscripts.trust import carried, cosign, keys, statement, verdicts
-from tests.attest_world import World, attach_directly, export_one, opened, promote_one, tampered, write
+from tests.attest_world import (
+    CANNOT_CHECK,
+    NOT_VERIFIED,
+    World,
+    attach_directly,
+    fixtures,
+    tampered,
+    write,
+)
 from tests.cli import cli
 from tests.registry_server import free_port
 
 pytestmark = pytest.mark.registry
-NOT_VERIFIED, CANNOT_CHECK = NotVerified.exit_code, CannotCheck.exit_code
-
-
-
-
-
-
-@pytest.fixture(scope="module")
-def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with opened(client, tmp_path_factory.mktemp("attest")) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def promoted(world: World) -> tuple[str, list[Path]]:
-    return promote_one(world)
-
-
-
-
-
-
+world, promoted, archive = fixtures("attest")
 
 
 def test_cosign_verify_attestation_accepts_what_promotion_attached(world: World,
@@ -163,11 +148,6 @@ def test_an_unreachable_registry_is_cannot_check(world: World) -> None:
 
 
 # ---------------------------------------------------------------- an OCI archive carries them
-
-
-@pytest.fixture(scope="module")
-def archive(world: World, promoted: tuple[str, list[Path]]) -> Path:
-    return export_one(world, promoted[0])
 
 
 def test_the_archive_holds_the_tested_image(world: World, archive: Path, promoted: tuple[str, list[Path]]) -> None:

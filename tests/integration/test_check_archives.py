@@ -10,36 +10,17 @@ import io
 import json
 import subprocess
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 
-from buildscripts.errors import NotVerified
 from buildscripts.trust import carried, cosign
-from tests.attest_world import World, export_one, opened, promote_one, tampered
+from tests.attest_world import NOT_VERIFIED, World, fixtures, tampered
 from tests.registry_writer import RegistryWriter
 
 pytestmark = pytest.mark.registry
-NOT_VERIFIED = NotVerified.exit_code
-
-
-@pytest.fixture(scope="module")
-def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with opened(client, tmp_path_factory.mktemp("archives")) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def promoted(world: World) -> tuple[str, list[Path]]:
-    return promote_one(world)
-
-
-@pytest.fixture(scope="module")
-def archive(world: World, promoted: tuple[str, list[Path]]) -> Path:
-    return export_one(world, promoted[0])
+world, promoted, archive = fixtures("archives")
 
 
 def skopeo_reads(archive: Path) -> tuple[str, dict[str, Any]]:

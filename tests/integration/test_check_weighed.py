@@ -8,25 +8,17 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-from collections.abc import Iterator
 
-import docker
 import pytest
 
-from buildscripts.errors import CannotCheck, NotVerified, RegistryError
+from buildscripts.errors import RegistryError
 from buildscripts.trust import cosign, statement
-from tests.attest_world import ROOT, World, opened
+from tests.attest_world import CANNOT_CHECK, NOT_VERIFIED, ROOT, World, fixtures
 from tests.cli import cli
 from tests.registry_writer import INDEX, RegistryWriter
 
 pytestmark = pytest.mark.registry
-NOT_VERIFIED, CANNOT_CHECK = NotVerified.exit_code, CannotCheck.exit_code
-
-
-@pytest.fixture(scope="module")
-def world(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with opened(client, tmp_path_factory.mktemp("weighed")) as made:
-        yield made
+world, promoted, archive = fixtures("weighed")
 
 
 POLICY = ROOT / "policies" / "test-result-sm_100a.cue"
