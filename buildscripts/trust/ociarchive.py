@@ -171,13 +171,30 @@ def _read(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> _Memb
     return _Member(member.type, size, digest.hexdigest(), bytes(kept) if size <= KEEP else None)
 
 
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object with each key once: parsers disagree which of two values counts (first, last, error)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        msg = "a key appears twice in one object"
+        raise ValueError(msg)
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    msg = f"{name} is not JSON"
+    raise ValueError(msg)
+
+
 def _json(archive: Path, member: _Member | None, what: str) -> dict[str, Any]:
+    """`member` as a JSON object, read as strictly as Go reads it: UTF-8 only, no NaN or Infinity, no key twice
+    (Python would take UTF-16, NaN and the last of two keys where another reader fails or takes the first)."""
     try:
-        found = json.loads(member.data) if member is not None and member.data is not None else None
-    except ValueError:
+        text = member.data.decode("utf-8") if member is not None and member.data is not None else "null"
+        found = json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constant)
+    except ValueError:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         found = None
     if not isinstance(found, dict):
-        raise refused(archive, f"{what} is not a JSON object")
+        raise refused(archive, f"{what} is not a JSON object (strict UTF-8 JSON, each key once)")
     return found
 
 
@@ -193,7 +210,8 @@ def _blob(archive: Path, members: Mapping[str, _Member], descriptor: Any, what: 
         raise refused(archive, f"{what}: blob {hexdigest[:12]}… is not in the archive")
     if member.sha256 != hexdigest:
         raise refused(archive, f"{what}: blob {hexdigest[:12]}… holds other bytes than its name says")
-    if descriptor.get("size") != member.size:
+    size = descriptor.get("size")
+    if type(size) is not int or size != member.size:   # not True, not 1.0: Go reads neither as a size
         raise refused(archive, f"{what}: blob {hexdigest[:12]}… is {member.size} bytes, not the "
                                f"{descriptor.get('size')} its descriptor says")
     return member

@@ -230,6 +230,19 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
         index = json.loads(good["index.json"])
         index["manifests"][0]["data"] = "e30="
         return [(n, json.dumps(index).encode() if n == "index.json" else b) for n, b in items], "embeds data"
+    if kind == "index.json key twice":   # Python's json takes the last "manifests", another reader the first
+        text = good["index.json"].decode()
+        evil = json.dumps(json.loads(other["index.json"])["manifests"])
+        twice = text.replace('{"schemaVersion": 2,', '{"schemaVersion": 2, "manifests": ' + evil + ",", 1)
+        return [(n, twice.encode() if n == "index.json" else b) for n, b in items], "each key once"
+    if kind == "index.json in UTF-16":
+        utf16 = good["index.json"].decode().encode("utf-16")
+        return [(n, utf16 if n == "index.json" else b) for n, b in items], "strict UTF-8"
+    if kind == "size written 1.0":
+        index = json.loads(good["index.json"])
+        return [(n, good["index.json"].replace(b'"size": ' + str(index["manifests"][0]["size"]).encode(),
+                                                b'"size": ' + str(index["manifests"][0]["size"]).encode() + b".0")
+                 if n == "index.json" else b) for n, b in items], "not the"
     if kind == "changed layer bytes":
         return [(n, gzip.compress(b"evil", mtime=0) if n == first_layer else b) for n, b in items], \
             "holds other bytes than its name says"
@@ -237,7 +250,8 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
 
 
 KINDS = ["second index.json", "./ spelled twice", "shadowed layer", "symlinked index.json", "hard-linked blob",
-         "escaping path", "stray blob", "other file", "two manifests", "embedded data", "changed layer bytes"]
+         "escaping path", "stray blob", "other file", "two manifests", "embedded data", "changed layer bytes",
+         "index.json key twice", "index.json in UTF-16", "size written 1.0"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
