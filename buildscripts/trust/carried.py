@@ -93,6 +93,9 @@ def _refused(archive: Path, what: str) -> NotVerified:
 def read(archive: Path) -> Tested:
     """The verdicts carried with `archive`, for the manifest the archive holds (NotVerified when the verdicts
     file speaks of another, or the archive could load other bytes than that manifest's)."""
+    if not archive.exists():
+        msg = f"there is no archive {archive}"
+        raise CannotCheck(msg, hint="give the path of the .oci.tar `nox -s export` wrote: oci-archive:PATH")
     try:
         if sidecar(archive).exists() and not sidecar(archive).is_file():   # a pipe would block the read
             msg = f"{sidecar(archive).name} is not a file"
