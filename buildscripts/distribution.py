@@ -10,6 +10,11 @@ skopeo (in Debian since bookworm, on GitHub's Ubuntu runners) speaks to the regi
 only for a registry on loopback (as the engine allows 127.0.0.0/8), credentials from the Docker config
 that `docker login` wrote ($DOCKER_CONFIG/config.json), or skopeo's own REGISTRY_AUTH_FILE. No credential
 appears in a message: the registry's words are scrubbed first.
+
+Every read of a registry (skopeo's and cosign's) has one deadline, `deadline(env)`: 20 s unless
+SGLANG_IMAGES_REGISTRY_TIMEOUT says more; a registry that takes connections and never answers is named
+(`no_answer`) instead of waiting for the tools' own minutes. Copies, which move gigabytes, keep their own
+limit: every copy here follows a read of the same registry, which a registry that does not answer fails first.
 """
 
 from __future__ import annotations
@@ -36,7 +41,39 @@ INDEX_TYPES = frozenset({"application/vnd.oci.image.index.v1+json",
                          "application/vnd.docker.distribution.manifest.list.v2+json"})
 ABSENT_RE = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
 SKOPEO_HINT = "install skopeo (`apt-get install skopeo`; `.ci/install-engine` does it)"
-READ_TIMEOUT, COPY_TIMEOUT = 120.0, 3 * 3600.0    # a copy between registries moves gigabytes
+COPY_TIMEOUT = 3 * 3600.0    # a copy between registries moves gigabytes
+DEADLINE_ENV, DEADLINE_S = "SGLANG_IMAGES_REGISTRY_TIMEOUT", 20.0
+GRACE_S = 10.0               # past the tool's own deadline, before the process is stopped from here
+# What skopeo and cosign say when their deadline passed, or a connection stalled.
+STALLED_RE = re.compile(r"context deadline exceeded|i/o timeout|TLS handshake timeout|Client\.Timeout", re.I)
+
+
+def deadline(env: Mapping[str, str]) -> float:
+    """Seconds a registry gets to answer one request: DEADLINE_S, or SGLANG_IMAGES_REGISTRY_TIMEOUT."""
+    raw = env.get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEADLINE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 24 * 3600:
+        msg = f"{DEADLINE_ENV}={raw!r} is not a number of seconds (more than 0, at most a day)"
+        raise ConfigError(msg, hint=f"e.g. {DEADLINE_ENV}=60 for a slow link; unset, a registry gets "
+                                    f"{DEADLINE_S:.0f} s")
+    return seconds
+
+
+def stalled(done: proc.Completed) -> bool:
+    """The command ran out of its deadline (its own, or ours), rather than being told no."""
+    return done.timed_out or bool(STALLED_RE.search(done.output))
+
+
+def no_answer(action: str, ref: str, seconds: float) -> RegistryError:
+    where = host(repository_of(ref))
+    msg = f"the registry {where} did not answer within {seconds:.0f} s ({action} {ref})"
+    return RegistryError(msg, hint=f"check that {where} is up and reachable from here; on a slow link give it "
+                                   f"longer with {DEADLINE_ENV}=SECONDS")
 
 
 # ---------------------------------------------------------------- references
@@ -92,6 +129,10 @@ def failure(action: str, ref: str, detail: str) -> RegistryError:
         hint = "the registry refuses writes (read-only, or no push right here); no tag was moved"
     elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
         hint = "the registry refused: run `docker login HOST` (credentials live in docker's config.json)"
+    elif any(word in lower for word in ("not a json", "not a manifest", "invalid character", "unmarshal",
+                                        "unsupported manifest", "malformed")):
+        hint = ("the registry answered, with something that is no manifest: what it holds there is malformed "
+                "(written by hand, or damaged); nothing was concluded from it")
     return RegistryError(f"{action} {ref} failed: {detail}", hint=hint)
 
 
@@ -191,12 +232,16 @@ def source_access(ref: str, env: Mapping[str, str]) -> list[str]:
 
 def _read(argv: list[str], ref: str, env: Mapping[str, str], log: Path | None) -> bytes | None:
     """skopeo's standard output byte for byte; None when the registry says it has no such thing."""
+    seconds = deadline(env)
     with tempfile.TemporaryDirectory(prefix="sglang-images-skopeo-") as scratch:
         out = Path(scratch) / "stdout"
-        done = proc.run([skopeo(), *argv], timeout=READ_TIMEOUT, log=log, env=dict(env), stdout=out)
+        done = proc.run([skopeo(), "--command-timeout", f"{seconds:g}s", *argv], timeout=seconds + GRACE_S,
+                        log=log, env=dict(env), stdout=out)
         if done.ok:
             return out.read_bytes()
-    if not done.timed_out and ABSENT_RE.search(done.output) and "dial tcp" not in done.output:
+    if stalled(done):
+        raise no_answer(READ, ref, seconds)
+    if ABSENT_RE.search(done.output) and "dial tcp" not in done.output:
         return None
     raise failure(READ, ref, said(done))
 

@@ -178,7 +178,7 @@ def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Se
         found = distribution.lookup(ref, env, log=log_file)
         current = found.digest if found else None
         if current and current != promotion.digest and not repair:
-            why = _not_vouched(f"{dest}@{current}", keys, log_file=log_file)
+            why = _not_vouched(f"{dest}@{current}", keys, env, log_file=log_file)
             if why:
                 msg = (f"{promotion.cell_id}: {ref} serves {current}, which {why}: someone other than a promotion "
                        "moved it; nothing was moved back")
@@ -188,14 +188,19 @@ def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Se
         promotion.moves[tag] = current
 
 
-def _not_vouched(ref: str, keys: Sequence[PublicKey], *, log_file: Path | None) -> str | None:
-    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified, or None when one does."""
-    _, digest = verdicts.split_digest_ref(ref)
-    judgement = verdicts.judge(cosign.download(ref, log_file=log_file), digest, keys)
-    if any(finding.verified for finding in judgement.archs):
+def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], *,
+                 log_file: Path | None) -> str | None:
+    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified, or None when one does. A
+    verdict names the platform manifest that ran: for an index, its platforms' verdicts are read."""
+    repository, digest = verdicts.split_digest_ref(ref)
+    top = distribution.lookup(ref, env, log=log_file)
+    digests = top.children() if top is not None and top.is_index else [digest]
+    findings = [f for d in digests for f in verdicts.judge(
+        cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys).archs]
+    if any(finding.verified for finding in findings):
         return None
-    return "carries no verdict of a trusted key" if not judgement.archs else \
-        "carries no passing verdict of a trusted key (" + "; ".join(f.detail for f in judgement.archs) + ")"
+    return "carries no verdict of a trusted key" if not findings else \
+        "carries no passing verdict of a trusted key (" + "; ".join(f.detail for f in findings) + ")"
 
 
 # ---------------------------------------------------------------- writing
@@ -211,7 +216,7 @@ def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequenc
         carry_attachments(promotion.source, dest, promotion.digest, env, log_file=log_file)
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
-        verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, log_file=log_file)
+        verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, env=env, log_file=log_file)
     published = {pinned: promotion.digest}
     for tag in promotion.tags:
         ref = f"{dest}:{tag}"
@@ -228,10 +233,13 @@ def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequenc
 
 def carry_attachments(source: str, dest: str, digest: str, env: Mapping[str, str], *,
                       log_file: Path | None = None) -> list[str]:
-    """Copy the attachment tags of `digest` (cosign's `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no
-    referrers API) from `source` to `dest`, each keeping its digest; return the tags copied."""
-    prefix = digest.replace(":", "-")
-    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefix)]
+    """Copy the attachment tags of `digest` and, for an index, of its platform manifests (cosign's
+    `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no referrers API; a verdict names the platform that
+    ran) from `source` to `dest`, each keeping its digest; return the tags copied."""
+    top = distribution.lookup(f"{source}@{digest}", env, log=log_file)
+    digests = [digest, *(top.children() if top is not None and top.is_index else [])]
+    prefixes = tuple(d.replace(":", "-") + "." for d in digests)
+    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefixes)]
     for tag in carried:
         distribution.copy(f"{source}:{tag}", f"{dest}:{tag}", env, log=log_file)
     return carried

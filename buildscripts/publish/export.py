@@ -2,10 +2,12 @@
 (and LXC's `oci` template) accepts, its sha256, and an install note with the exact commands.
 
 The archive is `NAME.oci.tar`: an OCI layout (oci-layout, index.json, blobs/) with gzip layers, written
-by skopeo, with the cell's facts as manifest annotations (cell id, lock hashes, verdict, verified archs).
-An image whose signed verdicts are attached in its registry is copied from there by digest, and its
-verdicts travel beside the archive (NAME.oci.tar.verdicts.json, trust/carried.py: what `nox -s check --
-oci-archive:PATH` reads); any other image is copied from the local engine and carries none. Only an
+by skopeo, with the cell's facts as annotations (cell id, lock hashes, verdict, verified archs). An image
+whose signed verdicts are attached in its registry is copied from there, its platform manifest byte for byte
+(`--preserve-digests`: the archive's manifest digest is the one the verdicts name; the annotations go on
+index.json's descriptor, outside the manifest), and its verdicts travel beside the archive
+(NAME.oci.tar.verdicts.json, trust/carried.py: what `nox -s check -- oci-archive:PATH` reads). Any other
+image is copied from the local engine, its annotations in a manifest written here, and carries none. Only an
 image a sealed results record vouches for (the gate of `tag` and `promote`, publish/trusted.py) is
 exported, unless `--force`, and then the annotations say so.
 Everything is made in a hidden folder next to the target and moved into place at the end: an
@@ -159,6 +161,15 @@ def annotate(layout: Path, extra: Mapping[str, str]) -> str:
     return digest
 
 
+def annotate_index(layout: Path, extra: Mapping[str, str]) -> None:
+    """Add `extra` to the annotations of index.json's one descriptor: the manifest, and its digest, stay."""
+    index_path = layout / "index.json"
+    index = json.loads(index_path.read_text())
+    (entry,) = index["manifests"]
+    entry["annotations"] = {**entry.get("annotations", {}), **extra}
+    index_path.write_text(json.dumps(index, separators=(",", ":"), sort_keys=True))
+
+
 def layer_problems(layout: Path) -> list[str]:
     """Layers that are not gzip (Proxmox unpacks gzip; mediaTypes alone are not to be trusted)."""
     index = json.loads((layout / "index.json").read_text())
@@ -258,10 +269,11 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     digest, so that the archive's layers are the tested blobs themselves (gzip stays gzip: skopeo reuses
     them); any other from the local engine."""
     work.mkdir()
-    source = [*distribution.source_access(tested.source, env), f"docker://{tested.source}"] if tested \
-        else [f"docker-daemon:{image.id}"]
-    done = proc.run([skopeo, "copy", "--quiet", "--dest-compress", "--dest-compress-format", "gzip", *source,
-                     f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200, env={**env, "TMPDIR": str(work)})
+    # From a registry, byte for byte (skopeo refuses what it could not copy so); from the engine, compressed.
+    source = ["--preserve-digests", *distribution.source_access(tested.source, env), f"docker://{tested.source}"] \
+        if tested else ["--dest-compress", "--dest-compress-format", "gzip", f"docker-daemon:{image.id}"]
+    done = proc.run([skopeo, "copy", "--quiet", *source, f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
+                    env={**env, "TMPDIR": str(work)})
     if not done.ok:
         msg = f"skopeo could not export {tested.source if tested else image.id}: {done.tail(5)}"
         raise ExportError(msg, hint="check that skopeo can reach the registry, or the Docker engine (DOCKER_HOST)")
@@ -269,7 +281,10 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     if bad:
         msg = f"skopeo wrote layers that are not gzip: {', '.join(bad)}"
         raise ExportError(msg, hint="Proxmox unpacks gzip layers; upgrade skopeo")
-    annotate(work / "layout", manifest_annotations(labels, forced=forced))
+    if tested:
+        annotate_index(work / "layout", manifest_annotations(labels, forced=forced))
+    else:
+        annotate(work / "layout", manifest_annotations(labels, forced=forced))
     archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
     pack(work / "layout", work / archive.name)
     digest = sha256_of(work / archive.name)
@@ -278,7 +293,7 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
         side = carried.sidecar(work / archive.name)
         carried.write(side, tested)
         try:
-            carried.read(work / archive.name)   # the archive holds the tested image, or nothing is moved out
+            carried.read(work / archive.name)   # the archive holds the tested manifest, or nothing is moved out
         except NotVerified as exc:
             msg = f"the archive skopeo wrote is not the tested image: {exc.message}"
             raise ExportError(msg, hint="skopeo rewrote what it should have copied; upgrade skopeo") from None
@@ -294,12 +309,14 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     return digest
 
 
-def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str]) -> carried.Tested | None:
-    """The first registry digest of `image` (its RepoDigests) whose signed verdicts are attached, with them."""
+def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str], *,
+             platform: tuple[str, str] = ("linux", "amd64")) -> carried.Tested | None:
+    """The first registry digest of `image` (its RepoDigests; of an index, its manifest for `platform`) whose
+    signed verdicts are attached, with them."""
     digests = [str(d) for d in image.attrs.get("RepoDigests") or []]
     for ref in digests:
         try:
-            found = carried.gather(ref, keys, env)
+            found = carried.gather(ref, keys, env, platform=platform)
         except (RegistryError, ToolMissingError) as exc:
             log.warn(f"{ref}: its verdicts cannot be read ({exc.message})")
             continue
@@ -354,7 +371,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                                     "or pass --force to export it marked as unverified")
     name = safe_name(a.name) if a.name else archive_name(image, a.image)
     cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    tested = attested(image, keys, env)
+    tested = attested(image, keys, env, platform=engine.platform(client))
     with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
         done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,
                       env=env)

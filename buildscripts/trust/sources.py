@@ -1,16 +1,19 @@
-"""What an image's name leads to: the digest it is, and the signed verdicts that belong to that digest.
+"""What an image's name leads to: the platform manifests it is, and the signed verdicts that belong to each.
 
 - a registry reference by tag: the manifest digest the registry serves for it now (a tag moved after the
   promotion leads to the new digest, and to its verdicts: none, unless that image was verified too);
 - a reference by digest: that digest;
 - a local engine image: the digests the engine recorded when it pushed or pulled it (RepoDigests);
-- `oci-archive:PATH`: the tested digest its carried verdicts name, once the archive is shown to hold that
-  image (carried.py).
+- `oci-archive:PATH`: the manifest the archive holds, read as the tools that load it read it (carried.py).
+A digest that is an index leads to each of its platform manifests: a verdict names the platform manifest that
+ran, so each platform holds its own verdicts, or none. Which platform must be verified is chosen as Docker
+pulls: `--platform`, else this machine's os/architecture (`platform_of`, `choose`).
 Registry verdicts come from cosign's attachments of REPO@DIGEST; an archive's travel beside it.
 """
 
 from __future__ import annotations
 
+import platform as host_platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,45 +31,95 @@ SOURCE_KEY = "sglang-images-source"   # in a container's config: the image it wa
 SOURCE_LINE = re.compile(rf"{SOURCE_KEY}:\s*(\S+)")
 
 
+PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?")
+MACHINES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+ANY_PLATFORM = "any platform (the index entry names none)"
+
+
 @dataclass(frozen=True)
 class Source:
-    """One digest to check, and where its verdicts came from."""
+    """One manifest digest to check, and where its verdicts came from."""
 
     shown: str                 # how it was found, for people
     digest: str
     envelopes: tuple[Any, ...]
+    platform: str | None = None   # os/architecture[/variant], when known (an index's entry, an archive's config)
+    index: str | None = None      # the index that listed it, when it was reached through one
+
+
+def machine_platform() -> str:
+    """This machine's platform as an index names it (`linux/amd64`): what Docker would pull here."""
+    machine = host_platform.machine().lower()
+    return f"linux/{MACHINES.get(machine, machine)}"
+
+
+def platform_problem(value: str) -> str | None:
+    return None if PLATFORM.fullmatch(value) else f"{value!r} is not OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64"
+
+
+def matches(found: str | None, asked: str) -> bool:
+    """`found` is a platform Docker takes for `asked` (an arm64 entry without variant is v8; an index entry
+    that names no platform may be taken for any)."""
+    if found is None:
+        return False
+    if found == ANY_PLATFORM:
+        return True
+    f, a = found.split("/"), asked.split("/")
+    if f[:2] != a[:2]:
+        return False
+    if len(a) < 3:
+        return True
+    return (f[2] if len(f) > 2 else ("v8" if f[1] == "arm64" else "")) == a[2]
 
 
 def sources(what: str, env: Mapping[str, str]) -> list[Source]:
-    """The digest(s) `what` names and the verdicts attached to each; CannotCheck when they cannot be read,
-    NotVerified when no digest can have a verdict (a local image never pushed, an archive carrying none)."""
+    """The manifest digest(s) `what` names and the verdicts attached to each; CannotCheck when they cannot be
+    read, NotVerified when no digest can have a verdict (a local image never pushed, an archive carrying none)."""
     try:
         if what.startswith(ARCHIVE):
             found = carried.read(Path(what.removeprefix(ARCHIVE)))
-            return [Source(f"{what} (tested as {found.repository}@{found.digest})", found.digest, found.envelopes)]
+            return [Source(f"{what} (tested as {found.repository}@{found.digest})", found.digest, found.envelopes,
+                           found.platform)]
         if "@" in what:
-            return [_attached(what, what)]
+            return _attached(what, what, env)
         local = _local_digests(what)
         if local is not None:
             if not local:
                 msg = f"{what} is a local image that no registry digest names (never pushed, nor pulled by digest)"
                 raise NotVerified(msg, hint="verdicts are attached to registry digests: pull the image from the "
                                             "registry by its good tag, or check the registry reference")
-            return [_attached(ref, f"{what} (local image, {ref})") for ref in local]
+            return [s for ref in local for s in _attached(ref, f"{what} (local image, {ref})", env)]
         served = distribution.lookup(what, env)
         if served is None:
             msg = f"cannot check {what}: the registry serves no image of that name and tag"
             raise CannotCheck(msg, hint="check the name and tag (`skopeo list-tags docker://REPOSITORY`)")
         ref = f"{distribution.repository_of(what)}@{served.digest}"
-        return [_attached(ref, f"{what} (the registry serves {served.digest})")]
+        return _attached(ref, f"{what} (the registry serves {served.digest})", env, served)
     except (RegistryError, ToolMissingError) as exc:
         msg = f"cannot check {what}: {exc.message}"
         raise CannotCheck(msg, hint=exc.hint) from None
 
 
-def _attached(ref: str, shown: str) -> Source:
+def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Manifest | None = None) -> list[Source]:
+    """The verdicts of `ref`'s manifest; for an index, of each platform manifest it lists."""
     repository, digest = verdicts.split_digest_ref(ref)
-    return Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}")))
+    top = top or distribution.served(f"{repository}@{digest}", env)
+    if not top.is_index:
+        return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)))]
+    found = []
+    for entry in top.data.get("manifests") or []:
+        found_platform = entry.get("platform") if isinstance(entry, dict) else None
+        wanted = found_platform if isinstance(found_platform, dict) else {}
+        if wanted.get("os") == "unknown":
+            continue   # an attestation manifest (buildx): no engine pulls it to run
+        # An entry that names no os or architecture is one an engine may take for any platform (containerd
+        # then reads its config): it is checked as matching every platform.
+        name = "/".join(str(wanted[k]) for k in ("os", "architecture", "variant") if wanted.get(k)) \
+            if wanted.get("os") and wanted.get("architecture") else ANY_PLATFORM
+        child = str(entry.get("digest") if isinstance(entry, dict) else None)
+        found.append(Source(f"{shown} -> {name} {child}", child, tuple(cosign.download(f"{repository}@{child}", env)),
+                            name, digest))
+    return found
 
 
 def _local_digests(what: str) -> list[str] | None:
@@ -95,25 +148,52 @@ Judged = list[tuple[Source, verdicts.Judgement]]
 
 
 def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = ()) -> Judged:
-    """Every digest `what` leads to, judged by its verdicts (the image is verified when one of them is)."""
+    """Every manifest `what` leads to, judged by its verdicts (`summary` says which one must be verified)."""
     if not trusted:
         msg = "no public key to check with (keys/*.pub holds none, and no --key was given)"
         raise CannotCheck(msg, hint="pass --key PUB with the signer's public key")
     return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs)) for source in sources(what, env)]
 
 
-def summary(what: str, judged: Judged) -> tuple[bool, str]:
-    """(verified, one line saying so and why) for what `check` found."""
+def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
+    """The groups of manifests that must be verified, one group per image `what` leads to, and the platform
+    asked. Of an index: every entry for `platform` (default: this machine's, as Docker pulls). Docker picks
+    one of several that match (an `arm64` and an `arm64/v8` entry, amd64 micro-architecture variants) by its
+    own preferences, so each of them must be verified. Any other manifest as it is (an archive's only when
+    its platform is the one asked)."""
+    asked = platform or machine_platform()
+    groups: dict[str, Judged] = {}
     for source, judgement in judged:
-        if judgement.verified:
-            archs = ", ".join(f.arch for f in judgement.archs)
-            return True, f"{what}: verified on {archs} for {source.digest} (signed verdicts)"
+        if source.index is not None:
+            if matches(source.platform, asked):
+                groups.setdefault(source.index, []).append((source, judgement))
+        elif platform is None or source.platform is None or matches(source.platform, asked):
+            groups[source.digest] = [(source, judgement)]
+    return list(groups.values()), asked
+
+
+def _verified(source: Source, judgement: verdicts.Judgement) -> str:
+    """`sm_100a (signed … (2 h ago)) for sha256:… (linux/amd64)`: which verdict decided, and how old it is."""
+    archs = ", ".join(f"{f.arch} ({f.detail.rsplit('; ', 1)[-1]})" for f in judgement.archs)
+    return f"{archs} for {source.digest}" + (f" ({source.platform})" if source.platform else "")
+
+
+def summary(what: str, judged: Judged, platform: str | None = None) -> tuple[bool, str]:
+    """(verified, one line saying so and why) for what `check` found, for `platform` (see `choose`)."""
     if not judged:
-        return False, f"{what}: no digest to check"
-    source, judgement = judged[0]
+        return False, f"{what}: no manifest to check"
+    groups, asked = choose(judged, platform)
+    for group in groups:
+        if all(judgement.verified for _, judgement in group):
+            return True, f"{what}: verified on {'; '.join(_verified(s, j) for s, j in group)} (signed verdicts)"
+    if not groups:
+        listed = ", ".join(sorted({s.platform for s, _ in judged if s.platform})) or "none"
+        return False, f"{what} has no manifest for {asked} (its platforms: {listed}): nothing of it ran here"
+    source, judgement = next(j for j in groups[0] if not j[1].verified)
     failing = [f for f in judgement.archs if not f.verified]
     said = "; ".join(f"{f.arch}: {f.detail}" for f in failing) or "no valid signed verdict is attached"
-    return False, f"{what} is not verified for {source.digest}: {said}"
+    where = f" ({source.platform})" if source.platform else ""
+    return False, f"{what} is not verified for {source.digest}{where}: {said}"
 
 
 def recorded_source(config: str | None) -> str | None:

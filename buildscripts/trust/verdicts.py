@@ -9,7 +9,10 @@ again), and only those that a trusted key signed for that very digest. Anyone re
 cosign writes (DER signatures, a keyid cosign ignores).
 
 An arch gets a Statement only when this run's GPU stages ran on it: absence says "not tested here", never
-"failed". What was tested and failed is signed too, as FAILED.
+"failed". What was tested and failed is signed too, as FAILED. A Statement's subject is the platform manifest
+that ran (for an index, the verifier's platform's), and it says when it was signed: per digest and arch the
+newest verdict decides (a re-run that passed after a failure, or failed after a pass); one with no signing
+time (an older verifier's) cannot be placed and counts for nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,8 @@ class SignedVerdict:
     failed: tuple[str, ...]
     signer: PublicKey
     url: str | None
+    signed_at: datetime | None = None  # when the verifier signed it (None: an older verifier's, undated)
+    index: str | None = None           # the index the verified platform manifest was chosen from
 
     def why_not(self) -> str | None:
         """Why this verdict does not show its arch verified (None: it does)."""
@@ -66,6 +72,36 @@ class SignedVerdict:
 
     def names_arch(self, arch: str) -> bool:
         return self.arch is not None and family(self.arch) == family(arch)
+
+    def signed_text(self, now: datetime) -> str:
+        """`signed 2026-12-01T21:05:09Z (3 h ago)`: which verdict was used, and how old it is."""
+        if self.signed_at is None:
+            return "undated"
+        return f"signed {stamp(self.signed_at)} ({age_text((now - self.signed_at).total_seconds())})"
+
+
+def stamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def age_text(seconds: float) -> str:
+    if seconds < 0:
+        return "in the future: the signer's clock is ahead"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO-8601 time with its zone (`…Z` or `…+00:00`); None for anything else (no zone: no order)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        found = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        return None
+    return found if found.tzinfo is not None else None
 
 
 def split_digest_ref(ref: str) -> tuple[str, str]:
@@ -107,8 +143,12 @@ def verdict_files(run_dir: Path, cell_id: str) -> list[Path]:
 def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, probe: str,
                   env: Mapping[str, str]) -> list[Path]:
     """Sign one Statement per arch the cell's GPU stages ran on, for `image` (REPO@sha256:…, the digest that
-    was verified), with this verifier's key; write them under run_dir/attestations/CELL/; return the files."""
+    was verified: for an index, the record's platform manifest is the subject), with this verifier's key; write
+    them under run_dir/attestations/CELL/; return the files."""
     repository, digest = split_digest_ref(image)
+    index = None
+    if cell.image.platform_digest and cell.image.digest == digest:   # handed an index: the platform that ran
+        index, digest = digest, cell.image.platform_digest
     archs = tested_archs(cell)
     if not archs:
         log.info(f"{cell.cell_id}: no GPU stage ran on a target arch: no verdict to sign")
@@ -119,7 +159,8 @@ def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for arch in archs:
-        document = statement.statement(cell, arch, subject=repository, digest=digest, configuration=config, url=url)
+        document = statement.statement(cell, arch, subject=repository, digest=digest, configuration=config, url=url,
+                                       signed_at=stamp(datetime.now(UTC)), index=index)
         payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
         path = folder / f"{checked_name(arch, 'arch')}.json"
         scratch = path.with_name(f".{path.name}.{os.getpid()}")
@@ -151,13 +192,18 @@ def open_verdict(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "t
              for k in ("passedTests", "warnedTests", "failedTests")}
     gpu_archs = {t.rsplit("@", 1)[1] for names in tests.values() for t in names
                  if "@" in t and t.rsplit("@", 1)[0] in GPU_STAGES}
+    named = predicate.get("arch")
+    if isinstance(named, str):   # the arch it names, when no GPU test names another
+        gpu_archs = {named} if gpu_archs <= {named} else set()
     digests = tuple(f"sha256:{s['digest']['sha256']}" for s in subjects
                     if isinstance(s.get("digest"), dict) and isinstance(s["digest"].get("sha256"), str))
+    index = predicate.get("imageIndex")
     return SignedVerdict(
         arch=next(iter(gpu_archs)) if len(gpu_archs) == 1 else None, result=str(predicate.get("result")),
         digests=digests, subjects=tuple(str(s.get("name", "")) for s in subjects),
         passed=tests["passedTests"], warned=tests["warnedTests"], failed=tests["failedTests"], signer=signer,
-        url=predicate.get("url") if isinstance(predicate.get("url"), str) else None)
+        url=predicate.get("url") if isinstance(predicate.get("url"), str) else None,
+        signed_at=parse_time(predicate.get("signedAt")), index=index if isinstance(index, str) else None)
 
 
 def read_envelope(path: Path) -> Any:
@@ -179,30 +225,49 @@ def same_envelope(a: Any, b: Any) -> bool:
 
 
 def attach_verdicts(files: Sequence[Path], ref: str, *, trusted: Sequence[PublicKey],
-                    log_file: Path | None = None) -> list[Path]:
-    """Attach the verdicts in `files` to `ref` (REPO@sha256:…) with cosign; return those newly attached.
+                    env: Mapping[str, str] | None = None, log_file: Path | None = None) -> list[Path]:
+    """Attach the verdicts in `files` to the digest each names, `ref` (REPO@sha256:…) or, when `ref` is an
+    index, the platform manifest of it that ran; with cosign; return those newly attached.
 
-    Every file is checked first (signed by a trusted key, a Statement for this very digest): one that is not
-    stops the promotion before anything is attached. A verdict already attached is not attached again."""
-    _, digest = split_digest_ref(ref)
-    envelopes = []
+    Every file is checked first (signed by a trusted key, a Statement for this digest or one of its platforms):
+    one that is not stops the promotion before anything is attached. One already attached is not attached again."""
+    repository, digest = split_digest_ref(ref)
+    env = env or {}
+    children: list[str] | None = None
+    targets: dict[str, list[tuple[Path, Any]]] = {}
     for path in files:
         envelope = read_envelope(path)
         verdict = open_verdict(envelope, trusted, where=str(path))
-        if digest not in verdict.digests:
-            msg = f"{path} is a verdict for {', '.join(verdict.digests) or 'no digest'}, not for {ref}"
+        if digest in verdict.digests:
+            target = digest
+        else:
+            if children is None:
+                top = distribution.lookup(ref, env, log=log_file)
+                children = top.children() if top is not None and top.is_index else []
+            target = next((d for d in verdict.digests if d in children), "")
+        if not target:
+            msg = (f"{path} is a verdict for {', '.join(verdict.digests) or 'no digest'}, not for {ref} "
+                   "(nor for a platform of it)")
             raise NotVerified(msg, hint="a verdict is attached only to the digest that was verified")
-        envelopes.append((path, envelope))
-    present = cosign.download(ref, log_file=log_file)
+        targets.setdefault(target, []).append((path, envelope))
+    attached = []
+    for target, envelopes in targets.items():
+        attached += _attach_to(f"{repository}@{target}", envelopes, env, log_file)
+    return attached
+
+
+def _attach_to(ref: str, envelopes: Sequence[tuple[Path, Any]], env: Mapping[str, str],
+               log_file: Path | None) -> list[Path]:
+    present = cosign.download(ref, env, log_file=log_file)
     attached = []
     for path, envelope in envelopes:
         if any(same_envelope(envelope, p) for p in present):
             log.info(f"{path.name}: already attached to {ref}")
             continue
-        cosign.attach(path, ref, log_file=log_file)
+        cosign.attach(path, ref, env, log_file=log_file)
         attached.append(path)
     if attached:
-        now = cosign.download(ref, log_file=log_file)
+        now = cosign.download(ref, env, log_file=log_file)
         lost = [p for p, e in envelopes if not any(same_envelope(e, n) for n in now)]
         if lost:
             msg = f"{ref}: the registry does not return {', '.join(p.name for p in lost)} after attaching it"
@@ -212,12 +277,13 @@ def attach_verdicts(files: Sequence[Path], ref: str, *, trusted: Sequence[Public
 
 @dataclass(frozen=True)
 class ArchFinding:
-    """What the valid verdicts for one digest say of one arch."""
+    """What the valid verdicts for one digest say of one arch: the newest decides (`used`)."""
 
     arch: str
     verified: bool
     detail: str
-    verdicts: tuple[SignedVerdict, ...]
+    verdicts: tuple[SignedVerdict, ...]      # the newest (more than one only when signed at the same second)
+    older: int = 0                           # valid verdicts of this arch that a newer one outdates
 
 
 @dataclass(frozen=True)
@@ -231,13 +297,9 @@ class Judgement:
         return bool(self.archs) and all(a.verified for a in self.archs)
 
 
-def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
-          archs: Sequence[str] = ()) -> Judgement:
-    """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
-
-    Only a verdict a trusted key signed, for this very digest, counts; the others are listed as ignored. An
-    arch is verified when at least one counts for it and every one that counts for it passed there: a
-    FAILED verdict of the same digest and arch is never outvoted."""
+def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey]) -> tuple[list[SignedVerdict],
+                                                                                              list[str]]:
+    """The verdicts that count for `digest`, and why each other envelope does not."""
     valid: list[SignedVerdict] = []
     ignored: list[str] = []
     for number, envelope in enumerate(envelopes, 1):
@@ -249,19 +311,41 @@ def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
         if digest not in verdict.digests:
             ignored.append(f"attestation {number}: a verdict for {', '.join(verdict.digests) or 'no digest'}, "
                            f"not for {digest}")
-            continue
-        valid.append(verdict)
+        elif verdict.arch is None:
+            ignored.append(f"attestation {number}: {verdict.why_not()}")
+        elif verdict.signed_at is None:
+            ignored.append(f"attestation {number}: a verdict with no signing time (an older verifier's): it "
+                           "cannot be told from a newer one; verify the image again")
+        else:
+            valid.append(verdict)
+    return valid, ignored
+
+
+def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey], archs: Sequence[str] = (), *,
+          now: datetime | None = None) -> Judgement:
+    """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
+
+    Only a dated verdict a trusted key signed, for this very digest, counts; the others are listed as ignored.
+    Per arch the newest counts (a FAILED and a PASSED signed at the same second: not verified). What the
+    registry does not show cannot be weighed: a writer of the registry who removes the newer verdict leaves
+    the older one to decide (docs/trust.md)."""
+    now = now or datetime.now(UTC)
+    valid, ignored = _counted(envelopes, digest, trusted)
     asked = list(archs) or sorted({v.arch for v in valid if v.arch}, key=family)
     findings = []
     for arch in asked:
-        group = tuple(v for v in valid if v.names_arch(arch))
+        group = [v for v in valid if v.names_arch(arch)]
         if not group:
             named = sorted({v.arch for v in valid if v.arch})
             also = f" (valid verdicts name {', '.join(named)})" if named else ""
-            findings.append(ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", group))
+            findings.append(ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", ()))
             continue
-        reasons = list(dict.fromkeys(why for why in (v.why_not() for v in group) if why))
-        detail = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in group}))}: every " \
-                                                     f"GPU stage passed on {arch}"
-        findings.append(ArchFinding(arch, not reasons, detail, group))
+        newest = max(v.signed_at for v in group if v.signed_at)
+        used = tuple(v for v in group if v.signed_at == newest)
+        reasons = list(dict.fromkeys(why for why in (v.why_not() for v in used) if why))
+        said = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in used}))}: every GPU " \
+                                                  f"stage passed on {arch}"
+        older = len(group) - len(used)
+        also = f", outdating {older} older verdict{'s' if older > 1 else ''}" if older else ""
+        findings.append(ArchFinding(arch, not reasons, f"{said}; {used[0].signed_text(now)}{also}", used, older))
     return Judgement(digest, tuple(findings), tuple(ignored))

@@ -11,6 +11,7 @@ import io
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -287,3 +288,16 @@ def test_a_second_promotion_waits_for_the_first_and_writes_nothing_meanwhile(sta
     with (pytest.raises(RegistryError, match=r"another promotion of \S+ holds"), writer.sole_writer(staged.dest, env),
           writer.sole_writer(staged.dest, env, wait_s=0.5)):
         pass
+
+
+def test_a_release_registry_that_never_answers_is_named_within_the_deadline(staged: Staged) -> None:
+    staged.job("sm_100")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)   # takes connections (the kernel does), never answers
+        host = f"127.0.0.1:{silent.getsockname()[1]}"
+        staged.url = host
+        ws = Workspace.at(ROOT, matrix=staged.matrix_path, runs=staged.tmp / "runs")
+        env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks"), distribution.DEADLINE_ENV: "2"}
+        with pytest.raises(RegistryError, match=f"the registry {host} did not answer within 2 s"):
+            promote.main(staged.argv(), ws, env)

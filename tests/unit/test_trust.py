@@ -123,16 +123,18 @@ def test_keygen_writes_a_pair_and_never_overwrites(tmp_path: Path, capsys: pytes
 def test_statement_per_arch() -> None:
     cell = make_cell("verified", image_id="sha256:" + "a" * 64)   # GPU stages passed on an H200 (sm_90)
     doc = statement.statement(cell, "sm_90a", subject="reg/sglang", digest="sha256:" + "d" * 64,
-                              configuration={"matrix.yaml": "sha256:" + "e" * 64}, url="https://ci/run/1")
-    assert doc["subject"] == [{"name": "reg/sglang", "digest": {"sha256": "d" * 64}}]
+                              configuration={"matrix.yaml": "sha256:" + "e" * 64}, url="https://ci/run/1",
+                              signed_at="2026-12-01T21:05:09Z", index="sha256:" + "f" * 64)
+    assert doc["subject"] == [{"name": "reg/sglang", "digest": {"sha256": "d" * 64}}]   # the platform that ran
     assert doc["predicateType"] == statement.TEST_RESULT
     predicate = doc["predicate"]
-    assert predicate["result"] == "PASSED"
+    assert predicate["result"] == "PASSED" and predicate["arch"] == "sm_90a"
+    assert predicate["signedAt"] == "2026-12-01T21:05:09Z" and predicate["imageIndex"] == "sha256:" + "f" * 64
     assert "server@sm_90a" in predicate["passedTests"] and "import@cpu" in predicate["passedTests"]
     assert predicate["configuration"] == [{"name": "matrix.yaml", "digest": {"sha256": "e" * 64}}]
     # on an arch where no GPU stage ran, the verdict is not PASSED
     other = statement.statement(cell, "sm_100a", subject="reg/sglang", digest="sha256:" + "d" * 64,
-                                configuration={}, url=None)
+                                configuration={}, url=None, signed_at="2026-12-01T21:05:09Z")
     assert other["predicate"]["result"] == "FAILED"
-    assert "url" not in other["predicate"]
+    assert "url" not in other["predicate"] and "imageIndex" not in other["predicate"]
     json.dumps(doc)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from buildscripts import distribution
 from buildscripts.errors import ConfigError, NotVerified
-from buildscripts.results import GPU_STAGES, StageResult, Status
+from buildscripts.results import GPU_STAGES, ImageInfo, StageResult, Status
 from buildscripts.trust import cosign, keys, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
@@ -98,13 +99,24 @@ def test_an_edited_verdict_and_another_key_are_refused(tmp_path: Path, matrix: P
 
 
 class FakeRegistry:
-    """cosign's download and attach, on a list."""
+    """cosign's download and attach, on a list per reference; the registry's manifests, as `index` says."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.stored: list[Any] = []
-        monkeypatch.setattr(cosign, "download", lambda ref, log_file=None: list(self.stored))
-        monkeypatch.setattr(cosign, "attach", lambda path, ref, log_file=None: self.stored.append(
-            json.loads(path.read_text())))
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, index: dict[str, list[str]] | None = None) -> None:
+        self.by_ref: dict[str, list[Any]] = {}
+        monkeypatch.setattr(cosign, "download", lambda ref, env=None, log_file=None: list(self.by_ref.get(ref, [])))
+        monkeypatch.setattr(cosign, "attach", lambda path, ref, env=None, log_file=None: self.by_ref.setdefault(
+            ref, []).append(json.loads(path.read_text())))
+
+        def lookup(ref: str, env: object, log: object = None) -> distribution.Manifest | None:
+            children = (index or {}).get(ref)
+            return distribution.Manifest(ref, ref.split("@")[1], {
+                "mediaType": next(iter(distribution.INDEX_TYPES)),
+                "manifests": [{"digest": c} for c in children]}) if children else None
+        monkeypatch.setattr(distribution, "lookup", lookup)
+
+    @property
+    def stored(self) -> list[Any]:
+        return [e for found in self.by_ref.values() for e in found]
 
 
 def test_attach_is_once_and_only_for_that_digest(tmp_path: Path, matrix: Path, env: dict[str, str],
@@ -122,3 +134,24 @@ def test_attach_is_once_and_only_for_that_digest(tmp_path: Path, matrix: Path, e
     with pytest.raises(NotVerified, match="no valid signature"):
         verdicts.attach_verdicts(files, IMAGE, trusted=[keys.SigningKey("x", keys.generate()).public])
     assert len(registry.stored) == 1
+
+
+def test_a_verdict_names_the_platform_that_ran_and_goes_to_it(tmp_path: Path, matrix: Path, env: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verified through an index: the Statement's subject is the platform manifest that ran, never the index
+    (its other platforms did not run), and promotion attaches it there."""
+    platform, index = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    cell = finish(make_cell("verified"), stages=cpu_passed() + gpu_passed("NVIDIA B200", "sm_100"),
+                  image=ImageInfo(repository="127.0.0.1:5000/sglang", digest=index, platform_digest=platform))
+    (path,) = sign(cell, tmp_path, matrix, env, image=f"127.0.0.1:5000/sglang@{index}")
+    verdict = verdicts.open_verdict(json.loads(path.read_text()), keys.trusted(tmp_path, env))
+    assert verdict.digests == (platform,) and verdict.index == index and verdict.arch == "sm_100a"
+    assert verdict.signed_at is not None and verdict.signed_at.tzinfo is not None
+    registry = FakeRegistry(monkeypatch, index={f"127.0.0.1:5000/sglang@{index}": [platform, "sha256:" + "c" * 64]})
+    verdicts.attach_verdicts([path], f"127.0.0.1:5000/sglang@{index}", trusted=keys.trusted(tmp_path, env))
+    assert list(registry.by_ref) == [f"127.0.0.1:5000/sglang@{platform}"]
+    lone = FakeRegistry(monkeypatch)   # the same verdict offered to a digest it does not name: refused
+    with pytest.raises(NotVerified, match="nor for a platform of it"):
+        verdicts.attach_verdicts([path], f"127.0.0.1:5000/sglang@sha256:{'e' * 64}",
+                                 trusted=keys.trusted(tmp_path, env))
+    assert lone.stored == []
