@@ -1,0 +1,124 @@
+"""What the reports may say of each record: the gate's word (buildscripts/gate.py), never a second judge.
+
+Every record of every file is weighed as `tag` and `promote` weigh it (sealed by a key the report trusts,
+unchanged since, of this matrix, GPU stages the host saw, judged with today's rules). Per cell:
+- the records with no mark are merged (newest stage per stage and GPU arch, as report/merge.py does): only
+  such a cell may show "verified" (✅, a GPU named);
+- a cell with no such record shows its newest record alone, with every mark it earned (stages of records
+  nobody vouches for are never stitched together), and a mark "judged by older rules" when an earlier record
+  of the same build said verified and today's judgement of the newest does not.
+
+Which keys a report trusts: those the gate trusts (keys/*.pub, the key this process signs with, --trust-key),
+and for reports only the public keys committed with the evidence under `evidence/keys/*.pub` (docs/trust.md):
+a GPU test machine's key, committed with the runs it sealed, lets those runs show as verified in the README,
+and never counts for `tag`, `promote`, `export` or `check`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import results
+from ..gate import Mark, Weight, weigh
+from ..matrix import Matrix
+from ..results import CellResult, RunResults, Verdict
+from ..results.provenance import short
+from ..trust import keys
+from ..trust.keys import PublicKey
+from . import merge
+
+EVIDENCE_KEYS = Path("evidence") / "keys"   # under the project root: public keys trusted by reports only
+
+Marks = tuple[tuple[Mark, str], ...]
+
+ICONS = {Mark.UNSEALED: "🔓", Mark.UNTRUSTED: "🔏", Mark.OTHER_MATRIX: "🧭", Mark.SELF_REPORTED: "🗣️",
+         Mark.OLDER_RULES: "🕰️"}
+WORDS = {Mark.UNSEALED: "unsealed", Mark.UNTRUSTED: "seal not trusted", Mark.OTHER_MATRIX: "another matrix",
+         Mark.SELF_REPORTED: "self-reported by the probe", Mark.OLDER_RULES: "judged by older rules"}
+LEGEND = ("✅ only where a key this report trusts sealed the record and today's rules accept it · "
+          "🔓 unsealed (written by hand, by import-probe, or before records were sealed) · "
+          "🔏 a seal no trusted key made, or changed since · 🧭 made from another matrix.yaml · "
+          "🗣️ GPU stages the probe reported itself (no host saw them) · "
+          "🕰️ judged by older rules (today's judgement differs) · "
+          "a marked record that claims its GPU stages passed is shown as \"claimed\", never as verified")
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """The merged results to render, and per cell id the marks that keep it from being the gate's word."""
+
+    run: RunResults
+    marks: Mapping[str, Marks] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()   # results files the search met and did not read, with why
+
+    def of(self, cell: CellResult) -> Marks:
+        """A cell never weighed (not in `marks`) is no one's word either."""
+        default: Marks = ((Mark.UNTRUSTED, "not weighed against any key"),)
+        return self.marks.get(cell.cell_id, default)
+
+    def vouched(self, cell: CellResult) -> bool:
+        return not self.of(cell)
+
+
+def report_keys(root: Path, env: Mapping[str, str], extra: Sequence[Path] = ()) -> list[PublicKey]:
+    """The gate's keys (keys.trusted) and the evidence's own (evidence/keys/*.pub)."""
+    found = keys.trusted(root, env, extra) + [keys.read_public(p) for p in sorted((root / EVIDENCE_KEYS).glob("*.pub"))]
+    return list({k.keyid: k for k in found}.values())
+
+
+def other_matrix(run: RunResults, digest: str) -> str | None:
+    """Why `run` is not of the matrix whose digest is `digest`; None when it is."""
+    if run.matrix_digest == digest:
+        return None
+    if run.matrix_digest is None:
+        return f"run {run.run_id} records no matrix digest (made before it was recorded, or not by a verifier)"
+    return (f"run {run.run_id} was made from another matrix.yaml (digest {short(run.matrix_digest)}, "
+            f"not {short(digest)})")
+
+
+def weigh_runs(runs: Sequence[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> Weighed:
+    """Every record weighed, then merged as the module docstring says."""
+    digest = results.matrix_digest(matrix.spec)
+    ordered = sorted(runs, key=merge.when)  # oldest first
+    weights: dict[str, list[tuple[RunResults, CellResult, Weight]]] = {}
+    for run in ordered:
+        why = other_matrix(run, digest)
+        for record in run.cells:
+            weight = weigh(record, matrix, trusted, other_matrix=why)
+            weights.setdefault(record.cell_id, []).append((run, record, weight))
+    chosen: dict[int, list[CellResult]] = {}
+    marks: dict[str, Marks] = {}
+    for cell_id, found in weights.items():
+        vouched = [(run, w.judged) for run, _, w in found if w.vouches]
+        if vouched:
+            marks[cell_id] = ()
+        else:
+            run, record, weight = found[-1]
+            vouched = [(run, weight.judged)]
+            marks[cell_id] = weight.marks + _superseded(found)
+        for run, judged in vouched:
+            chosen.setdefault(id(run), []).append(judged)
+    kept = [run.model_copy(update={"cells": chosen[id(run)]}) for run in ordered if id(run) in chosen]
+    return Weighed(merge.merge(kept), marks)
+
+
+def _superseded(found: Sequence[tuple[RunResults, CellResult, Weight]]) -> Marks:
+    """'judged by older rules' when an earlier record of the newest one's build said verified and today's
+    judgement of the newest does not (the same probe output judged again by today's verifier)."""
+    _, newest, weight = found[-1]
+    if weight.judged.verdict is Verdict.VERIFIED:
+        return ()
+    said = [(run, record) for run, record, _ in found[:-1]
+            if record.verdict is Verdict.VERIFIED and merge.same_build(record, newest)]
+    if not said:
+        return ()
+    run, _ = said[-1]
+    return ((Mark.OLDER_RULES, f"run {run.run_id} ({run.finished or run.started}) recorded verified; today's "
+                               f"rules: {weight.judged.verdict.value}"),)
+
+
+def as_judged(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey]) -> Weighed:
+    """One run (a build's own) weighed for its reports."""
+    return weigh_runs([run], matrix, trusted)
