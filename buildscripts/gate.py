@@ -183,7 +183,8 @@ class Weight:
         return not self.marks
 
 
-def weigh(record: CellResult, matrix: Matrix, trusted: Sequence[PublicKey], *, other_matrix: str | None) -> Weight:
+def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey], *,
+          other_matrix: str | None) -> Weight:
     """The record as `check` would weigh it, every failed step a mark (`other_matrix`: why the file it came from
     is not of `matrix`, None when it is)."""
     marks: list[tuple[Mark, str]] = []
@@ -192,7 +193,7 @@ def weigh(record: CellResult, matrix: Matrix, trusted: Sequence[PublicKey], *, o
                                      "before records were sealed)"))
     elif isinstance(why := signer_of(record, trusted), str):
         marks.append((Mark.UNTRUSTED, why))
-    cell = matrix_cell(record, matrix)
+    cell = matrix_cell(record, matrix) if matrix is not None else None
     if isinstance(cell, str) or other_matrix:
         marks.append((Mark.OTHER_MATRIX, cell if isinstance(cell, str) else str(other_matrix)))
     judged = judged_with(record, cell if isinstance(cell, Cell) else None)

@@ -79,6 +79,11 @@ def schema_text() -> str:
     return json.dumps(RunResults.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
+def find_results(patterns: Sequence[str]) -> list[Path]:
+    """The regular files `patterns` match (`disk.glob_files`: `**` never follows a link into a loop)."""
+    return disk.glob_files(patterns)
+
+
 def default_results(ws: Workspace) -> tuple[str, ...]:
     """Every run of this workspace, and the evidence committed from other machines."""
     return (str(ws.runs / "*" / "results.json"), *readme_results(ws))
@@ -98,14 +103,18 @@ def check_named(runs: Mapping[Path, RunResults], matrix_path: Path, digest: str,
             log.warn(warning)
 
 
-def weighed_from(ws: Workspace, paths: Sequence[Path], matrix_path: Path, trusted: Sequence[Path],
+def weighed_from(ws: Workspace, paths: Sequence[Path], matrix_path: Path | None, trusted: Sequence[Path],
                  env: Mapping[str, str], *, named: bool, allow_other: bool) -> Weighed:
-    """The files read, checked (when named) and weighed with the keys a report trusts."""
-    the_matrix = matrix.load(matrix_path)
+    """The files read, checked (when named) and weighed with the keys a report trusts; with no matrix.yaml
+    (`matrix_path` None) every record is marked as of another matrix."""
     runs = dict(zip(paths, merge.load_all(paths), strict=True))
+    keys = weigh.report_keys(ws.root, env, trusted)
+    if matrix_path is None:
+        return weigh.weigh_runs(list(runs.values()), None, keys)
+    the_matrix = matrix.load(matrix_path)
     if named:
         check_named(runs, matrix_path, results.matrix_digest(the_matrix.spec), allow_other=allow_other)
-    return weigh.weigh_runs(list(runs.values()), the_matrix, weigh.report_keys(ws.root, env, trusted))
+    return weigh.weigh_runs(list(runs.values()), the_matrix, keys)
 
 
 def _check_destinations(out: Path, readme: Path | None) -> None:
@@ -166,10 +175,10 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if not paths:
         msg = "no results files found (looked for " + ", ".join(defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
-    matrix_path = args.matrix or ws.matrix
-    if not matrix_path.is_file():
-        msg = f"no {matrix_path}: what a record is worth is judged against a matrix.yaml"
-        raise ConfigError(msg, hint="pass --matrix PATH of the matrix.yaml the results were made from")
+    matrix_path: Path | None = args.matrix or ws.matrix
+    if args.matrix is None and not ws.matrix.is_file():
+        log.warn(f"no {ws.matrix}: every record is shown as of another matrix, none as verified (pass --matrix PATH)")
+        matrix_path = None
     weighed = weighed_from(ws, paths, matrix_path, args.trust_key, env or {}, named=bool(args.results),
                            allow_other=args.allow_other_matrix)
     try:

@@ -127,7 +127,9 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
             out.print(Text(part, style="yellow"), soft_wrap=True)
     if verbose:
         for cell in cells:
-            out.print(Text(common.plain(f"{cell.cell_id}: {common.shown(cell, weighed).why}"), style="dim"))
+            hint = next((s.hint for s in cell.stages if s.hint), None)
+            line = f"{cell.cell_id}: {common.shown(cell, weighed).why}" + (f" (hint: {hint})" if hint else "")
+            out.print(Text(common.plain(line), style="dim"))
     if build:
         for part in fit(outcome_line(weighed).split(" "), width):
             out.print(Text(part, style="bold"), soft_wrap=True)

@@ -42,7 +42,7 @@ LEGEND = ("✅ only where a key this report trusts sealed the record and today's
           "🔏 a seal no trusted key made, or changed since · 🧭 made from another matrix.yaml · "
           "🗣️ GPU stages the probe reported itself (no host saw them) · "
           "🕰️ judged by older rules (today's judgement differs) · "
-          "a marked record that claims its GPU stages passed is shown as \"claimed\", never as verified")
+          "❔ claimed: a marked record whose GPU stages passed by its own account")
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,17 @@ def other_matrix(run: RunResults, digest: str) -> str | None:
             f"not {short(digest)})")
 
 
-def weigh_runs(runs: Sequence[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> Weighed:
-    """Every record weighed, then merged as the module docstring says."""
-    digest = results.matrix_digest(matrix.spec)
+NO_MATRIX = "no matrix.yaml was there to judge it against"
+
+
+def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Sequence[PublicKey]) -> Weighed:
+    """Every record weighed, then merged as the module docstring says (with no matrix, every record is marked
+    as of another matrix: nothing says what its cell is)."""
+    digest = results.matrix_digest(matrix.spec) if matrix is not None else None
     ordered = sorted(runs, key=merge.when)  # oldest first
     weights: dict[str, list[tuple[RunResults, CellResult, Weight]]] = {}
     for run in ordered:
-        why = other_matrix(run, digest)
+        why = other_matrix(run, digest) if digest is not None else NO_MATRIX
         for record in run.cells:
             weight = weigh(record, matrix, trusted, other_matrix=why)
             weights.setdefault(record.cell_id, []).append((run, record, weight))

@@ -25,7 +25,7 @@ import pytest
 from buildscripts import report
 from buildscripts.results import RunResults
 from tests import needs
-from tests.results_factory import make_run
+from tests.results_factory import make_run, vouched
 
 pytestmark = pytest.mark.browser
 
@@ -125,7 +125,7 @@ def chromium(tmp_path: Path) -> Iterator[DevTools]:
 
 def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_path: Path) -> None:
     run = make_run()
-    page = report.render_all(run, tmp_path / "out", env={})["html"]
+    page = report.render_all(vouched(run), tmp_path / "out", env={})["html"]
     for domain in ("Runtime", "Log", "Page"):
         chromium.call(f"{domain}.enable")
     chromium.call("Page.navigate", url=page.as_uri())
@@ -189,7 +189,7 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
 def test_verdict_marks_render_without_an_emoji_font(chromium: DevTools, tmp_path: Path) -> None:
     """Every verdict mark is drawn from ASCII text and an SVG icon (no emoji: this machine's Chromium has no
     emoji font and drew them as empty boxes), and the icon really paints pixels on the screen."""
-    page = report.render_all(with_every_verdict(), tmp_path / "out", env={})["html"]
+    page = report.render_all(vouched(with_every_verdict()), tmp_path / "out", env={})["html"]
     chromium.call("Page.enable")
     chromium.call("Page.navigate", url=page.as_uri())
     chromium.wait_for("Page.loadEventFired")
@@ -235,6 +235,6 @@ def with_every_verdict() -> RunResults:
 
 
 def test_html_report_has_no_external_resources(tmp_path: Path) -> None:
-    text = report.html.render(make_run())
+    text = report.html.render(vouched(make_run()))
     for needle in ("http://", "https://", "src=", "href=", "@import", "url("):
         assert needle not in text, needle
