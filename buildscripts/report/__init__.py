@@ -27,6 +27,7 @@ from pathlib import Path
 from .. import arguments, disk, log, matrix, results
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
+from ..trust.keys import PublicKey
 from ..workspace import Workspace, path_argument
 from . import console, found, github, html, junit, markdown, merge, sizes, weigh
 from .weigh import Weighed
@@ -103,12 +104,11 @@ def check_named(runs: Mapping[Path, RunResults], matrix_path: Path, digest: str,
             log.warn(warning)
 
 
-def weighed_from(ws: Workspace, paths: Sequence[Path], matrix_path: Path | None, trusted: Sequence[Path],
-                 env: Mapping[str, str], *, named: bool, allow_other: bool) -> Weighed:
-    """The files read, checked (when named) and weighed with the keys a report trusts; with no matrix.yaml
-    (`matrix_path` None) every record is marked as of another matrix."""
+def weighed_from(paths: Sequence[Path], matrix_path: Path | None, keys: Sequence[PublicKey], *, named: bool,
+                 allow_other: bool) -> Weighed:
+    """The files read, checked (when named) and weighed with `keys`; with no matrix.yaml (`matrix_path` None)
+    every record is marked as of another matrix."""
     runs = dict(zip(paths, merge.load_all(paths), strict=True))
-    keys = weigh.report_keys(ws.root, env, trusted)
     if matrix_path is None:
         return weigh.weigh_runs(list(runs.values()), None, keys)
     the_matrix = matrix.load(matrix_path)
@@ -179,8 +179,10 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if args.matrix is None and not ws.matrix.is_file():
         log.warn(f"no {ws.matrix}: every record is shown as of another matrix, none as verified (pass --matrix PATH)")
         matrix_path = None
-    weighed = weighed_from(ws, paths, matrix_path, args.trust_key, env or {}, named=bool(args.results),
-                           allow_other=args.allow_other_matrix)
+    # The README's table from the evidence trusts only committed keys: it renders the same on every machine
+    keys = weigh.committed_keys(ws.root, args.trust_key) if update_readme and not args.results else \
+        weigh.report_keys(ws.root, env or {}, args.trust_key)
+    weighed = weighed_from(paths, matrix_path, keys, named=bool(args.results), allow_other=args.allow_other_matrix)
     try:
         written = render_all(weighed, args.out, env)
     except OSError as exc:  # e.g. a parent of --out is a file, or not writable

@@ -9,9 +9,11 @@ unchanged since, of this matrix, GPU stages the host saw, judged with today's ru
   of the same build said verified and today's judgement of the newest does not.
 
 Which keys a report trusts: those the gate trusts (keys/*.pub, the key this process signs with, --trust-key),
-and for reports only the public keys committed with the evidence under `evidence/keys/*.pub` (docs/trust.md):
-a GPU test machine's key, committed with the runs it sealed, lets those runs show as verified in the README,
-and never counts for `tag`, `promote`, `export` or `check`.
+and for reports only the public keys committed with the evidence under `evidence/keys/*.pub`
+(docs/what-ran-where.md): a GPU test machine's key, committed with the runs it sealed, lets those runs show as
+verified in the README, and never counts for `tag`, `promote`, `export` or `check`. The README's table trusts
+only what is committed (`committed_keys`: keys/*.pub and evidence/keys/*.pub), so that it renders the same on
+every machine.
 """
 
 from __future__ import annotations
@@ -64,7 +66,20 @@ class Weighed:
 
 def report_keys(root: Path, env: Mapping[str, str], extra: Sequence[Path] = ()) -> list[PublicKey]:
     """The gate's keys (keys.trusted) and the evidence's own (evidence/keys/*.pub)."""
-    found = keys.trusted(root, env, extra) + [keys.read_public(p) for p in sorted((root / EVIDENCE_KEYS).glob("*.pub"))]
+    return _unique(keys.trusted(root, env, extra) + evidence_keys(root))
+
+
+def committed_keys(root: Path, extra: Sequence[Path] = ()) -> list[PublicKey]:
+    """What the README trusts: the keys committed with the project (keys/*.pub, evidence/keys/*.pub) and `extra`,
+    never a key of the machine that renders it."""
+    return _unique(keys.project_keys(root) + evidence_keys(root) + [keys.read_public(p) for p in extra])
+
+
+def evidence_keys(root: Path) -> list[PublicKey]:
+    return [keys.read_public(p) for p in sorted((root / EVIDENCE_KEYS).glob("*.pub"))]
+
+
+def _unique(found: Sequence[PublicKey]) -> list[PublicKey]:
     return list({k.keyid: k for k in found}.values())
 
 
