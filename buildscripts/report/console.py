@@ -20,7 +20,7 @@ from .. import log
 from ..errors import RunFailed
 from ..results import CellResult, Status, Verdict, is_unexpected
 from ..results.notes import warnings
-from . import common
+from . import bygpu, common
 from .weigh import Weighed
 
 STYLE = {
@@ -125,6 +125,10 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
     for kind in kinds:
         for part in fit(("  " + kind).split(" "), width, INDENT + "  "):
             out.print(Text(part, style="yellow"), soft_wrap=True)
+    for row in bygpu.rows(weighed):
+        products = ", ".join(row.products) or "no product on " + bygpu.platform()
+        for part in fit(f"{row.arch} ({products}): {row.summary()}".split(" "), width):
+            out.print(Text(part), soft_wrap=True)
     if verbose:
         for cell in cells:
             hint = next((s.hint for s in cell.stages if s.hint), None)

@@ -102,8 +102,8 @@ def pins_line(view: Grid) -> str | None:
     if not pins:
         return None
     said = "; ".join(f"SGLang {version} pins torch {torch}" for version, torch in pins.items())
-    return (f"Each SGLang release pins one torch ({said}): the {len(view.pinned)} cells that pair a release with "
-            "another torch lane cannot exist and are not shown.")
+    return (f"Each SGLang release pins one torch ({said}): the {len(view.pinned)} cell(s) that pair a release "
+            "with another torch lane cannot exist and are not shown.")
 
 
 def arch_line(cell: CellResult, *, vouched: bool) -> str:

@@ -19,6 +19,7 @@ FILTERS = ("verdict", "sglang", "lane", "toolkit")
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1d2228;background:#fff}
+@media (max-width:600px){body{margin:.6rem}}.legend{overflow-wrap:anywhere}
 h1{font-size:1.4rem;margin:0 0 .2rem}header p{margin:0 0 1rem;color:#555}
 #filters{display:flex;gap:1rem;flex-wrap:wrap;align-items:end;margin-bottom:1rem}
 #filters label{display:flex;flex-direction:column;font-size:.8rem;color:#444}
@@ -186,9 +187,10 @@ def render(weighed: Weighed) -> str:
         '<h2>Every cell, stage by stage</h2>'
         f'<section id="filters">{filters}'
         f'<span>showing <b id="shown">{len(cells)}</b> of {len(cells)}</span></section>'
-        f'<table id="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        f'<div class="scroll"><table id="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table></div>"
         f'<p class="legend">{_e(common.LEGEND)}. Click a row for its stages, logs and versions. '
         "“verified” means every stage, the GPU stages included, passed on a GPU of a target arch, in a record "
-        f"sealed by a key this report trusts.</p><p class=\"legend\">{_e(weigh.LEGEND)}</p>"
+        f"sealed by a key this report trusts.</p><p class=\"legend\">{_e(weigh.LEGEND_WORDS)}</p>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

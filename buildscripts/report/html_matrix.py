@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..results import CellResult, Verdict
-from . import common, grid, html_marks
+from . import bygpu, common, grid, html_marks
 from .weigh import Weighed
 
 CSS = """
@@ -22,6 +22,11 @@ CSS = """
 td.slot-verified{background:#dafbe1}td.slot-failed,td.slot-unexpected-pass{background:#ffebe9}
 td.slot-expected-failure{background:#fff8c5}td.slot-claimed{background:#fffdf2}td.slot-cpu-checked{background:#f0fff4}td.slot-built{background:#ddf4ff}
 #other-runs li{margin:.15rem 0}h2{font-size:1.1rem;margin:1.2rem 0 .5rem}
+.scroll{overflow-x:auto;max-width:100%}#by-gpu td,#by-gpu th{font-size:.85rem}#by-gpu code{word-break:break-all}
+#by-gpu .none{color:#9a6700}
+@media (max-width:600px){#by-gpu thead{display:none}#by-gpu tr,#by-gpu th,#by-gpu td{display:block;border:0}
+#by-gpu tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}#by-gpu th{text-align:left}
+#by-gpu td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
 """
 
 
@@ -41,6 +46,33 @@ def _slot(cell: CellResult | None, index: Mapping[str, int], weighed: Weighed) -
     return (f'<td class="slot slot-{shown.word}" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
             f'title="{_e(title)}">{html_marks.shown_badge(shown)}'
             + (f'<div class="archs">{_e(archs)}</div>' if archs else "") + "</td>")
+
+
+def gpu_view(weighed: Weighed) -> str:
+    """The view by GPU (report/bygpu.py) as a table: one row per arch."""
+    def codes(ids: list[str], suffix: str = "") -> str:
+        return "<br>".join(f"<code>{_e(i)}</code>{suffix}" for i in ids)
+
+    rows = []
+    for row in bygpu.rows(weighed):
+        products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
+        verified = "<br>".join(f"<code>{_e(v.pull)}</code>" + (f"<br>check: <code>{_e(v.check)}</code>" if v.check
+                                                                else " (not pushed)") for v in row.verified)
+        if not verified:
+            verified = ('<span class="none">nothing has run on this GPU yet</span>' if row.nothing_ran
+                        else '<span class="none">nothing verified yet</span>')
+        ran = "<br>".join(filter(None, [codes(row.ran), codes(row.claimed, " (claimed, not vouched for)")]))
+        rows.append(f'<tr data-arch="{_e(row.arch)}"><th scope="row">{_e(row.arch)}</th>'
+                    f'<td data-label="for example">{_e(products) or "—"}</td>'
+                    f'<td data-label="verified there">{verified}</td>'
+                    f'<td data-label="ran there, not verified">{ran or "—"}</td>'
+                    f'<td data-label="only compiled and audited for it">{codes(row.compiled) or "—"}</td></tr>')
+    return (f'<h2>By GPU</h2><p class="legend">images for {_e(bygpu.platform())}: what to pull for your GPU, '
+            "what was verified on its arch (by digest, with the command that checks the signed verdict), and "
+            'what was only compiled and audited for it.</p><div class="scroll"><table id="by-gpu"><thead><tr>'
+            '<th scope="col">GPU arch</th><th scope="col">for example</th><th scope="col">verified there</th>'
+            '<th scope="col">ran there, not verified</th><th scope="col">only compiled and audited for it</th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
 
 
 def render(weighed: Weighed, index: Mapping[str, int]) -> str:
@@ -65,6 +97,7 @@ def render(weighed: Weighed, index: Mapping[str, int]) -> str:
             f"</th>{toolkits}</tr></thead><tbody>{rows}</tbody></table></div>"
             + (f'<p class="legend">{_e(pins)}</p>' if pins else "")
         )
+    parts.append(gpu_view(weighed))
     if view.others:
         items = []
         for cell in view.others:

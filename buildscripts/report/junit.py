@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 from ..results import CellResult, Status, Verdict
-from . import common
+from . import bygpu, common
 from .weigh import Weighed
 
 
@@ -63,6 +63,9 @@ def render(weighed: Weighed) -> str:
     root = ET.Element("testsuites", name=f"sglang-images {run.run_id}")
     suite = ET.SubElement(root, "testsuite", name="compatibility", timestamp=run.finished or run.started,
                           hostname=run.runner)
+    gpus = ET.SubElement(suite, "properties")   # the view by GPU, for CI views that show suite properties
+    for row in bygpu.rows(weighed):
+        ET.SubElement(gpus, "property", name=f"gpu {row.arch} ({bygpu.platform()})", value=row.summary())
     for cell in common.sort_cells(run.cells):
         _add_cell(suite, cell, weighed)
     cases = suite.findall("testcase")

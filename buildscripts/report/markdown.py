@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import disk
 from ..errors import ConfigError
 from ..results import CellResult, Verdict
-from . import common, grid, weigh
+from . import bygpu, common, grid, weigh
 from .weigh import Weighed
 
 START = "<!-- compat-table:start -->"
@@ -79,6 +79,25 @@ def _slot(cell: CellResult, excluded: dict[str, int], weighed: Weighed) -> str:
     return f"{shown.label}<br>{_cell_text(archs)}" if archs else shown.label
 
 
+def gpu_view(weighed: Weighed) -> list[str]:
+    """The view by GPU: per arch, what to pull, what was verified there (by digest, with the check command),
+    what was only compiled and audited for it, and plainly where nothing ran yet."""
+    lines = [f"By GPU (images for {bygpu.platform()}): what to pull for your GPU, and what ran on its arch.", "",
+             "| GPU arch | for example | verified there: pull, and check the signed verdict | "
+             "ran there, not verified | only compiled and audited for it |",
+             "|:--|:--|:--|:--|:--|"]
+    for row in bygpu.rows(weighed):
+        products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
+        verified = "<br>".join(f"{_code(v.pull)}" + (f": {_code(v.check)}" if v.check else " (not pushed)")
+                               for v in row.verified)
+        if not verified:
+            verified = "nothing has run on this GPU yet" if row.nothing_ran else "nothing verified yet"
+        ran = "<br>".join([*map(_code, row.ran), *(f"{_code(c)} (claimed, not vouched for)" for c in row.claimed)])
+        compiled = "<br>".join(map(_code, row.compiled)) or "—"
+        lines.append(f"| {row.arch} | {_cell_text(products) or '—'} | {verified} | {ran or '—'} | {compiled} |")
+    return lines
+
+
 def other_runs(weighed: Weighed) -> list[str]:
     """Host-mode, LXC and other-base runs: one line each, with the same verdict and archs."""
     others = grid.layout(weighed.run).others
@@ -120,7 +139,7 @@ def table(weighed: Weighed) -> str:
     run = weighed.run
     notes = [f"- {_code(cell.cell_id)}: {_cell_text(common.shown(cell, weighed).why)}" for cell in _reachable(weighed)]
     when = run.finished or run.started
-    parts = [matrix_view(weighed), other_runs(weighed)]
+    parts = [matrix_view(weighed), gpu_view(weighed), other_runs(weighed)]
     return "\n".join([
         *[line for part in parts if part for line in [*part, ""]],
         "Every cell, stage by stage:", "", *stage_table(weighed), "", common.LEGEND, "", weigh.LEGEND, "",

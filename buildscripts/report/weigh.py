@@ -45,6 +45,10 @@ LEGEND = ("✅ only where a key this report trusts sealed the record and today's
           "🗣️ GPU stages the probe reported itself (no host saw them) · "
           "🕰️ judged by older rules (today's judgement differs) · "
           "❔ claimed: a marked record whose GPU stages passed by its own account")
+# The same in words, for the HTML page (it draws no emoji: report/html_marks.py)
+LEGEND_WORDS = ("verified only where a key this report trusts sealed the record and today's rules accept it; "
+                "anything else is shown with what it is: " + "; ".join(f"{WORDS[m]}" for m in Mark)
+                + "; a marked record whose GPU stages passed by its own account is shown as “claimed”")
 
 
 @dataclass(frozen=True)

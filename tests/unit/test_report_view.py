@@ -67,7 +67,7 @@ def test_markdown_reachable_grid_pins_said_once_and_other_runs() -> None:
     assert row[4] == "✅ verified<br>sm_90"         # pip
     assert not any("incompatible" in line for line in lines if line.startswith("|"))
     pins = next(line for line in lines if line.startswith("Each SGLang release pins one torch"))
-    assert "SGLang 0.5.16 pins torch 2.11.0" in pins and "the 1 cells" in pins
+    assert "SGLang 0.5.16 pins torch 2.11.0" in pins and "the 1 cell(s)" in pins
     assert ("- `host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit` (host mode): ✅ verified sm_90 — verified on "
             "sm_90 (NVIDIA H200)") in lines
     assert any(line.startswith("- `sglang0.5.16-torch2.11.0-cu130-pip-bookworm@lxc-gpu1`") for line in lines)
