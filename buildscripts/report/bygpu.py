@@ -22,6 +22,10 @@ from . import grid
 from .weigh import Weighed
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
+HEADINGS = ("GPU arch", "for example", "verified there: pull, and check the signed verdict", "ran there, not verified",
+            "only compiled and audited for it")
+ABOUT = ("what to pull for your GPU, what was verified on its arch (by digest, with the command that checks the "
+         "signed verdict), and what was only compiled and audited for it")
 
 
 @dataclass(frozen=True)

@@ -64,15 +64,13 @@ def gpu_view(weighed: Weighed) -> str:
         ran = "<br>".join(filter(None, [codes(row.ran), codes(row.claimed, " (claimed, not vouched for)")]))
         rows.append(f'<tr data-arch="{_e(row.arch)}"><th scope="row">{_e(row.arch)}</th>'
                     f'<td data-label="for example">{_e(products) or "—"}</td>'
-                    f'<td data-label="verified there">{verified}</td>'
+                    f'<td data-label="{_e(bygpu.HEADINGS[2])}">{verified}</td>'
                     f'<td data-label="ran there, not verified">{ran or "—"}</td>'
                     f'<td data-label="only compiled and audited for it">{codes(row.compiled) or "—"}</td></tr>')
-    return (f'<h2>By GPU</h2><p class="legend">images for {_e(bygpu.platform())}: what to pull for your GPU, '
-            "what was verified on its arch (by digest, with the command that checks the signed verdict), and "
-            'what was only compiled and audited for it.</p><div class="scroll"><table id="by-gpu"><thead><tr>'
-            '<th scope="col">GPU arch</th><th scope="col">for example</th><th scope="col">verified there</th>'
-            '<th scope="col">ran there, not verified</th><th scope="col">only compiled and audited for it</th>'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in bygpu.HEADINGS)
+    return (f'<h2>By GPU</h2><p class="legend">images for {_e(bygpu.platform())}: {_e(bygpu.ABOUT)}.</p>'
+            f'<div class="scroll"><table id="by-gpu"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+            "</table></div>")
 
 
 def render(weighed: Weighed, index: Mapping[str, int]) -> str:

@@ -82,10 +82,8 @@ def _slot(cell: CellResult, excluded: dict[str, int], weighed: Weighed) -> str:
 def gpu_view(weighed: Weighed) -> list[str]:
     """The view by GPU: per arch, what to pull, what was verified there (by digest, with the check command),
     what was only compiled and audited for it, and plainly where nothing ran yet."""
-    lines = [f"By GPU (images for {bygpu.platform()}): what to pull for your GPU, and what ran on its arch.", "",
-             "| GPU arch | for example | verified there: pull, and check the signed verdict | "
-             "ran there, not verified | only compiled and audited for it |",
-             "|:--|:--|:--|:--|:--|"]
+    lines = [f"By GPU (images for {bygpu.platform()}): {bygpu.ABOUT}.", "",
+             "| " + " | ".join(bygpu.HEADINGS) + " |", "|:--|:--|:--|:--|:--|"]
     for row in bygpu.rows(weighed):
         products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
         verified = "<br>".join(f"{_code(v.pull)}" + (f": {_code(v.check)}" if v.check else " (not pushed)")
