@@ -179,3 +179,22 @@ def test_weighing_keeps_one_judge(tmp_path: Path) -> None:
                      matrix_digest=results.matrix_digest(the_matrix.spec))
     assert weigh.weigh_runs([run], the_matrix, mine).marks == {PIP: ()}
     assert seal.signer(record, mine)
+
+
+def test_a_new_gpu_run_laid_out_as_documented_shows_verified_in_the_readme(tmp_path: Path) -> None:
+    """docs/what-ran-where.md: a run folder under evidence/FOLDER/runs/, sealed by a machine's key whose public
+    half is evidence/keys/FOLDER.pub, made from today's matrix.yaml: its host-mode and in-place runs show ✅."""
+    ws = workspace(tmp_path)
+    machine = SigningKey("an H200 test machine", keys.generate())
+    host = finish(b200_record(), cell_id="host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit", axes={"base": "host"})
+    lxc = finish(b200_record(), cell_id=f"{PIP}@lxc-ct-good")
+    old = finish(host, verdict=Verdict.VERIFIED)  # an unsealed record of the same run id, from before
+    save(ws, "h200-2026-11-29", old, where="evidence", finished="2026-11-29T10:00:00+00:00")
+    save(ws, "h200-rerun", sealed(host, machine), sealed(lxc, machine), where="evidence/h200-2026-12-02/runs")
+    (ws.root / "evidence" / "keys").mkdir()
+    (ws.root / "evidence" / "keys" / "h200-2026-12-02.pub").write_bytes(machine.public.pem)
+    assert report.main(["--update-readme"], ws, env={}) == 0
+    text = (ws.root / "README.md").read_text()
+    for cell_id in (host.cell_id, lxc.cell_id):
+        line = next(line for line in text.splitlines() if line.startswith(f"- `{cell_id}`"))
+        assert "✅ verified sm_100" in line, line
