@@ -20,7 +20,7 @@ from .. import log
 from ..errors import RunFailed
 from ..results import CellResult, Status, Verdict, is_unexpected
 from ..results.notes import warnings
-from . import bygpu, common
+from . import bygpu, common, grid
 from .weigh import Weighed
 
 STYLE = {
@@ -30,8 +30,6 @@ STYLE = {
 SYMBOL = {Verdict.VERIFIED: "✓", Verdict.CPU_CHECKED: "✓", Verdict.FAILED: "✕", Verdict.UNEXPECTED_PASS: "!",
           Verdict.EXPECTED_FAILURE: "~", Verdict.BUILT: "·", Verdict.SKIPPED: "–"}
 INDENT = "    "
-# "sglang 0.5.10 pins torch 2.9.1; lane … has torch 2.11.0": an exclusion that follows from an exact pin
-PIN = re.compile(r"^sglang \S+ pins torch \S+; lane \S+ has torch \S+$")
 
 
 def cell_line(cell: CellResult, weighed: Weighed) -> list[str]:
@@ -71,8 +69,8 @@ def fit(words: Sequence[str], width: int, indent: str = INDENT) -> list[str]:
 
 def excluded_line(cells: Iterable[CellResult]) -> str | None:
     """The excluded cells in one line: how many, grouped by why (an exact pin said once), where to read more."""
-    why = Counter("its SGLang pins another torch" if PIN.match(c.excluded or "") else (c.excluded or "")
-                  for c in cells if c.excluded)
+    pinned = "where the SGLang release pins another torch"
+    why = Counter(pinned if grid.PIN.match(c.excluded or "") else (c.excluded or "") for c in cells if c.excluded)
     if not why:
         return None
     parts = ", ".join(f"{n} {reason.split(':')[0]}" for reason, n in why.most_common())
@@ -108,8 +106,9 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
     run = weighed.run
     cells = common.sort_cells(run.cells)
     shown = [c for c in cells if not c.excluded]
-    out.print(Text(common.plain(f"run {run.run_id}: {len(shown)} cell(s) built or verified, "
-                                f"{len(cells) - len(shown)} excluded"), style="bold"), soft_wrap=True)
+    head = common.plain(f"run {run.run_id}: {len(shown)} cell(s) built or verified, {len(cells) - len(shown)} excluded")
+    for line in fit(head.split(" "), width):
+        out.print(Text(line, style="bold"), soft_wrap=True)
     for cell in shown:
         style = STYLE.get(common.shown(cell, weighed).verdict, "")
         for line in fit([common.plain(w) for w in cell_line(cell, weighed)], width):
@@ -123,8 +122,8 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
         for part in fit(line.split(" "), width):
             out.print(Text(part), soft_wrap=True)
     for kind in kinds:
-        for part in fit(("  " + kind).split(" "), width, INDENT + "  "):
-            out.print(Text(part, style="yellow"), soft_wrap=True)
+        for part in fit(kind.split(" "), width - 2, INDENT):
+            out.print(Text("  " + part, style="yellow"), soft_wrap=True)
     for row in bygpu.rows(weighed):
         products = ", ".join(row.products) or "no product on " + bygpu.platform()
         for part in fit(f"{row.arch} ({products}): {row.summary()}".split(" "), width):

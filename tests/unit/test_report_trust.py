@@ -164,7 +164,8 @@ def test_the_console_summary_fits_80_columns(tmp_path: Path) -> None:
         assert any(cell.cell_id in line.split(" ") for line in lines), cell.cell_id  # whole, never wrapped
     assert sum("sm_121a is not a target arch" in line for line in lines) == 1   # one line per kind, counted
     assert any("(3× in 3 cell(s))" in line for line in lines)
-    assert any(line.startswith("1 cell(s) excluded (1 its SGLang pins another torch)") for line in lines)
+    assert any(line.startswith("1 cell(s) excluded (1 where the SGLang release pins another torch)")
+               for line in lines)
     assert lines[-1].startswith("outcome:") or "exit 10" in " ".join(lines[-2:])
 
 
