@@ -87,14 +87,16 @@ def _unique(found: Sequence[PublicKey]) -> list[PublicKey]:
     return list({k.keyid: k for k in found}.values())
 
 
-def other_matrix(run: RunResults, digest: str) -> str | None:
-    """Why `run` is not of the matrix whose digest is `digest`; None when it is."""
-    if run.matrix_digest == digest:
+def other_matrix(run: RunResults, record: CellResult, digest: str) -> str | None:
+    """Why `record` of `run` is not of the matrix whose digest is `digest`; None when it is. A sealed record
+    answers with the digest it sealed (the file's own is outside every seal), any other with its file's."""
+    found = record.matrix_digest if record.seal is not None else run.matrix_digest
+    if found == digest:
         return None
-    if run.matrix_digest is None:
-        return f"run {run.run_id} records no matrix digest (made before it was recorded, or not by a verifier)"
-    return (f"run {run.run_id} was made from another matrix.yaml (digest {short(run.matrix_digest)}, "
-            f"not {short(digest)})")
+    if found is None:
+        return (f"run {run.run_id} records no matrix digest for it (made before it was recorded, or not by a "
+                "verifier)")
+    return f"run {run.run_id} was made from another matrix.yaml (digest {short(found)}, not {short(digest)})"
 
 
 NO_MATRIX = "no matrix.yaml was there to judge it against"
@@ -107,8 +109,8 @@ def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Seque
     ordered = sorted(runs, key=merge.when)  # oldest first
     weights: dict[str, list[tuple[RunResults, CellResult, Weight]]] = {}
     for run in ordered:
-        why = other_matrix(run, digest) if digest is not None else NO_MATRIX
         for record in run.cells:
+            why = other_matrix(run, record, digest) if digest is not None else NO_MATRIX
             weight = weigh(record, matrix, trusted, other_matrix=why)
             weights.setdefault(record.cell_id, []).append((run, record, weight))
     chosen: dict[int, list[CellResult]] = {}

@@ -192,7 +192,7 @@ def test_report_shows_another_matrix_marked_and_allow_other_matrix_takes_a_named
     out = tmp_path / "r"
     assert report.main(["--no-readme", "--out", str(out)], ws, env={}) == 0  # default search: shown, marked
     page = (out / "compat.md").read_text()
-    assert "job-other was made from another matrix.yaml" in page and "🧭" in page
+    assert "another matrix: run job-other" in page and "🧭" in page
     assert report.main(["--no-readme", "--out", str(out), "--allow-other-matrix",
                         "--results", str(tmp_path / "runs" / "*" / "results.json")], ws, env={}) == 0
     assert "job-other" in results.load(out / "results.json").run_id

@@ -28,6 +28,7 @@ from tests.results_factory import (
 )
 
 PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
+DIGEST = results.matrix_digest(matrix.load(PROJECT_MATRIX).spec)
 VERIFIED_B200 = re.compile(r"verified[^\n]*NVIDIA B200")
 
 
@@ -76,17 +77,17 @@ def test_a_hand_edited_results_file_never_says_verified_on_a_b200(tmp_path: Path
 
 def test_only_a_trusted_unchanged_seal_shows_verified(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
-    save(ws, "ours", sealed(b200_record()))
+    save(ws, "ours", sealed(b200_record(), matrix_digest=DIGEST))
     page, html, _ = rendered(ws)
     assert "✅ verified<br>sm_100" in page and 'class="v v-verified"' in html
     other = SigningKey("elsewhere", keys.generate())
-    save(ws, "theirs", sealed(b200_record(), other), finished="2026-12-01T11:00:00+00:00")
+    save(ws, "theirs", sealed(b200_record(), other, matrix_digest=DIGEST), finished="2026-12-01T11:00:00+00:00")
     page, _, _ = rendered(ws)
     assert "✅ verified<br>sm_100" in page  # a record nobody vouches for never displaces one the gate lets through
     (ws.runs / "ours" / "results.json").unlink()
     page, _, _ = rendered(ws)
     assert "❔ claimed 🔏" in page and "not valid" in page and not VERIFIED_B200.search(page)
-    changed = sealed(b200_record())
+    changed = sealed(b200_record(), matrix_digest=DIGEST)
     changed = changed.model_copy(update={"stages": [*changed.stages[:-1], changed.stages[-1].model_copy(
         update={"duration_s": 1.0})]})
     save(ws, "theirs", changed, finished="2026-12-01T12:00:00+00:00")
@@ -97,7 +98,7 @@ def test_only_a_trusted_unchanged_seal_shows_verified(tmp_path: Path) -> None:
 def test_evidence_keys_count_for_reports_and_never_for_the_gate(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     machine = SigningKey("an H200 test machine", keys.generate())
-    record = sealed(b200_record(), machine)
+    record = sealed(b200_record(), machine, matrix_digest=DIGEST)
     path = save(ws, "h200-rerun", record, where="evidence/h200-2026-12-02/runs")
     page = (ws.root / "README.md")
     assert report.main(["--update-readme"], ws, env=dict(os.environ)) == 0
@@ -172,7 +173,7 @@ def test_the_console_summary_fits_80_columns(tmp_path: Path) -> None:
 def test_weighing_keeps_one_judge(tmp_path: Path) -> None:
     """The reports and the gate share gate.py: a record the gate lets through is one the reports vouch for."""
     ws = workspace(tmp_path)
-    record = sealed(b200_record())
+    record = sealed(b200_record(), matrix_digest=DIGEST)
     the_matrix = matrix.load(ws.matrix)
     mine = keys.trusted(ws.root, dict(os.environ))
     assert isinstance(trusted.check(record, 0, the_matrix, mine), trusted.Trusted)
@@ -191,7 +192,8 @@ def test_a_new_gpu_run_laid_out_as_documented_shows_verified_in_the_readme(tmp_p
     lxc = finish(b200_record(), cell_id=f"{PIP}@lxc-ct-good")
     old = finish(host, verdict=Verdict.VERIFIED)  # an unsealed record of the same run id, from before
     save(ws, "h200-2026-11-29", old, where="evidence", finished="2026-11-29T10:00:00+00:00")
-    save(ws, "h200-rerun", sealed(host, machine), sealed(lxc, machine), where="evidence/h200-2026-12-02/runs")
+    save(ws, "h200-rerun", sealed(host, machine, matrix_digest=DIGEST), sealed(lxc, machine, matrix_digest=DIGEST),
+         where="evidence/h200-2026-12-02/runs")
     (ws.root / "evidence" / "keys").mkdir()
     (ws.root / "evidence" / "keys" / "h200-2026-12-02.pub").write_bytes(machine.public.pem)
     assert report.main(["--update-readme"], ws, env={}) == 0
