@@ -100,8 +100,11 @@ class Shown:
 
 def shown(cell: CellResult, weighed: Weighed) -> Shown:
     """A cell as every report shows it. An excluded cell carries no marks: its verdict follows from matrix.yaml,
-    whatever record says it."""
+    whatever record says it. Records left aside for ones the gate lets through are named in the reason."""
     verdict, reason = verdict_of(cell)
+    if weighed.unused.get(cell.cell_id):
+        reason += "; records left aside (the gate would not let them through): " + \
+            "; ".join(weighed.unused[cell.cell_id])
     return Shown(verdict, reason, () if verdict is Verdict.INCOMPATIBLE else weighed.of(cell))
 
 

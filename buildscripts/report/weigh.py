@@ -3,7 +3,7 @@
 Every record of every file is weighed as `tag` and `promote` weigh it (sealed by a key the report trusts,
 unchanged since, of this matrix, GPU stages the host saw, judged with today's rules). Per cell:
 - the records with no mark are merged (newest stage per stage and GPU arch, as report/merge.py does): only
-  such a cell may show "verified" (✅, a GPU named);
+  such a cell may show "verified" (✅, a GPU named); its other records are named as left aside, with their marks;
 - a cell with no such record shows its newest record alone, with every mark it earned (stages of records
   nobody vouches for are never stitched together), and a mark "judged by older rules" when an earlier record
   of the same build said verified and today's judgement of the newest does not.
@@ -57,7 +57,7 @@ class Weighed:
 
     run: RunResults
     marks: Mapping[str, Marks] = field(default_factory=dict)
-    skipped: tuple[str, ...] = ()   # results files the search met and did not read, with why
+    unused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # per cell: records left aside, and why
 
     def of(self, cell: CellResult) -> Marks:
         """A cell never weighed (not in `marks`) is no one's word either."""
@@ -115,10 +115,13 @@ def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Seque
             weights.setdefault(record.cell_id, []).append((run, record, weight))
     chosen: dict[int, list[CellResult]] = {}
     marks: dict[str, Marks] = {}
+    unused: dict[str, tuple[str, ...]] = {}
     for cell_id, found in weights.items():
         vouched = [(run, w.judged) for run, _, w in found if w.vouches]
         if vouched:
             marks[cell_id] = ()
+            unused[cell_id] = tuple(f"run {run.run_id} ({', '.join(WORDS[m] for m, _ in dict(w.marks).items())})"
+                                    for run, _, w in found if not w.vouches)
         else:
             run, record, weight = found[-1]
             vouched = [(run, weight.judged)]
@@ -126,7 +129,7 @@ def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Seque
         for run, judged in vouched:
             chosen.setdefault(id(run), []).append(judged)
     kept = [run.model_copy(update={"cells": chosen[id(run)]}) for run in ordered if id(run) in chosen]
-    return Weighed(merge.merge(kept), marks)
+    return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v})
 
 
 def _superseded(found: Sequence[tuple[RunResults, CellResult, Weight]]) -> Marks:

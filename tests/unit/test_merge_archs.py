@@ -149,9 +149,10 @@ def save_jobs(tmp_path: Path) -> list[Path]:
 
 
 def other_matrix_file(tmp_path: Path) -> Path:
-    run = job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
+    other = "sha256:" + "0f" * 32   # its records sealed for that matrix too, as a verifier of it seals them
+    run = ci_job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")}, other)
     path = tmp_path / "runs" / "job-other" / "results.json"
-    results.save(run.model_copy(update={"matrix_digest": "sha256:" + "0f" * 32, "matrix": "old/matrix.yaml"}), path)
+    results.save(run.model_copy(update={"matrix": "old/matrix.yaml"}), path)
     return path
 
 
@@ -190,7 +191,12 @@ def test_report_shows_another_matrix_marked_and_allow_other_matrix_takes_a_named
     other_matrix_file(tmp_path)
     save_jobs(tmp_path)
     out = tmp_path / "r"
-    assert report.main(["--no-readme", "--out", str(out)], ws, env={}) == 0  # default search: shown, marked
+    # default search: the file is read; its record is left aside for the sealed ones of this matrix, and said
+    assert report.main(["--no-readme", "--out", str(out)], ws, env=dict(os.environ)) == 0
+    page = (out / "compat.md").read_text()
+    assert "records left aside (the gate would not let them through): run job-other (another matrix)" in page
+    # with no sealed record of this matrix trusted, the newest record is shown, marked
+    assert report.main(["--no-readme", "--out", str(out)], ws, env={"SGLANG_IMAGES_KEY_DIR": str(tmp_path)}) == 0
     page = (out / "compat.md").read_text()
     assert "another matrix: run job-other" in page and "🧭" in page
     assert report.main(["--no-readme", "--out", str(out), "--allow-other-matrix",
