@@ -67,3 +67,52 @@ def _drop_new_cache(before: set[Path]) -> None:
 def attach(name: str, *argv: str, clear_env: bool = True) -> str:
     flags = ["--clear-env"] if clear_env else []
     return lxc("lxc-attach", "-n", name, *flags, "--", *argv).stdout
+
+
+MAPPED_ROOT = 100000   # the host uid and gid of an unprivileged container's root, as LXC and Proxmox map it
+
+
+@contextmanager
+def unprivileged(nodes: dict[str, tuple[int, int, int]], extra: tuple[str, ...] = ()) -> Iterator[tuple[str, Path]]:
+    """An unprivileged container without an image, started: a root folder of its own whose /etc, /root, /tmp,
+    /run and /var belong to the mapped root (as Proxmox makes them), this machine's /usr shared read-only, its
+    own network namespace (`lxc.net.0.type = empty`; an unprivileged container may not mount sysfs in the
+    host's), and the idmap u/g 0 100000 65536. `nodes`: {NAME: (major, minor, mode)} made with mknod beside it
+    and bound in at /dev/NAME; `extra`: more config lines. Yields (name, its folder); always destroyed."""
+    name = f"sgi-unpriv-{uuid.uuid4().hex[:8]}"
+    home = Path("/tmp") / name
+    rootfs = home / "rootfs"
+    try:
+        for part in ("usr", "etc/profile.d", "tmp", "root", "dev", "proc", "sys", "run", "var/tmp", "home"):
+            (rootfs / part).mkdir(parents=True, exist_ok=True)
+        for link in ("bin", "sbin", "lib", "lib64"):
+            if Path("/", link).is_symlink():
+                (rootfs / link).symlink_to(Path("/", link).readlink())
+        for copied in ("passwd", "group", "profile"):
+            shutil.copy2(Path("/etc", copied), rootfs / "etc" / copied)
+        for owned in ("etc", "tmp", "root", "run", "var", "home"):
+            lxc("chown", "-R", f"{MAPPED_ROOT}:{MAPPED_ROOT}", str(rootfs / owned))
+        (rootfs / "tmp").chmod(0o1777)
+        (home / "nodes").mkdir()
+        binds = []
+        for node, (major, minor, mode) in nodes.items():
+            made = home / "nodes" / node
+            lxc("mknod", "-m", f"{mode:o}", str(made), "c", str(major), str(minor))
+            binds.append(f"lxc.mount.entry = {made} dev/{node} none bind,optional,create=file")
+        config = LXC_PATH / name / "config"
+        config.parent.mkdir(parents=True)
+        config.write_text("\n".join([
+            f"lxc.uts.name = {name}", f"lxc.rootfs.path = dir:{rootfs}", "lxc.net.0.type = empty",
+            f"lxc.idmap = u 0 {MAPPED_ROOT} 65536", f"lxc.idmap = g 0 {MAPPED_ROOT} 65536",
+            "lxc.apparmor.profile = unconfined", "lxc.mount.auto = proc:rw sys:rw cgroup:rw", "lxc.autodev = 1",
+            "lxc.init.cmd = /bin/sleep infinity", "lxc.mount.entry = /usr usr none rbind,ro 0 0", *binds, *extra,
+        ]) + "\n")
+        lxc("lxc-start", "-n", name, "-d", "-l", "DEBUG", "-o", str(home / "lxc.log"))
+        lxc("lxc-wait", "-n", name, "-s", "RUNNING", "-t", "30")
+        time.sleep(0.5)
+        assert state(name) == "RUNNING", (home / "lxc.log").read_text()[-2000:]
+        yield name, home
+    finally:
+        lxc("lxc-stop", "-k", "-n", name, check=False)
+        lxc("lxc-destroy", "-n", name, check=False)
+        shutil.rmtree(home, ignore_errors=True)

@@ -16,7 +16,7 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, gpumemory, jitlog, pruned, server
+from . import core, devnodes, gpumemory, jitlog, pruned, server
 
 JSON_PREFIX = "@@json "
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"  # set by the host when it could not hand a GPU to the container
@@ -90,9 +90,12 @@ def judge_gpu(info: Dict[str, Any], archs: List[str]) -> Tuple[bool, str, Dict[s
 
 
 def _nvidia_smi() -> Dict[str, str]:
+    """The driver and the GPU's name; when nvidia-smi fails, its own words ("Failed to initialize NVML:
+    Insufficient Permissions") for the stage's evidence and log."""
     found = core.sh(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"], timeout=60)
     if found.returncode != 0 or not found.stdout.strip():
-        return {}
+        said = found.stdout.strip()[-500:]
+        return {"nvidia_smi_error": said} if said and found.returncode != 127 else {}
     driver, _, name = found.stdout.splitlines()[0].partition(", ")
     return {"driver": driver.strip(), "smi_name": name.strip()}
 
@@ -114,13 +117,16 @@ def gpu_visible(ctx: core.Context) -> Dict[str, Any]:
     if info is None:
         msg = "could not query the GPU through torch"
         raise core.StageFailed(msg, log=done.stdout)
-    info.update(_nvidia_smi(), device_nodes=len(nodes))
+    info.update(_nvidia_smi(), device_nodes=len(nodes), node_access=devnodes.observe())
     info["memory"], crowded = gpumemory.observe(info.get("memory"))
     ok, reason, gpu = judge_gpu(info, ctx.archs)
     if crowded:  # a shared GPU passes with the tiny model too: said, never failing
         info["warnings"] = [*info.get("warnings", []), crowded]
     if not ok:
-        raise core.StageFailed(reason, evidence=info, log=done.stdout)
+        refused = devnodes.refused(info["node_access"])
+        said = info.get("nvidia_smi_error")
+        raise core.StageFailed(reason + (f"; {refused}" if refused else ""), evidence=info,
+                               log=done.stdout + (f"\nnvidia-smi: {said}" if said else ""))
     gpu["driver"] = info.get("driver") or gpu["driver_cuda"]
     ctx.gpu = gpu
     return info

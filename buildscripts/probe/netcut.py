@@ -38,10 +38,24 @@ def cut() -> Optional[str]:
         return f"unshare(CLONE_NEWNET) is not available: {exc}"
     # A new namespace's loopback starts down: SGLang's own processes talk over 127.0.0.1.
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14s", b"lo", 0, b"")
-        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        flags = _lo_flags(sock)
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
     return None
+
+
+def _lo_flags(sock: socket.socket) -> int:
+    request = struct.pack("16sH14s", b"lo", 0, b"")
+    return int(struct.unpack("16sH14s", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1])
+
+
+def loopback_up() -> Optional[bool]:
+    """Whether this thread's network namespace has its loopback up (None: it cannot be told). Reading the
+    flags needs no privilege; an LXC container's own namespace keeps lo down unless something brings it up."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            return bool(_lo_flags(sock) & IFF_UP)
+    except OSError:
+        return None
 
 
 def main(argv: List[str]) -> int:

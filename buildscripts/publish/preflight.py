@@ -2,7 +2,8 @@
 run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
 container a few questions, checks the signed verdict of the image the container records as its source,
 and prints per check what passed, what failed, and the exact lines to add. It never edits the host or
-the container.
+the container. Unprivileged containers (Proxmox's default) get their own checks (lxcaccess.py): the idmap,
+the GPU nodes as the container's root opens them, the loopback of the container's network namespace.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import argparse
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from rich.markup import escape
@@ -22,8 +24,11 @@ from .. import log
 from ..errors import ConfigError, PreflightFailed
 from ..matrix.schema import CUDA_FLAVOURS
 from ..trust import keys, sources
+from ..verify import lxcconfig
 from ..verify.lxc import LXC_PATH, STANDARD_NODES, Target, config_line, missing_rule_lines, running
 from ..workspace import Workspace
+from . import lxcaccess
+from .checks import Attach, Check
 
 # The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
 MIN_DRIVER_BRANCH = {"12.8": 570, "12.9": 575, "13.0": 580}
@@ -39,15 +44,6 @@ OPEN_NODES = "for n in null zero full random urandom; do (exec 3</dev/$n) 2>&1 |
 DENIED = re.compile(r"(?:cannot open|Can't open|Unable to open) /dev/([a-z]+)\S*:? (?:- )?Operation not permitted"
                     r"|Operation not permitted - Can't open /dev/([a-z]+)")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-Attach = Callable[[Sequence[str]], tuple[int, str]]   # a command inside the container -> (exit, output)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str                       # pass | fail | warn | skip
-    detail: str
-    fix: tuple[str, ...] = ()         # exact lines to add, or commands to run
 
 
 @dataclass(frozen=True)
@@ -68,6 +64,14 @@ class HostView:
         block = text.split("Block devices:")[0]
         found = (re.match(r"^\s*(\d+)\s+(\S+)\s*$", line) for line in block.splitlines())
         return {m.group(2): int(m.group(1)) for m in found if m}
+
+    def node(self, path: str) -> tuple[int, int, int, tuple[int, int]] | None:
+        """(mode, uid, gid, (major, minor)) of `path` on the host, following links; None when it is not there."""
+        try:
+            info = (self.root / path.lstrip("/")).stat()
+        except OSError:
+            return None
+        return info.st_mode, info.st_uid, info.st_gid, (os.major(info.st_rdev), os.minor(info.st_rdev))
 
     def device_nodes(self) -> dict[str, tuple[int, int]]:
         """{/dev/nvidia*: (major, minor)} for the character devices present."""
@@ -91,8 +95,15 @@ class ContainerView:
 
     def keys(self, key: str) -> list[str]:
         """Values of `key: value` (Proxmox) or `key = value` (LXC) lines."""
-        found = (re.match(r"^([\w.]+)\s*[:=]\s*(.*)$", line.strip()) for line in (self.config or "").splitlines())
-        return [m.group(2).strip() for m in found if m and m.group(1) == key]
+        return self.lxc.values(key)
+
+    @cached_property
+    def lxc(self) -> lxcconfig.LxcConfig:
+        """The config as LXC reads it on this host: lxc.include files read where they stand."""
+        return self.parsed(HostView())
+
+    def parsed(self, host: HostView) -> lxcconfig.LxcConfig:
+        return lxcconfig.parse(self.config or "", self.target.tool, host.read)
 
 
 def kernel_module(host: HostView) -> tuple[Check, str | None]:
@@ -147,8 +158,7 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
     if view.config is None:
         return Check("container config", "fail", f"cannot read {view.target.config_path()}",
                      (f"check the container exists: {'pct list' if view.target.tool == 'pct' else 'lxc-ls -f'}",))
-    unprivileged = bool(view.keys("unprivileged") and view.keys("unprivileged")[0] == "1") or bool(
-        view.keys("lxc.idmap"))
+    unprivileged = view.lxc.unprivileged
     hook = any(NVIDIA_HOOK in v for v in view.keys("lxc.hook.mount"))
     kind = "unprivileged" if unprivileged else "privileged"
     if hook:
@@ -158,9 +168,8 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
         return Check("container config", "pass", f"{kind}, LXC's nvidia mount hook (host libraries injected)")
     if not nodes:
         return Check("container config", "skip", f"{kind}; no /dev/nvidia* on the host to pass through yet")
-    devs = {v.split(",")[0].strip() for k in range(64) for v in view.keys(f"dev{k}")}   # Proxmox devN:
     binds = _bind_mounts(view)
-    passed = devs | binds
+    passed = {p.node for p in lxcaccess.passed_nodes(view.lxc, nodes, HostView().node)}
     gpus = sorted(n for n in nodes if re.fullmatch(r"/dev/nvidia\d+", n))
     # What CUDA needs: the control and uvm nodes, and at least one GPU (the container may get one of several).
     missing = [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -218,7 +227,9 @@ def device_rules(view: ContainerView, host: HostView) -> tuple[bool, list[tuple[
     nodes) before a container's own lxc.* lines; plain LXC starts from no rule at all (all allowed)."""
     deny_all = view.target.tool == "pct"
     allowed = [tuple(STANDARD_NODES[n].split(":")) for n in STANDARD_NODES] if deny_all else []
-    for key, value in _device_lines(view.config or "", host, depth=0):
+    for key, value in view.parsed(host).lines:
+        if key not in ("lxc.cgroup2.devices.allow", "lxc.cgroup2.devices.deny"):
+            continue
         rule = value.split()
         if rule == ["a"]:
             deny_all, allowed = key.endswith("deny"), []
@@ -229,21 +240,6 @@ def device_rules(view: ContainerView, host: HostView) -> tuple[bool, list[tuple[
             else:
                 allowed = [a for a in allowed if a != number]
     return deny_all, [(str(a), str(b)) for a, b in allowed]
-
-
-def _device_lines(config: str, host: HostView, depth: int) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    for line in config.splitlines():
-        match = re.match(r"^\s*(lxc\.include|lxc\.cgroup2?\.devices\.(?:allow|deny))\s*[:=]\s*(.*?)\s*$", line)
-        if match is None:
-            continue
-        key, value = match.groups()
-        if key == "lxc.include":
-            if depth < 8:   # LXC's own includes nest two deep; a loop must not hang the preflight
-                found += _device_lines(host.read(value) or "", host, depth + 1)
-        else:
-            found.append((key.replace("lxc.cgroup.", "lxc.cgroup2."), value))
-    return found
 
 
 def standard_nodes(view: ContainerView, host: HostView) -> Check:
@@ -302,9 +298,20 @@ def run_checks(host: HostView, container: ContainerView | None, cuda: str | None
         checks.append(Check("nvidia-uvm", "fail", "the nvidia-uvm module is not loaded (CUDA needs it)",
                             ("modprobe nvidia-uvm   # and add nvidia-uvm to /etc/modules-load.d/",)))
     if container is not None:
-        checks += [container_config(container, nodes), standard_nodes(container, host), shared_memory(container),
-                   userspace_driver(container, version)]
+        checks += [container_config(container, nodes), *user_namespace(container, host, nodes),
+                   standard_nodes(container, host), shared_memory(container), userspace_driver(container, version)]
     return checks
+
+
+def user_namespace(view: ContainerView, host: HostView, nodes: Mapping[str, tuple[int, int]]) -> list[Check]:
+    """What an unprivileged container's root may reach: its idmap, the GPU nodes, its loopback."""
+    if view.config is None:
+        return []
+    config = view.parsed(host)
+    passed = lxcaccess.passed_nodes(config, nodes, host.node)
+    return [lxcaccess.idmap_check(config, view.target),
+            lxcaccess.gpu_node_access(config, view.target, passed, host.node, view.attach),
+            lxcaccess.loopback(config, view.target, view.attach)]
 
 
 def container_view(target: Target) -> ContainerView:

@@ -40,6 +40,7 @@ from ..errors import ConfigError
 UID_RANGE = range(61184, 65520)
 LOCKS = Path("/run/lock/sglang-images-sandbox")
 ENTER = Path(__file__).with_name("enter_sandbox.py")
+TMP_ROOT = Path("/tmp")
 NAME = "sglang-images-under-test"
 REAP_ROUNDS = 50
 
@@ -51,12 +52,13 @@ class Sandbox:
     uid: int
     gid: int
     home: Path
+    tmp: Path    # short: SGLang's ZeroMQ sockets live under TMPDIR, and a socket path has 107 bytes at most
 
     def environment(self) -> dict[str, str]:
         """What the identity's environment says about it: no account exists for it, so name it here (getpass
         and the caches of torch, Triton and FlashInfer read these)."""
         return {"HOME": str(self.home), "USER": NAME, "LOGNAME": NAME, "XDG_CACHE_HOME": str(self.home / ".cache"),
-                "TMPDIR": str(self.home / "tmp")}
+                "TMPDIR": str(self.tmp)}
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """`argv` run as this identity: the verifier's own interpreter (isolated: no site, no environment)
@@ -118,29 +120,33 @@ def sandbox(workdir: Path) -> Iterator[Sandbox]:
     else:
         msg = f"no free uid in {UID_RANGE.start}-{UID_RANGE.stop - 1} for the code under test"
         raise ConfigError(msg, hint="end other verifiers of this machine, or free that range")
-    home = workdir / "home"
+    home, tmp = workdir / "home", TMP_ROOT / f"sglang-images-{uid}"
     try:
-        _own_folder(workdir, home, uid)
-        yield Sandbox(uid, uid, home)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for folder in (home, tmp):
+            _own_folder(folder, uid)
+        yield Sandbox(uid, uid, home, tmp)
     finally:
         try:
             reap(uid)
+            _remove(tmp)
         finally:
             handle.close()
 
 
-def _own_folder(workdir: Path, home: Path, uid: int) -> None:
-    """`home` (and its tmp/) made afresh for `uid` alone (what an earlier identity left there is removed, links
-    not followed); the folders above it only let it pass."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(home):
-        if home.is_symlink() or not home.is_dir():
-            home.unlink()
-        else:
-            shutil.rmtree(home)
-    for made in (home, home / "tmp"):
-        made.mkdir(mode=0o700)
-        os.chown(made, uid, uid, follow_symlinks=False)
+def _remove(path: Path) -> None:
+    """`path` gone, whatever an earlier identity left there (a link is removed, never followed)."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _own_folder(folder: Path, uid: int) -> None:
+    """`folder` made afresh for `uid` alone (what an earlier identity left there is removed first)."""
+    _remove(folder)
+    folder.mkdir(mode=0o700)
+    os.chown(folder, uid, uid, follow_symlinks=False)
 
 
 def reap(uid: int) -> int:

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import proc
+from .. import log, proc
 from ..errors import ConfigError
 from ..results import StageResult
-from . import netns
+from . import lxcadvice, lxcconfig, netns
 from .container import MODEL_ROOT, PROBE_ROOT, probe_archive
 from .handoff import Handoff, Handover
 from .host import ProcessReach, marker
@@ -112,6 +112,16 @@ class Target:
         """`command` inside the container, its output captured (short questions, not the probe)."""
         return proc.run(self.exec_argv(command), timeout=timeout, env=outside_env(), inherit_env=False)
 
+    def config(self) -> lxcconfig.LxcConfig | None:
+        """The container's config as LXC reads it (None when it cannot be read here)."""
+        return lxcconfig.load(self.config_path(), self.tool)
+
+    def unprivileged(self) -> bool:
+        """Whether the container's idmap maps its uid 0 to a non-zero host uid (read from its config: Proxmox's
+        `unprivileged: 1`, or lxc.idmap lines); False when the config cannot be read."""
+        config = self.config()
+        return config is not None and config.unprivileged
+
     def login_argv(self, script: str) -> list[str]:
         """`script` in a login shell inside the container: the login's environment (LOGIN_ENV), then
         `sh -l`, which reads /etc/profile, /etc/profile.d and ~/.profile."""
@@ -171,6 +181,9 @@ class LxcRunner:
             log_file.write_text(f"# {self.target.shown} is not running: {state}\n")
             return Outcome([failed("container", f"{self.target.shown} is not running ({state})", "lxc-not-running",
                                    log=state)])
+        config = self.target.config()
+        if config is not None and config.unprivileged and config.idmap is not None:
+            log.info(f"{self.target.shown} is unprivileged: {config.idmap.shown()}")
         mark, cut_problem = marker(), netns.problem()
         handoff = Handoff(ProcessReach(mark, self._stop, enter=cut_problem is None), options.handed, model,
                           ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
@@ -180,7 +193,9 @@ class LxcRunner:
                         env=outside_env(), inherit_env=False)
         observation = handoff.finish()
         stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python)
-        return Outcome([name_missing_rules(stage, self.target) for stage in stages], observation)
+        where = (self.target.shown, self.target.tool, str(self.target.config_path()))
+        return Outcome([lxcadvice.for_container(name_missing_rules(stage, self.target), *where, config)
+                        for stage in stages], observation)
 
     def _stop(self, handover: Handover) -> None:
         """The stop file, inside the container (the probe's own folder under /tmp, nowhere else)."""
@@ -196,23 +211,15 @@ def outside_env() -> dict[str, str]:
     return handed_environment(os.environ)
 
 
-IDMAP = re.compile(r"^\s*lxc\.idmap\s*[=:]\s*u\s+0\s+(\d+)\s+\d+", re.M)
-PVE_UNPRIVILEGED = re.compile(r"^\s*unprivileged\s*:\s*1\s*$", re.M)
-
-
 def why_unsealed(target: Target) -> str | None:
     """Why a run in place in `target` vouches for nothing (None: it may be sealed). A privileged container's
     root is this machine's root, so the code under test there is no further from the keys than the verifier;
     an unprivileged one's root is an unprivileged uid here (its idmap, or Proxmox's `unprivileged: 1`)."""
-    try:
-        config = target.config_path().read_text(errors="replace")
-    except OSError as exc:
-        return f"{target.config_path()} cannot be read ({exc.strerror}): nothing shows the container is unprivileged"
-    mapped = IDMAP.search(config)
-    if PVE_UNPRIVILEGED.search(config) or (mapped and int(mapped.group(1)) != 0):
+    if target.unprivileged():
         return None
-    return (f"{target.shown} is privileged (no idmap maps its root to an unprivileged uid): its root is this "
-            "machine's root, so no boundary keeps the code under test from the verifier's keys")
+    return (f"{target.shown} is privileged, or its config ({target.config_path()}) cannot be read: no idmap maps "
+            "its root to an unprivileged uid, so its root is this machine's root and no boundary keeps the code "
+            "under test from the verifier's keys")
 
 
 def config_line(target: Target, key: str, value: str) -> str:

@@ -15,10 +15,11 @@ import ctypes
 import errno
 import os
 import socket
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from ..probe.threads import run_in_thread
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -38,22 +39,13 @@ def inside(path: str | None, work: Callable[[], T]) -> T:
     """`work()` run in the network namespace at `path` (a /proc/PID/ns/net), or here when None."""
     if path is None:
         return work()
-    box: dict[str, object] = {}
 
-    def run() -> None:
-        try:
-            with open(path, "rb") as ns:
-                _setns(ns.fileno())
-            box["value"] = work()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
+    def run() -> T:
+        with open(path, "rb") as ns:
+            _setns(ns.fileno())
+        return work()
 
-    thread = threading.Thread(target=run, name="netns", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+    return run_in_thread(run, "netns")
 
 
 def connect(path: str | None, address: tuple[str, int], timeout: float) -> socket.socket:

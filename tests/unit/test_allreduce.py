@@ -53,12 +53,16 @@ def context(count: int, tmp: str) -> core.Context:
     return ctx
 
 
-def run(monkeypatch: pytest.MonkeyPatch, ctx: core.Context, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def run(monkeypatch: pytest.MonkeyPatch, ctx: core.Context, ranks: list[dict[str, Any]],
+        network: dict[str, Any] | None = None) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
-    def fake(world: int, workdir: str, timeout: float, env: dict[str, str]) -> list[dict[str, Any]]:
+    def fake(world: int, workdir: str, timeout: float, env: dict[str, str]) -> tuple[list[dict[str, Any]],
+                                                                                    dict[str, Any]]:
         seen.update(world=world, env=env, timeout=timeout)
-        return ranks
+        return ranks, net
+
+    net = network or {"own_namespace": True, "loopback_up": True}
 
     monkeypatch.setattr(allreduce, "run_ranks", fake)
     result = core.run_stage(ctx, core.REGISTRY["nccl-allreduce"])
@@ -130,3 +134,32 @@ def test_without_a_gpu_it_is_skipped_like_every_gpu_stage() -> None:
 
 def test_it_runs_after_the_kernels_and_before_the_server() -> None:
     assert core.ORDER.index("kernel-smoke") < core.ORDER.index("nccl-allreduce") < core.ORDER.index("server")
+
+
+NO_SOCKET = ("bootstrap.cc:85 NCCL WARN Bootstrap : no socket interface found\n"
+             "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3699, internal error - please report this issue "
+             "to the NCCL developers, NCCL version 2.28.9")
+
+
+def test_a_loopback_that_is_down_where_the_ranks_ran_gets_its_own_class(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Any) -> None:
+    """An LXC container nothing brought lo up in, where the probe could make no namespace of its own (issue:
+    'Bootstrap : no socket interface found' was unclassified, with a generic hint)."""
+    failing = {**rank(0, 1, error="DistBackendError: NCCL error", ok=False), "exit_code": 1, "output": NO_SOCKET}
+    network = {"own_namespace": False, "loopback_up": False, "why_not": "unshare(CLONE_NEWNET): EPERM"}
+    result = run(monkeypatch, context(1, str(tmp_path)), [failing], network)
+    assert result["status"] == core.FAILED
+    assert allreduce.NO_LOOPBACK in result["reason"] and "EPERM" in result["reason"]
+    assert result["evidence"]["network"] == network
+    match = classify.classify(result["reason"] + "\n" + result["log_excerpt"], "nccl-allreduce")
+    assert match.id == "no-loopback"
+    assert "lxc.net.0.flags = up" in match.hint
+
+
+def test_the_same_nccl_words_with_loopback_up_are_not_called_a_loopback_failure(monkeypatch: pytest.MonkeyPatch,
+                                                                                tmp_path: Any) -> None:
+    failing = {**rank(0, 1, error="DistBackendError: NCCL error", ok=False), "exit_code": 1, "output": NO_SOCKET}
+    result = run(monkeypatch, context(1, str(tmp_path)), [failing])
+    assert allreduce.NO_LOOPBACK not in result["reason"]
+    assert result["evidence"]["network"]["own_namespace"] is True
+    assert classify.classify(result["reason"] + "\n" + result["log_excerpt"], "nccl-allreduce").id != "no-loopback"

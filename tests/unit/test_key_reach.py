@@ -101,7 +101,6 @@ def test_the_environment_handed_to_the_code_under_test_holds_no_secret() -> None
 
 @pytest.mark.parametrize(("config", "sealed_ok"), [
     ("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\n", True),
-    ("unprivileged: 1\narch: amd64\n", True),
     ("lxc.idmap = u 0 0 65536\n", False),
     ("lxc.rootfs.path = dir:/var/lib/lxc/ct/rootfs\n", False),
     ("# lxc.idmap = u 0 100000 65536\n", False),

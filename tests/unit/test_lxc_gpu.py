@@ -13,6 +13,7 @@ import pytest
 
 from buildscripts.errors import ConfigError
 from buildscripts.publish import preflight
+from buildscripts.publish.checks import Check
 from buildscripts.publish.preflight import ContainerView, HostView
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import classify, lxc
@@ -179,7 +180,7 @@ def test_a_terminal_escape_in_a_name_never_reaches_the_terminal(capsys: pytest.C
         run_preflight("--lxc-name", "ct\x1b]0;owned\x07")
     assert "\x1b" not in str(refused.value) and "\\x1b" in str(refused.value)
     assert preflight.printable("df: \x1b[2J/dev/shm") == "df: \\x1b[2J/dev/shm"
-    preflight.show([preflight.Check("/dev/shm", "warn", "said \x1b[31mred", ("fix \x1b[0m",))])
+    preflight.show([Check("/dev/shm", "warn", "said \x1b[31mred", ("fix \x1b[0m",))])
     assert "\x1b[31m" not in capsys.readouterr().out
 
 

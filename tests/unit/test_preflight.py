@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from buildscripts.publish import preflight
-from buildscripts.publish.preflight import Check, ContainerView, HostView
+from buildscripts.publish.checks import Attach, Check
+from buildscripts.publish.preflight import ContainerView, HostView
 from buildscripts.verify.lxc import Target
 
 VERSION = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 18:27:13 UTC 2025\n"
@@ -101,7 +102,7 @@ def test_the_nvidia_hook_needs_an_unprivileged_container() -> None:
 
 
 def test_in_the_running_container_shm_and_the_userspace_driver() -> None:
-    def attach(answers: dict[str, tuple[int, str]]) -> preflight.Attach:
+    def attach(answers: dict[str, tuple[int, str]]) -> Attach:
         return lambda argv: answers["df" if argv[0] == "df" else "ls"]
 
     small = ContainerView(Target.named("ct1"), "", attach({
