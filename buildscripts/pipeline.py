@@ -202,8 +202,10 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     finally:
         run.finished = results.now()
         results.save(run, run_dir / "results.json")
-        report.console.summary(run)
-        report.render_all(run, run_dir / "report", opts.env)
+        # The build's own reports weigh its records as the tag step does: sealed by this process's key, judged
+        shown = report.weigh.weigh_runs([run], matrix, ctx.trusted)
+        report.console.summary(shown)
+        report.render_all(shown, run_dir / "report", opts.env)
     return run
 
 

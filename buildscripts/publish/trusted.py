@@ -13,15 +13,9 @@ Stable names (other modules and branches build on them):
   Refused(position, cell_id, reason)  .why_not (the reason)
   IMAGE_ID                                                    a full image id: sha256: and 64 hex digits
 
-A record is evidence only when all of this holds; else the cell is refused with the reason, and never tagged:
-- a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since);
-- its cell id is a cell of matrix.yaml, and the axes it records are that cell's: tags are rendered from the
-  matrix cell, so a record can never give one version's image another version's tags;
-- it is judged again (`results.judge`) with the matrix cell's targets, excluded reason and expected failure,
-  and a GPU stage counts only where a GPU name and arch are recorded (the host fills those: what it handed
-  over). The judgement is made here, once, and passed along in `Trusted.judged`;
-- when that judgement earns a good tag, its image id is a full `sha256:` digest of 64 hex digits (no short
-  id, no host or LXC "image").
+What a record is worth is judged in one place, buildscripts/gate.py (sealed by a trusted key, a cell of
+matrix.yaml with its axes, judged again, a full image id where it earns a tag); this module is that gate
+as the commands that act on records use it: over a whole file, the file's matrix, and their arguments.
 A Refused record is no evidence (bad input: `refuse` makes it an error before anything is tagged or pushed);
 a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a target arch).
 """
@@ -29,113 +23,20 @@ a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a targ
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import arguments, results
 from ..errors import ResultsError
-from ..matrix import Cell, Matrix
-from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, family, tag_form
-from ..trust import dsse, keys, seal
+from ..gate import IMAGE_ID, NO_GPU_RECORDED, Refused, Trusted, check
+from ..matrix import Matrix
+from ..results import RunResults
+from ..trust import keys
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
 
-IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
-NO_GPU_RECORDED = "passed, but no GPU name and arch are recorded for it: it did not run on a GPU the verifier saw"
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A cell the gate turned away, and why (one line, for the step log and the error)."""
-
-    position: int
-    cell_id: str
-    reason: str
-
-    @property
-    def why_not(self) -> str:
-        return self.reason
-
-
-@dataclass(frozen=True)
-class Trusted:
-    """A sealed record of a matrix cell, judged here with the matrix's facts."""
-
-    position: int            # in run.cells: where tag and promote write back what they did
-    record: CellResult       # the record as the file holds it (its seal checked)
-    cell: Cell               # the matrix cell: axes and targets come from here
-    judged: CellResult       # the record with the matrix's axes, targets and expectation, judged again
-    signer: PublicKey
-
-    @property
-    def cell_id(self) -> str:
-        return self.record.cell_id
-
-    @property
-    def image_id(self) -> str:
-        """The tested image: a full `sha256:` id whenever the record earns a good tag (checked by `check`)."""
-        return self.record.image.id or ""
-
-    @property
-    def archs(self) -> list[str]:
-        """The archs verified in this very image, as tags spell them (`sm90`): judged, less any whose GPU
-        stages ran in another build of the same inputs (a record merged from another runner)."""
-        return [tag_form(arch) for arch in self.judged.verified_archs if _ran_in(self.judged, arch)]
-
-    @property
-    def gpus(self) -> list[str]:
-        """The GPUs the archs of `archs` were verified on (names as recorded by the host)."""
-        return sorted({s.gpu for s in self.judged.stages if s.name in GPU_STAGES and s.gpu and s.arch
-                       and tag_form(s.arch) in self.archs})
-
-    @property
-    def why_not(self) -> str | None:
-        """None when the cell earns a good tag on one arch at least, else why it earns none."""
-        if not self.judged.verified_archs:
-            return f"verdict {self.judged.verdict.value}: {self.judged.verdict_reason}"
-        if not self.archs:
-            return (f"{self.judged.verdict_reason}, but in another build of the same inputs, not in the image "
-                    f"{self.image_id}; a good tag vouches for the image that ran")
-        return None
-
-    @property
-    def every_arch(self) -> bool:
-        """No GPU stage failed on any arch: what an arch-less good tag says."""
-        return self.judged.verdict is Verdict.VERIFIED
-
-
-def _ran_in(cell: CellResult, arch: str) -> bool:
-    return all(s.image_id in (None, cell.image.id) for s in cell.stages
-               if s.name in GPU_STAGES and s.arch and family(s.arch) == family(arch))
-
-
-def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[PublicKey]) -> Trusted | Refused:
-    """The gate for one record: Trusted with its judgement, or Refused with the reason."""
-    def refused(reason: str) -> Refused:
-        return Refused(position, record.cell_id, reason)
-
-    try:
-        signer = seal.signer(record, trusted)
-    except dsse.EnvelopeError as exc:
-        return refused(exc.message.removeprefix(f"{record.cell_id}: "))
-    cell = next((c for c in matrix.cells if c.id == record.cell_id), None)
-    if cell is None:
-        return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
-    if record.axes != cell.axes():
-        differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
-        return refused(f"the record's axes are not those of the cell in {matrix.path} (they differ in "
-                       f"{', '.join(differ)}): it is a record of another cell or another matrix")
-    judged = results.judged(record.model_copy(update={
-        "axes": cell.axes(), "targets": list(cell.archs), "excluded": cell.excluded,
-        "expected": cell.expected_failure(), "stages": [_gpu_checked(s) for s in record.stages]}))
-    image_id = record.image.id or ""
-    if judged.verified_archs and not IMAGE_ID.fullmatch(image_id):  # what earns nothing needs no image
-        what = f"{image_id!r} is" if image_id else "no image id is recorded, which is"
-        return refused(f"{what} not a full image id (sha256: and 64 hex digits): nothing identifies "
-                       "the image that was tested (a host or LXC run has no image to tag)")
-    return Trusted(position, record, cell, judged, signer)
+__all__ = ["IMAGE_ID", "NO_GPU_RECORDED", "Refused", "Trusted", "add_arguments", "check", "check_run", "earned",
+           "keys_from", "refuse", "sift"]
 
 
 def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
@@ -147,13 +48,6 @@ def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
         msg = f"{len(refused)} record(s) of {where} are not evidence: {listed}"
         raise ResultsError(msg, hint="only records a verifier of this project sealed, of cells of matrix.yaml, "
                                      "count; verify again, or leave these out with --only")
-
-
-def _gpu_checked(stage: StageResult) -> StageResult:
-    """A passed GPU stage without the GPU's name and arch counts as skipped: nothing says a GPU ran it."""
-    if stage.name not in GPU_STAGES or stage.status is not Status.PASSED or (stage.gpu and stage.arch):
-        return stage
-    return stage.model_copy(update={"status": Status.SKIPPED, "reason": NO_GPU_RECORDED, "arch": None})
 
 
 def sift(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey],

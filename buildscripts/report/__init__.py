@@ -1,14 +1,17 @@
 """Reports rendered from saved results (never recomputed by hand): console, Markdown, HTML, JUnit, JSON.
 
-`python -m buildscripts report` (what `nox -s report` runs) merges the stored results of every
-run and runner (newest per cell, stage and GPU arch wins), writes every format under `reports/` and
-prints the console table. The README's compatibility table is tracked, so it is rewritten only when asked
-(`--update-readme`), and then from the committed evidence (evidence/*/results.json) unless --results
-names the files: a quick local run never dirties the checkout.
+`python -m buildscripts report` (what `nox -s report` runs) weighs every record of the stored results of
+every run and runner as the gate does (report/weigh.py: only what the gate would let through is shown as
+verified), merges them (newest per cell, stage and GPU arch wins), writes every format under `reports/` and
+prints the console summary. The README's compatibility table is tracked, so it is rewritten only when asked
+(`--update-readme`), and then from the committed evidence (EVIDENCE_RESULTS) unless --results names the
+files: a quick local run never dirties the checkout.
 
-Results of another matrix.yaml (their recorded digest differs from the current file's) are refused
-when named with --results; when found by the default search (runs/, evidence/: history that outlives
-edits of matrix.yaml) they are left out with a warning. `--allow-other-matrix` takes them anyway.
+Results of another matrix.yaml (their recorded digest differs from the current file's) are refused when named
+with --results (unless --allow-other-matrix); when found by the default search (runs/, evidence/: history
+that outlives edits of matrix.yaml) they are shown, marked as another matrix's, never as verified. A match of
+the search that is not a regular file (a link to a device, a fifo, a folder) is skipped with a warning
+naming it and why.
 """
 
 from __future__ import annotations
@@ -24,25 +27,32 @@ from pathlib import Path
 from .. import arguments, disk, log, matrix, results
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
+from ..trust.keys import PublicKey
 from ..workspace import Workspace, path_argument
-from . import console, github, html, junit, markdown, merge, sizes
+from . import console, found, github, html, junit, markdown, merge, sizes, weigh
+from .weigh import Weighed
 
-__all__ = ["console", "main", "render_all"]
+__all__ = ["console", "main", "render_all", "weigh"]
+
+# What the README's table is rendered from: each evidence folder's results, and the runs under its runs/
+# (each run's folder as `nox -s build` or `verify` writes it: runs/RUN_ID/results.json)
+EVIDENCE_RESULTS = ("evidence/*/results.json", "evidence/*/runs/*/results.json")
 
 
-def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, Path]:
+def render_all(weighed: Weighed, out_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, Path]:
     """Write every format into `out_dir`; return {format: path}. Adds the GitHub step summary when set.
 
     The set is written into a fresh folder beside `out_dir` and swapped in whole (`disk.replace_folder`): a
     report killed half-way, or two reports into one folder at once, leave one whole set there, never a mix of
     two runs' files. The step summary is appended after the swap (it is a log of the job, not part of the set).
     """
+    run = weighed.run
     files = {
         "json": ("results.json", run.model_dump_json(indent=2) + "\n"),
         "schema": ("results.schema.json", schema_text()),
-        "markdown": ("compat.md", markdown.document(run)),
-        "html": ("compat.html", html.render(run)),
-        "junit": ("junit.xml", junit.render(run)),
+        "markdown": ("compat.md", markdown.document(weighed)),
+        "html": ("compat.html", html.render(weighed)),
+        "junit": ("junit.xml", junit.render(weighed)),
         "sizes": ("sizes.md", sizes.document(run)),
     }
     fresh = disk.new_folder(out_dir)
@@ -57,7 +67,7 @@ def render_all(run: RunResults, out_dir: Path, env: Mapping[str, str] | None = N
         shutil.rmtree(fresh, ignore_errors=True)
         raise
     written = {kind: out_dir / name for kind, (name, _) in files.items()}
-    summary = github.write_summary(run, env or {})
+    summary = github.write_summary(weighed, env or {})
     if summary is not None:
         written["github"] = summary
     return written
@@ -71,43 +81,40 @@ def schema_text() -> str:
 
 
 def find_results(patterns: Sequence[str]) -> list[Path]:
+    """The regular files `patterns` match (`disk.glob_files`: `**` never follows a link into a loop)."""
     return disk.glob_files(patterns)
 
 
 def default_results(ws: Workspace) -> tuple[str, ...]:
     """Every run of this workspace, and the evidence committed from other machines."""
-    return (str(ws.runs / "*" / "results.json"), str(ws.root / "evidence" / "**" / "results.json"))
+    return (str(ws.runs / "*" / "results.json"), *readme_results(ws))
 
 
 def readme_results(ws: Workspace) -> tuple[str, ...]:
     """What the README's table is rendered from: the evidence committed with the project, not runs/."""
-    return (str(ws.root / "evidence" / "*" / "results.json"),)
+    return tuple(str(ws.root / pattern) for pattern in EVIDENCE_RESULTS)
 
 
-def of_this_matrix(runs: Mapping[Path, RunResults], matrix_path: Path, *, explicit_matrix: bool,
-                   explicit_results: bool, allow_other: bool) -> list[RunResults]:
-    """The runs made from `matrix_path`'s matrix (see the module docstring for what happens to others)."""
-    if not explicit_matrix and not matrix_path.is_file():
-        log.warn(f"no {matrix_path}: the results are not checked against a matrix.yaml (pass --matrix PATH)")
-        return list(runs.values())
-    digest = results.matrix_digest(matrix.load(matrix_path).spec)
-    kept = []
+def check_named(runs: Mapping[Path, RunResults], matrix_path: Path, digest: str, *, allow_other: bool) -> None:
+    """Files named with --results must be of this matrix unless --allow-other-matrix (a typo must not quietly
+    render other records); found by the default search, they are shown and marked (report/weigh.py)."""
     for path, run in runs.items():
-        try:
-            warning = results.check_matrix(run, path, matrix_path, digest, allow_other=allow_other)
-        except ResultsError as exc:
-            if explicit_results:
-                raise
-            log.warn(f"{exc.message}: left out")
-            continue
-        if warning:
+        warning = results.check_matrix(run, path, matrix_path, digest, allow_other=allow_other)
+        if warning and allow_other:
             log.warn(warning)
-        kept.append(run)
-    if not kept:
-        msg = f"every results file found was made from another matrix.yaml than {matrix_path}"
-        raise ResultsError(msg, hint="run `nox -s build` with this matrix, pass --matrix with theirs, "
-                                     "or --allow-other-matrix")
-    return kept
+
+
+def weighed_from(paths: Sequence[Path], matrix_path: Path | None, keys: Sequence[PublicKey], *, named: bool,
+                 allow_other: bool) -> Weighed:
+    """The files read, checked (when named) and weighed with `keys`; with no matrix.yaml (`matrix_path` None)
+    every record is marked as of another matrix."""
+    runs = dict(zip(paths, merge.load_all(paths), strict=True))
+    if matrix_path is None:
+        return weigh.weigh_runs(list(runs.values()), None, keys)
+    the_matrix = matrix.load(matrix_path)
+    if named:
+        check_named(runs, matrix_path, results.matrix_digest(the_matrix.spec), allow_other=allow_other)
+    return weigh.weigh_runs(list(runs.values()), the_matrix, keys)
 
 
 def _check_destinations(out: Path, readme: Path | None) -> None:
@@ -127,11 +134,10 @@ def _check_destinations(out: Path, readme: Path | None) -> None:
     disk.check_writable(readme, "--readme", "pass --readme PATH of a file you can write, or leave out --update-readme")
 
 
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws = ws or Workspace.at()
+def _parser(ws: Workspace) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
-    arguments.add_results(parser, default="runs/*/results.json and evidence/**/results.json, merged; "
-                                          "with --update-readme: evidence/*/results.json")
+    arguments.add_results(parser, default="runs/*/results.json and " + " and ".join(EVIDENCE_RESULTS)
+                                          + ", merged; with --update-readme: the evidence only")
     parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
                         help="output folder (default: reports/)")
     parser.add_argument("--update-readme", action="store_true",
@@ -143,7 +149,18 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--no-readme", action="store_true",
                         help="leave the README alone (the default; refused with --update-readme or --readme)")
     arguments.add_matrix(parser, None, help="the matrix.yaml the results must come from (default: matrix.yaml)")
-    arguments.add_allow_other_matrix(parser, help="merge results made from another matrix.yaml too (with a warning)")
+    arguments.add_allow_other_matrix(parser, help="take files named with --results that were made from another "
+                                                  "matrix.yaml (shown, marked as such, never as verified)")
+    parser.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
+                        help="also trust records sealed by this public key (keys/*.pub, this machine's verifier key "
+                             "and evidence/keys/*.pub are trusted always)")
+    parser.add_argument("--verbose", action="store_true", help="print every reason and warning in full")
+    return parser
+
+
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+    ws = ws or Workspace.at()
+    parser = _parser(ws)
     args = parser.parse_args(list(argv))
     update_readme = args.update_readme or args.readme is not None
     if update_readme and args.no_readme:
@@ -152,21 +169,27 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     defaults = readme_results(ws) if update_readme else default_results(ws)
     _check_destinations(args.out, readme)
     github.check(env or {})
-    paths = arguments.results_files(args.results) if args.results else find_results(defaults)
+    paths, skipped = (arguments.results_files(args.results), []) if args.results else found.results(defaults)
+    for line in skipped:
+        log.warn(line)
     if not paths:
         msg = "no results files found (looked for " + ", ".join(defaults) + ")"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
-    loaded = of_this_matrix(dict(zip(paths, merge.load_all(paths), strict=True)), args.matrix or ws.matrix,
-                            explicit_matrix=args.matrix is not None, explicit_results=bool(args.results),
-                            allow_other=args.allow_other_matrix)
-    run = merge.merge(loaded)
+    matrix_path: Path | None = args.matrix or ws.matrix
+    if args.matrix is None and not ws.matrix.is_file():
+        log.warn(f"no {ws.matrix}: every record is shown as of another matrix, none as verified (pass --matrix PATH)")
+        matrix_path = None
+    # The README's table from the evidence trusts only committed keys: it renders the same on every machine
+    keys = weigh.committed_keys(ws.root, args.trust_key) if update_readme and not args.results else \
+        weigh.report_keys(ws.root, env or {}, args.trust_key)
+    weighed = weighed_from(paths, matrix_path, keys, named=bool(args.results), allow_other=args.allow_other_matrix)
     try:
-        written = render_all(run, args.out, env)
+        written = render_all(weighed, args.out, env)
     except OSError as exc:  # e.g. a parent of --out is a file, or not writable
         msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
         raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
     try:
-        written_to = markdown.update_readme(readme, run) if readme is not None else None
+        written_to = markdown.update_readme(readme, weighed) if readme is not None else None
     except UnicodeDecodeError:
         msg = f"{readme} is not UTF-8 text"
         hint = "pass --readme PATH of the project's README.md, or leave out --update-readme"
@@ -179,7 +202,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         written["readme"] = written_to
         if written_to != readme:
             log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
-    console.summary(run)
+    console.summary(weighed, build=False, verbose=args.verbose)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")
     return 0

@@ -1,18 +1,21 @@
 """What every renderer shares: stage columns, status marks, and where GPU stages ran.
 
 Renderers only present what the results say: verdicts come from `results.judge` (re-judged here,
-so a hand-edited verdict can never show as "verified"), stage outcomes from the stage records.
+so a hand-edited verdict can never show as "verified"), what a record is worth from the gate (report/weigh.py:
+a record the gate would not let through is never shown as verified), stage outcomes from the stage records.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..probe.core import ORDER
 from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, judge
 from ..results.judge import failure_detail
 from ..results.notes import warnings
+from .weigh import ICONS, WORDS, Marks, Weighed
 
 BUILD = "build"
 MARKS = {"passed": "✓", "failed": "✕", "skipped": "–", "aborted": "·"}
@@ -44,6 +47,65 @@ def stage_columns(run: RunResults) -> list[str]:
     known = [name for name in ORDER if name in seen]
     extra = list(dict.fromkeys(n for n in seen if n not in ORDER))
     return [BUILD, *known, *extra]
+
+
+CLAIMED = "claimed"      # what a record nobody vouches for is shown as where it would be verified
+CLAIMED_ICON = "❔"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What every report says of one cell: today's verdict and reason, and the marks that keep it from being the
+    gate's word. A marked record that would be verified is `claimed`: never ✅, never a GPU named as verified."""
+
+    verdict: Verdict
+    reason: str
+    marks: Marks
+
+    @property
+    def claimed(self) -> bool:
+        return bool(self.marks) and self.verdict is Verdict.VERIFIED
+
+    @property
+    def word(self) -> str:
+        return CLAIMED if self.claimed else self.verdict.value
+
+    @property
+    def mark_icons(self) -> str:
+        return "".join(ICONS[m] for m in dict.fromkeys(m for m, _ in self.marks))
+
+    @property
+    def label(self) -> str:
+        """'✅ verified', '❌ failed 🔓', '❔ claimed 🔓🕰️'."""
+        icon = CLAIMED_ICON if self.claimed else VERDICT_ICONS.get(self.verdict, "")
+        return " ".join(p for p in (icon, self.word, self.mark_icons) if p)
+
+    @property
+    def said(self) -> str:
+        """The verdict's reason; for a claim, what the record says without calling it verified."""
+        return "by its own record, GPU stages passed: " + self.reason.removeprefix("verified on ") \
+            if self.claimed else self.reason
+
+    @property
+    def short(self) -> str:
+        """The reason, and the marks' words: '… (unsealed, another matrix)'."""
+        words = ", ".join(dict.fromkeys(WORDS[m] for m, _ in self.marks))
+        return f"{self.said} ({words})" if words else self.said
+
+    @property
+    def why(self) -> str:
+        """The reason, and for a marked record what each mark means for it."""
+        return "; ".join([self.said, *(f"{WORDS[m]}: {why}" for m, why in self.marks)])
+
+
+def shown(cell: CellResult, weighed: Weighed) -> Shown:
+    """A cell as every report shows it. An excluded cell carries no marks: its verdict follows from matrix.yaml,
+    whatever record says it. Records left aside for ones the gate lets through are named in the reason."""
+    verdict, reason = verdict_of(cell)
+    if weighed.unused.get(cell.cell_id):
+        reason += "; records left aside (the gate would not let them through): " + \
+            "; ".join(weighed.unused[cell.cell_id])
+    return Shown(verdict, reason, () if verdict is Verdict.INCOMPATIBLE else weighed.of(cell))
 
 
 def verdict_of(cell: CellResult) -> tuple[Verdict, str]:
@@ -94,8 +156,9 @@ def mark(status: str) -> str:
     return MARKS.get(status, "")
 
 
-def gpu_summary(cell: CellResult) -> str:
-    """Where the GPU stages ran: 'NVIDIA H200 (sm_90), in a container: all GPU stages' or 'not run on a GPU'."""
+def gpu_summary(cell: CellResult, *, vouched: bool) -> str:
+    """Where the GPU stages ran: 'NVIDIA H200 (sm_90), in a container: all GPU stages' or 'not run on a GPU';
+    for a record nobody vouches for, 'by its own record: …'."""
     places: dict[str, list[str]] = {}
     for stage in cell.stages:
         if stage.name in GPU_STAGES and stage.gpu and stage.status in (Status.PASSED, Status.FAILED):
@@ -103,7 +166,7 @@ def gpu_summary(cell: CellResult) -> str:
             places.setdefault(where, []).append(stage.name)
     if not places:
         return "not run on a GPU"
-    return "; ".join(
+    return ("" if vouched else "by its own record: ") + "; ".join(
         f"{where}: {'all GPU stages' if len(names) == len(GPU_STAGES) else ', '.join(names)}"
         for where, names in places.items()
     )

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..results import RunResults
 from . import markdown
+from .weigh import Weighed
 
 VARIABLE = "GITHUB_STEP_SUMMARY"
 
@@ -25,12 +25,12 @@ def check(env: Mapping[str, str]) -> None:
         _append(path, "")
 
 
-def write_summary(run: RunResults, env: Mapping[str, str]) -> Path | None:
+def write_summary(weighed: Weighed, env: Mapping[str, str]) -> Path | None:
     """Append the summary; None when not on GitHub Actions."""
     path = target(env)
     if path is None:
         return None
-    _append(path, f"## SGLang image compatibility\n\n{markdown.table(run)}\n\n")
+    _append(path, f"## SGLang image compatibility\n\n{markdown.table(weighed)}\n\n")
     return path
 
 

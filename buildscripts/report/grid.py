@@ -1,27 +1,32 @@
-"""The compatibility-matrix view: SGLang versions down, torch lane × CUDA toolkit across.
+"""The compatibility-matrix view: the reachable grid, SGLang version and its torch lane down, CUDA toolkit across.
 
 The layout only (which cell lands in which slot, what a slot says); `html` and `markdown` draw it.
-A slot holds a cell of the matrix on the main base (the base most matrix cells have). Everything
-else — host-mode runs, runs in place in LXC (`CELL@lxc-NAME`), cells of another base — is listed
-under "other runs" with the same verdict and archs, so no result is dropped from the view.
+A slot holds a cell of the matrix on the main base (the base most matrix cells have). A cell excluded because
+its SGLang pins another torch than its lane's cannot exist: it takes no slot, and the pins are said once
+(`pins`). Everything else — host-mode runs, runs in place in LXC (`CELL@lxc-NAME`), cells of another base —
+is listed under "other runs" with the same verdict and archs, so no result is dropped from the view.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from ..results import GPU_STAGES, CellResult, RunResults, Verdict, arch_outcomes, family, verified_archs
+from ..results import GPU_STAGES, CellResult, RunResults, arch_outcomes, family, verified_archs
 from ..results.judge import ARCH_FAILED, ARCH_VERIFIED
 from . import common
 
 AXES = ("sglang", "lane", "toolkit")
 ARCH_MARKS = {ARCH_VERIFIED: "✓", ARCH_FAILED: "✕"}  # others (incomplete, not a target): "·"
+CLAIMED_ARCH = "?"   # an arch a record nobody vouches for says its GPU stages passed on
 
 Slot = tuple[str, str, str]  # (sglang version, lane, toolkit)
+# "sglang 0.5.10 pins torch 2.9.1; lane … has torch 2.11.0" (matrix/cells.py): an exclusion by an exact pin
+PIN = re.compile(r"^sglang (?P<sglang>\S+) pins torch (?P<torch>\S+); lane \S+ has torch \S+$")
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,16 @@ class Grid:
     toolkits: list[str]                       # columns inside every group, the same for each
     slots: dict[Slot, CellResult] = field(default_factory=dict)
     others: list[CellResult] = field(default_factory=list)
+    pinned: list[CellResult] = field(default_factory=list)   # excluded by an exact pin: no slot
+    rows: list[tuple[str, str]] = field(default_factory=list)  # (version, lane) that hold a slot, in order
 
     def at(self, version: str, lane: str, toolkit: str) -> CellResult | None:
         return self.slots.get((version, lane, toolkit))
+
+    def pins(self) -> dict[str, str]:
+        """SGLang version -> the torch it pins, from the cells excluded by a pin."""
+        found = (PIN.match(c.excluded or "") for c in self.pinned)
+        return dict(sorted({m["sglang"]: m["torch"] for m in found if m}.items(), key=lambda i: _version_key(i[0])))
 
 
 def _version_key(text: str) -> tuple[int, Version | str]:
@@ -62,11 +74,15 @@ def layout(run: RunResults) -> Grid:
     base = min(bases, key=lambda b: (-bases[b], b)) if bases else ""
     slots: dict[Slot, CellResult] = {}
     others: list[CellResult] = []
+    pinned: list[CellResult] = []
     for cell in cells:
         slot = (cell.axes.get("sglang", ""), cell.axes.get("lane", ""), cell.axes.get("toolkit", ""))
         # `_in_matrix` again rather than `cell in candidates`: a list search per cell was quadratic in cells
         if _in_matrix(cell) and cell.axes.get("base", "") == base and slot not in slots:
-            slots[slot] = cell
+            if PIN.match(cell.excluded or ""):
+                pinned.append(cell)
+            else:
+                slots[slot] = cell
         else:
             others.append(cell)
     placed = list(slots.values())
@@ -75,36 +91,44 @@ def layout(run: RunResults) -> Grid:
         versions=sorted({s[0] for s in slots}, key=_version_key),
         lanes=sorted({s[1] for s in slots}, key=lambda lane: _lane_key(lane, placed)),
         toolkits=sorted({s[2] for s in slots}, key=lambda t: (t != "none", t)),  # "none" (pip only) first
-        slots=slots, others=others,
+        slots=slots, others=others, pinned=pinned,
+        rows=sorted({s[:2] for s in slots}, key=lambda r: (_version_key(r[0]), _lane_key(r[1], placed))),
     )
 
 
-def arch_line(cell: CellResult) -> str:
-    """The archs the GPU stages ran on: 'sm_100 · sm_120' when all verified, else each with ✓/✕/·."""
+def pins_line(view: Grid) -> str | None:
+    """The exact pins, said once: why the grid has one torch lane per SGLang version."""
+    pins = view.pins()
+    if not pins:
+        return None
+    said = "; ".join(f"SGLang {version} pins torch {torch}" for version, torch in pins.items())
+    return (f"Each SGLang release pins one torch ({said}): the {len(view.pinned)} cell(s) that pair a release "
+            "with another torch lane cannot exist and are not shown.")
+
+
+def arch_line(cell: CellResult, *, vouched: bool) -> str:
+    """The archs the GPU stages ran on: 'sm_100 · sm_120' when all verified, else each with ✓/✕/·; a record
+    nobody vouches for never shows an arch as verified ('?sm_90': its own record says passed)."""
     outcomes = arch_outcomes(cell)
     if not outcomes:
         return ""
-    if all(o == ARCH_VERIFIED for o in outcomes.values()) and verified_archs(cell):  # judged now, not stored
+    marks = ARCH_MARKS if vouched else {**ARCH_MARKS, ARCH_VERIFIED: CLAIMED_ARCH}
+    if vouched and all(o == ARCH_VERIFIED for o in outcomes.values()) and verified_archs(cell):  # judged now
         return " · ".join(outcomes)
-    return " ".join(f"{ARCH_MARKS.get(o, '·')}{arch}" for arch, o in outcomes.items())
+    return " ".join(f"{marks.get(o, '·')}{arch}" for arch, o in outcomes.items())
 
 
-def arch_provenance(cell: CellResult) -> list[str]:
+def arch_provenance(cell: CellResult, *, vouched: bool) -> list[str]:
     """One line per arch: its outcome, the GPU, and the run, runner and time its GPU stages came from."""
     lines = []
     for arch, outcome in arch_outcomes(cell).items():
+        outcome = outcome if vouched or outcome != ARCH_VERIFIED else "passed by its own record"
         stages = [s for s in cell.stages if s.arch and s.name in GPU_STAGES and family(s.arch) == arch]
         source = stages[-1] if stages else None
         where = " · ".join(p for p in (source.gpu, source.run_id, source.runner, source.finished) if p) \
             if source else ""
         lines.append(f"{arch}: {outcome}" + (f" ({where})" if where else ""))
     return lines
-
-
-def slot_word(cell: CellResult) -> tuple[Verdict, str]:
-    """(verdict, 'icon word') as `judge` gives it now."""
-    verdict, _ = common.verdict_of(cell)
-    return verdict, f"{common.VERDICT_ICONS.get(verdict, '')} {verdict.value}"
 
 
 def place(cell: CellResult) -> str:

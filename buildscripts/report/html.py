@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..results import CellResult, RunResults, Verdict
+from ..results import CellResult
 from ..results.notes import measured
-from . import common, grid, html_marks, html_matrix
+from . import common, grid, html_marks, html_matrix, weigh
+from .common import Shown
+from .weigh import Weighed
 
 FILTERS = ("verdict", "sglang", "lane", "toolkit")
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1d2228;background:#fff}
+@media (max-width:600px){body{margin:.6rem}}.legend{overflow-wrap:anywhere}
 h1{font-size:1.4rem;margin:0 0 .2rem}header p{margin:0 0 1rem;color:#555}
 #filters{display:flex;gap:1rem;flex-wrap:wrap;align-items:end;margin-bottom:1rem}
 #filters label{display:flex;flex-direction:column;font-size:.8rem;color:#444}
@@ -81,8 +84,8 @@ def _filter(axis: str, values: Iterable[str]) -> str:
             f'<option value="">all</option>{options}</select></label>')
 
 
-def _axis(cell: CellResult, axis: str) -> str:
-    return common.verdict_of(cell)[0].value if axis == "verdict" else cell.axes.get(axis, "")
+def _axis(cell: CellResult, axis: str, weighed: Weighed) -> str:
+    return common.shown(cell, weighed).word if axis == "verdict" else cell.axes.get(axis, "")
 
 
 def _size(size: int | None) -> str:
@@ -101,10 +104,10 @@ def _expected(cell: CellResult) -> str | None:
     return f"{','.join(exp.stages)}/{exp.failure_class or ''}: {exp.reason}"
 
 
-def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:
+def _detail(cell: CellResult, shown: Shown) -> str:
     verify_s = sum(s.duration_s for s in cell.stages)
     facts = [
-        ("verdict", f"{verdict.value}: {why}"),
+        ("verdict", f"{shown.word}: {shown.why}"),
         ("image", cell.image.ref), ("image id", cell.image.id), ("digest", cell.image.digest),
         ("image size", _size(cell.image.size_bytes) if cell.image.size_bytes is not None else None),
         ("build time", f"{cell.build.duration_s:.1f} s" + (" (cached)" if cell.build.cached else "")
@@ -114,7 +117,7 @@ def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:
         ("promoted", ", ".join(f"{r}@{d}" for r, d in cell.promoted.items())),
         ("expected", _expected(cell)),
         ("excluded", cell.excluded),
-        ("GPU archs", "; ".join(grid.arch_provenance(cell))),
+        ("GPU archs", "; ".join(grid.arch_provenance(cell, vouched=not shown.marks))),
         *measured(cell),
         ("run", " · ".join(p for p in (cell.run_id, cell.runner, cell.finished) if p)),
     ]
@@ -147,29 +150,30 @@ def _detail(cell: CellResult, verdict: Verdict, why: str) -> str:
             + (f"<h4>lockfiles</h4>{locks}" if locks else ""))
 
 
-def render(run: RunResults) -> str:
+def render(weighed: Weighed) -> str:
+    run = weighed.run
     columns = common.stage_columns(run)
     cells = common.sort_cells(run.cells)
     head = "".join(f"<th>{_e(c)}</th>" for c in ["cell", *columns, "verdict", "GPU stages ran on"])
     body = []
     for index, cell in enumerate(cells):
-        verdict, why = common.verdict_of(cell)
-        data = " ".join(f'data-{axis}="{_e(_axis(cell, axis))}"' for axis in FILTERS)
+        shown = common.shown(cell, weighed)
+        data = " ".join(f'data-{axis}="{_e(_axis(cell, axis, weighed))}"' for axis in FILTERS)
         marks = "".join(
             f'<td class="mark s-{status}" title="{_e(f"{col}: {status} {reason}".strip())}">'
             f"{common.mark(status)}</td>"
             for col in columns for status, reason in [common.outcome(cell, col)]
         )
-        gpu = common.gpu_summary(cell)
+        gpu = common.gpu_summary(cell, vouched=weighed.vouched(cell))
         body.append(
             f'<tr class="cell-row" tabindex="0" aria-expanded="false" data-index="{index}" {data}>'
             f"<td>{_e(cell.cell_id)}</td>{marks}"
-            f"<td>{html_marks.badge(verdict, why)}</td>"
+            f"<td>{html_marks.shown_badge(shown, shown.why)}</td>"
             f'<td class="{"gpu-none" if gpu == "not run on a GPU" else ""}">{_e(gpu)}</td></tr>'
             f'<tr class="detail" id="detail-{index}" hidden><td colspan="{len(columns) + 3}">'
-            f"{_detail(cell, verdict, why)}</td></tr>"
+            f"{_detail(cell, shown)}</td></tr>"
         )
-    filters = "".join(_filter(axis, (_axis(c, axis) for c in cells)) for axis in FILTERS)
+    filters = "".join(_filter(axis, (_axis(c, axis, weighed) for c in cells)) for axis in FILTERS)
     index_of = {cell.cell_id: index for index, cell in enumerate(cells)}
     when = run.finished or run.started
     return (
@@ -179,12 +183,14 @@ def render(run: RunResults) -> str:
         f"<style>{CSS}{html_marks.CSS}{html_matrix.CSS}</style></head><body>"
         f"<header><h1>SGLang image compatibility</h1><p>results of {_e(run.run_id)} · {_e(when)} · "
         f"runner(s) {_e(run.runner)} · {len(cells)} cell(s)</p></header>"
-        f'<section id="view">{html_matrix.render(run, index_of)}</section>'
+        f'<section id="view">{html_matrix.render(weighed, index_of)}</section>'
         '<h2>Every cell, stage by stage</h2>'
         f'<section id="filters">{filters}'
         f'<span>showing <b id="shown">{len(cells)}</b> of {len(cells)}</span></section>'
-        f'<table id="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        f'<div class="scroll"><table id="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table></div>"
         f'<p class="legend">{_e(common.LEGEND)}. Click a row for its stages, logs and versions. '
-        "“verified” means every stage, the GPU stages included, passed on a GPU of a target arch.</p>"
+        "“verified” means every stage, the GPU stages included, passed on a GPU of a target arch, in a record "
+        f"sealed by a key this report trusts.</p><p class=\"legend\">{_e(weigh.LEGEND_WORDS)}</p>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -11,6 +11,8 @@ from html import escape
 
 from ..results import Verdict
 from . import common
+from .common import Shown
+from .weigh import WORDS
 
 # 16×16 line drawings in the badge's text colour.
 _ICONS = {
@@ -23,6 +25,8 @@ _ICONS = {
     Verdict.INCOMPATIBLE: '<circle cx="8" cy="8" r="6.5"/><path d="M3.5 12.5l9-9"/>',
     Verdict.SKIPPED: '<path d="M2.5 3.5l5 4.5-5 4.5zM8.5 3.5l5 4.5-5 4.5z"/>',
 }
+_CLAIMED = '<circle cx="8" cy="8" r="6.5"/><path d="M6 6.2a2 2 0 1 1 2.6 1.9c-.4.2-.6.5-.6.9v.6M8 11.6v.2"/>'
+
 _SVG = ('<svg class="icon" viewBox="0 0 16 16" aria-hidden="true" fill="none" stroke="currentColor" '
         'stroke-width="2" stroke-linecap="round" stroke-linejoin="round">{}</svg>')
 
@@ -32,6 +36,7 @@ white-space:nowrap}.v svg.icon{width:1.05em;height:1.05em;flex:none}
 .v-verified{background:#1a7f37;color:#fff}.v-cpu-checked{background:#dafbe1;color:#116329}
 .v-failed,.v-unexpected-pass{background:#cf222e;color:#fff}.v-expected-failure{background:#fff8c5;color:#7d4e00}
 .v-incompatible,.v-skipped{background:#eaeef2;color:#57606a}.v-built{background:#ddf4ff;color:#0a3069}
+.v-claimed{background:#fff;color:#7d4e00;border:1px dashed #9a6700}.v .marks{font-size:.75rem}
 """
 
 
@@ -39,6 +44,20 @@ def text(value: object) -> str:
     """A value from the results as HTML text or attribute: escaped, terminal escapes and control characters
     made visible (`common.plain`)."""
     return escape(common.plain("" if value is None else str(value)), quote=True)
+
+
+def shown_badge(shown: Shown, title: str | None = None) -> str:
+    """What a report says of a cell as a badge: a record nobody vouches for shows its marks' words, and where it
+    would be verified, `claimed` with a question mark (never the verified badge)."""
+    hover = f' title="{text(title)}"' if title else ""
+    icon = _CLAIMED if shown.claimed else _ICONS.get(shown.verdict, "")
+    marks = " · ".join(dict.fromkeys(shown_words(shown)))
+    return (f'<span class="v v-{shown.word}"{hover}>{_SVG.format(icon)}{text(shown.word)}'
+            + (f' <span class="marks">({text(marks)})</span>' if marks else "") + "</span>")
+
+
+def shown_words(shown: Shown) -> list[str]:
+    return [WORDS[m] for m, _ in shown.marks]
 
 
 def badge(verdict: Verdict, title: str | None = None) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..results import CellResult, RunResults, Verdict
-from . import common, grid, html_marks
+from ..results import CellResult, Verdict
+from . import bygpu, common, grid, html_marks
+from .weigh import Weighed
 
 CSS = """
 #compat{margin-bottom:.6rem}#compat th{background:#f2f4f7;font-size:.8rem}#compat th.lane{text-align:center}
@@ -19,60 +20,92 @@ CSS = """
 #compat td.excluded,#compat td.empty{background:#f0f1f3;color:#8c959f;cursor:help}
 #compat .archs{font-size:.78rem;font-family:ui-monospace,monospace;color:#1d2228}
 td.slot-verified{background:#dafbe1}td.slot-failed,td.slot-unexpected-pass{background:#ffebe9}
-td.slot-expected-failure{background:#fff8c5}td.slot-cpu-checked{background:#f0fff4}td.slot-built{background:#ddf4ff}
+td.slot-expected-failure{background:#fff8c5}td.slot-claimed{background:#fffdf2}td.slot-cpu-checked{background:#f0fff4}td.slot-built{background:#ddf4ff}
 #other-runs li{margin:.15rem 0}h2{font-size:1.1rem;margin:1.2rem 0 .5rem}
+.scroll{overflow-x:auto;max-width:100%}#by-gpu td,#by-gpu th{font-size:.85rem}#by-gpu code{word-break:break-all}
+#by-gpu .none{color:#9a6700}
+@media (max-width:600px){#by-gpu thead{display:none}#by-gpu tr,#by-gpu th,#by-gpu td{display:block;border:0}
+#by-gpu tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}#by-gpu th{text-align:left}
+#by-gpu td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
 """
 
 
 _e = html_marks.text
 
 
-def _slot(cell: CellResult | None, index: Mapping[str, int]) -> str:
+def _slot(cell: CellResult | None, index: Mapping[str, int], weighed: Weighed) -> str:
     if cell is None:
         return '<td class="slot empty" title="no results for this combination">—</td>'
-    verdict, why = common.verdict_of(cell)
-    if verdict is Verdict.INCOMPATIBLE:
+    shown = common.shown(cell, weighed)
+    if shown.verdict is Verdict.INCOMPATIBLE:
         return (f'<td class="slot excluded" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
-                f'title="{_e(f"{cell.cell_id}: excluded: {why}")}">{html_marks.badge(verdict)}</td>')
-    title = "\n".join([f"{cell.cell_id}: {verdict.value}: {why}", *grid.arch_provenance(cell)])
-    archs = grid.arch_line(cell)
-    return (f'<td class="slot slot-{verdict.value}" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
-            f'title="{_e(title)}">{html_marks.badge(verdict)}'
+                f'title="{_e(f"{cell.cell_id}: excluded: {shown.why}")}">{html_marks.shown_badge(shown)}</td>')
+    vouched = weighed.vouched(cell)
+    title = "\n".join([f"{cell.cell_id}: {shown.word}: {shown.why}", *grid.arch_provenance(cell, vouched=vouched)])
+    archs = grid.arch_line(cell, vouched=vouched)
+    return (f'<td class="slot slot-{shown.word}" data-cell="{_e(cell.cell_id)}" data-index="{index[cell.cell_id]}" '
+            f'title="{_e(title)}">{html_marks.shown_badge(shown)}'
             + (f'<div class="archs">{_e(archs)}</div>' if archs else "") + "</td>")
 
 
-def render(run: RunResults, index: Mapping[str, int]) -> str:
+def gpu_view(weighed: Weighed) -> str:
+    """The view by GPU (report/bygpu.py) as a table: one row per arch."""
+    def codes(ids: list[str], suffix: str = "") -> str:
+        return "<br>".join(f"<code>{_e(i)}</code>{suffix}" for i in ids)
+
+    rows = []
+    for row in bygpu.rows(weighed):
+        products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
+        verified = "<br>".join(f"<code>{_e(v.pull)}</code>" + (f"<br>check: <code>{_e(v.check)}</code>" if v.check
+                                                                else " (not pushed)") for v in row.verified)
+        if not verified:
+            verified = ('<span class="none">nothing has run on this GPU yet</span>' if row.nothing_ran
+                        else '<span class="none">nothing verified yet</span>')
+        ran = "<br>".join(filter(None, [codes(row.ran), codes(row.claimed, " (claimed, not vouched for)")]))
+        rows.append(f'<tr data-arch="{_e(row.arch)}"><th scope="row">{_e(row.arch)}</th>'
+                    f'<td data-label="for example">{_e(products) or "—"}</td>'
+                    f'<td data-label="{_e(bygpu.HEADINGS[2])}">{verified}</td>'
+                    f'<td data-label="ran there, not verified">{ran or "—"}</td>'
+                    f'<td data-label="only compiled and audited for it">{codes(row.compiled) or "—"}</td></tr>')
+    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in bygpu.HEADINGS)
+    return (f'<h2>By GPU</h2><p class="legend">images for {_e(bygpu.platform())}: {_e(bygpu.ABOUT)}.</p>'
+            f'<div class="scroll"><table id="by-gpu"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+            "</table></div>")
+
+
+def render(weighed: Weighed, index: Mapping[str, int]) -> str:
     """The matrix section (empty when no result has matrix coordinates) and the other runs."""
-    view = grid.layout(run)
+    view = grid.layout(weighed.run)
     parts = []
     if view.slots:
-        groups = "".join(f'<th scope="colgroup" class="lane" colspan="{len(view.toolkits)}">{_e(lane)}</th>'
-                         for lane in view.lanes)
-        toolkits = "".join(f'<th scope="col">{_e(t)}</th>' for _ in view.lanes for t in view.toolkits)
+        toolkits = "".join(f'<th scope="col">{_e(t)}</th>' for t in view.toolkits)
         rows = "".join(
-            f'<tr><th scope="row">{_e(version)}</th>'
-            + "".join(_slot(view.at(version, lane, t), index) for lane in view.lanes for t in view.toolkits)
+            f'<tr><th scope="row">{_e(version)}</th><th scope="row" class="lane">{_e(lane)}</th>'
+            + "".join(_slot(view.at(version, lane, t), index, weighed) for t in view.toolkits)
             + "</tr>"
-            for version in view.versions
+            for version, lane in view.rows
         )
+        pins = grid.pins_line(view)
         parts.append(
-            f"<h2>Compatibility matrix</h2><p class=\"legend\">base {_e(view.base)}: SGLang versions down, torch "
-            "lane and CUDA toolkit across. Each cell: its verdict, then the GPU archs its GPU stages ran on "
-            "(✓ all passed there, ✕ one failed there). Hover for the reason and where each arch ran; click for "
-            "the stages. Grey: excluded (hover for why) or no results.</p>"
-            f'<table id="compat"><thead><tr><th rowspan="2" scope="col">SGLang</th>{groups}</tr>'
-            f"<tr>{toolkits}</tr></thead><tbody>{rows}</tbody></table>"
+            f"<h2>Compatibility matrix</h2><p class=\"legend\">base {_e(view.base)}: each SGLang release with the "
+            "torch lane it can run on, CUDA toolkit layers across. Each cell: its verdict, then the GPU archs its "
+            "GPU stages ran on (✓ all passed there, ✕ one failed there). Hover for the reason and where each arch "
+            "ran; click for the stages. Grey: excluded (hover for why) or no results.</p>"
+            f'<div class="scroll"><table id="compat"><thead><tr><th scope="col">SGLang</th><th scope="col">torch lane'
+            f"</th>{toolkits}</tr></thead><tbody>{rows}</tbody></table></div>"
+            + (f'<p class="legend">{_e(pins)}</p>' if pins else "")
         )
+    parts.append(gpu_view(weighed))
     if view.others:
         items = []
         for cell in view.others:
-            verdict, why = common.verdict_of(cell)
-            archs = grid.arch_line(cell)
+            shown = common.shown(cell, weighed)
+            archs = grid.arch_line(cell, vouched=weighed.vouched(cell))
             items.append(
                 f'<li data-cell="{_e(cell.cell_id)}"><b>{_e(cell.cell_id)}</b> ({_e(grid.place(cell))}): '
-                f"{html_marks.badge(verdict)}"
+                f"{html_marks.shown_badge(shown)}"
                 + (f' <span class="archs">{_e(archs)}</span>' if archs else "")
-                + f" — {_e(why)}</li>"
+                + f" — {_e(shown.short)}</li>"
             )
         parts.append(f'<h2>Other runs</h2><p class="legend">host mode, in place in LXC, other bases</p>'
                      f'<ul id="other-runs">{"".join(items)}</ul>')

@@ -1,7 +1,9 @@
 """JUnit XML: one test case per cell × stage (the build counts as a stage), for CI test views.
 
 An expected failure is reported as skipped with its reason (pytest's xfail convention), so a
-documented failure does not turn CI red; an unexpected pass is a failure of the cell's last stage.
+documented failure does not turn CI red; an unexpected pass is a failure of the cell's last stage. A record
+nobody vouches for (report/weigh.py) gets a case `evidence`, skipped with its marks: what it claims is shown,
+and nothing of it counts as a verification.
 """
 
 from __future__ import annotations
@@ -9,16 +11,20 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-from ..results import CellResult, RunResults, Status, Verdict
-from . import common
+from ..results import CellResult, Status, Verdict
+from . import bygpu, common
+from .weigh import Weighed
 
 
 def _case(suite: ET.Element, cell: CellResult, name: str, seconds: float) -> ET.Element:
     return ET.SubElement(suite, "testcase", classname=cell.cell_id, name=name, time=f"{seconds:.3f}")
 
 
-def _add_cell(suite: ET.Element, cell: CellResult) -> None:
-    verdict, why = common.verdict_of(cell)
+def _add_cell(suite: ET.Element, cell: CellResult, weighed: Weighed) -> None:
+    shown = common.shown(cell, weighed)
+    verdict, why = shown.verdict, shown.reason
+    if shown.marks:
+        ET.SubElement(_case(suite, cell, "evidence", 0.0), "skipped", message=f"{shown.word}: {shown.why}")
     build = _case(suite, cell, common.BUILD, cell.build.duration_s if cell.build else 0.0)
     if cell.build is None or cell.build.status is not Status.PASSED:
         status = cell.build.status.value if cell.build else "skipped"
@@ -52,12 +58,16 @@ def _add_cell(suite: ET.Element, cell: CellResult) -> None:
         ET.SubElement(case, "failure", message=why, type="unexpected-pass")
 
 
-def render(run: RunResults) -> str:
+def render(weighed: Weighed) -> str:
+    run = weighed.run
     root = ET.Element("testsuites", name=f"sglang-images {run.run_id}")
     suite = ET.SubElement(root, "testsuite", name="compatibility", timestamp=run.finished or run.started,
                           hostname=run.runner)
+    gpus = ET.SubElement(suite, "properties")   # the view by GPU, for CI views that show suite properties
+    for row in bygpu.rows(weighed):
+        ET.SubElement(gpus, "property", name=f"gpu {row.arch} ({bygpu.platform()})", value=row.summary())
     for cell in common.sort_cells(run.cells):
-        _add_cell(suite, cell)
+        _add_cell(suite, cell, weighed)
     cases = suite.findall("testcase")
     counts = {
         "tests": len(cases),

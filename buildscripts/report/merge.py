@@ -26,7 +26,7 @@ from ..results import GPU_STAGES, LADDER, CellResult, RunResults, StageResult, f
 StageKey = tuple[str, str]  # (stage name, GPU arch family or "" for a stage that ran on no GPU)
 
 
-def _when(run: RunResults) -> datetime:
+def when(run: RunResults) -> datetime:
     stamp = run.finished or run.started
     try:
         when = datetime.fromisoformat(stamp)
@@ -78,7 +78,7 @@ def merge(runs: Sequence[RunResults]) -> RunResults:
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
     if len(runs) == 1:
         return _rejudged(runs[0].model_copy(deep=True))
-    ordered = sorted(runs, key=_when)  # oldest first: later runs overwrite
+    ordered = sorted(runs, key=when)  # oldest first: later runs overwrite
     cells: dict[str, CellResult] = {}
     stages: dict[str, dict[StageKey, StageResult]] = {}
     for run in ordered:

@@ -25,7 +25,7 @@ import pytest
 from buildscripts import report
 from buildscripts.results import RunResults
 from tests import needs
-from tests.results_factory import make_run
+from tests.results_factory import make_run, vouched
 
 pytestmark = pytest.mark.browser
 
@@ -125,7 +125,7 @@ def chromium(tmp_path: Path) -> Iterator[DevTools]:
 
 def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_path: Path) -> None:
     run = make_run()
-    page = report.render_all(run, tmp_path / "out", env={})["html"]
+    page = report.render_all(vouched(run), tmp_path / "out", env={})["html"]
     for domain in ("Runtime", "Log", "Page"):
         chromium.call(f"{domain}.enable")
     chromium.call("Page.navigate", url=page.as_uri())
@@ -163,13 +163,9 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
         return [td.textContent, td.className, getComputedStyle(td).color]; })()""")
     assert slot[0] == "verifiedsm_90" and "slot-verified" in slot[1]
     assert slot[2] != "rgb(255, 255, 255)"  # readable on its light background
-    excluded = chromium.evaluate("""(() => { const td = document.querySelector('#compat td.excluded');
-        const box = td.getBoundingClientRect();
-        return [td.textContent, td.title, getComputedStyle(td).color, box.width > 0 && box.height > 0]; })()""")
-    assert excluded[0] == "incompatible" and excluded[3]
-    assert "sglang 0.5.16 pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1" in excluded[1]
-    assert excluded[2] == "rgb(140, 149, 159)"  # greyed
-    assert chromium.evaluate("document.querySelectorAll('#compat th[scope=colgroup]').length") == 2
+    # The cell an exact pin rules out takes no slot: the pin is said once under the grid.
+    assert chromium.evaluate("document.querySelectorAll('#compat td.excluded').length") == 0
+    assert "SGLang 0.5.16 pins torch 2.11.0" in chromium.evaluate("document.getElementById('view').textContent")
     # A click on a slot opens that cell's stages below, even when a filter had hidden its row.
     chromium.evaluate("document.querySelector('#compat td.slot-verified').click()")
     opened = chromium.evaluate("Array.from(document.querySelectorAll('tr.detail:not([hidden]) h3'))"
@@ -189,7 +185,7 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
 def test_verdict_marks_render_without_an_emoji_font(chromium: DevTools, tmp_path: Path) -> None:
     """Every verdict mark is drawn from ASCII text and an SVG icon (no emoji: this machine's Chromium has no
     emoji font and drew them as empty boxes), and the icon really paints pixels on the screen."""
-    page = report.render_all(with_every_verdict(), tmp_path / "out", env={})["html"]
+    page = report.render_all(vouched(with_every_verdict()), tmp_path / "out", env={})["html"]
     chromium.call("Page.enable")
     chromium.call("Page.navigate", url=page.as_uri())
     chromium.wait_for("Page.loadEventFired")
@@ -235,6 +231,43 @@ def with_every_verdict() -> RunResults:
 
 
 def test_html_report_has_no_external_resources(tmp_path: Path) -> None:
-    text = report.html.render(make_run())
+    text = report.html.render(vouched(make_run()))
     for needle in ("http://", "https://", "src=", "href=", "@import", "url("):
         assert needle not in text, needle
+
+
+@pytest.mark.parametrize(("width", "height", "name"), [(390, 844, "phone"), (1440, 900, "desktop")])
+def test_the_page_and_its_view_by_gpu_fit_a_phone_and_a_desktop(chromium: DevTools, tmp_path: Path, width: int,
+                                                                  height: int, name: str) -> None:
+    """At a phone's width nothing but the wide tables' own boxes scrolls sideways; at both widths the view by GPU
+    says per arch what was verified (by digest, with its check command) and where nothing ran yet."""
+    run = make_run()
+    verified = run.cells[0].model_copy(update={"promoted": {"registry.example/sglang-images": "sha256:" + "cd" * 32}})
+    run = run.model_copy(update={"cells": [verified, *run.cells[1:]]})
+    page = report.render_all(vouched(run), tmp_path / "out", env={})["html"]
+    chromium.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=width < 600)
+    for domain in ("Runtime", "Log", "Page"):
+        chromium.call(f"{domain}.enable")
+    chromium.call("Page.navigate", url=page.as_uri())
+    chromium.wait_for("Page.loadEventFired")
+    assert chromium.evaluate("document.documentElement.scrollWidth") <= width
+    text = chromium.evaluate("document.body.textContent")
+    assert not [c for c in text if ord(c) >= 0x1F000 or c in "❔🔓🔏🧭🗣🕰✅"], "no emoji: no font draws them here"
+    rows = chromium.evaluate("""Array.from(document.querySelectorAll('#by-gpu tbody tr')).map(r =>
+        [r.dataset.arch, r.cells[2].textContent])""")
+    by_arch = dict(rows)
+    assert list(by_arch) == ["sm_90", "sm_100", "sm_103", "sm_120", "sm_121"]
+    assert by_arch["sm_90"].startswith("registry.example/sglang-images@sha256:cdcd")
+    assert f"nox -s check -- registry.example/sglang-images@sha256:{'cd' * 32} --arch sm_90a" in by_arch["sm_90"]
+    assert by_arch["sm_100"] == "nothing has run on this GPU yet"
+    box = chromium.evaluate("(() => { const r = document.getElementById('by-gpu').parentElement"
+                            ".getBoundingClientRect(); return [r.left, r.right]; })()")
+    assert box[0] >= 0 and box[1] <= width
+    shot = chromium.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    png = base64.b64decode(shot["data"])
+    assert png.startswith(b"\x89PNG")
+    (tmp_path / "out" / f"{name}.png").write_bytes(png)
+    if os.environ.get("REPORT_SCREENSHOT"):
+        Path(os.environ["REPORT_SCREENSHOT"]).with_suffix(f".{name}.png").write_bytes(png)
+    assert chromium.errors() == []

@@ -12,6 +12,7 @@ from buildscripts.report import common, console, html, markdown
 from buildscripts.results import BuildResult, CellResult, RunResults, StageResult, Status, judge
 from buildscripts.results.decisive import EVIDENCE_KEY, MAX_CHARS, decisive_line
 from buildscripts.verify import classify
+from tests.results_factory import vouched
 
 CHAINED_TRACEBACK = """\
 Traceback (most recent call last):
@@ -116,10 +117,10 @@ def test_an_unclassified_stage_keeps_its_decisive_line_and_every_report_shows_it
     assert common.outcome(cell, "server") == ("failed", f"unclassified: {line}; server exited early")
     run = RunResults(run_id="r", started="2026-11-30T10:00:00Z", cells=[cell])
     out = Console(record=True, width=400, color_system=None)
-    console.summary(run, out)
-    assert f"c: failed: failed at server: unclassified: {line}" in out.export_text()
-    assert line in markdown.table(run)
-    assert line.replace('"', "&quot;") in html.render(run)
+    console.summary(vouched(run), out, verbose=True)
+    assert f"c: failed at server: unclassified: {line}" in out.export_text()
+    assert line in markdown.table(vouched(run))
+    assert line.replace('"', "&quot;") in html.render(vouched(run))
 
 
 def test_stages_labelled_before_the_decisive_line_existed_still_show_one() -> None:

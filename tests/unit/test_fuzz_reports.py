@@ -23,7 +23,7 @@ from buildscripts.probe.core import RESULT_PREFIX
 from buildscripts.report import console, html, junit, markdown
 from buildscripts.results import CellResult, RunResults, StageResult, Status
 from buildscripts.verify import output
-from tests.results_factory import ALL_KINDS, finish, make_cell, make_run
+from tests.results_factory import ALL_KINDS, finish, make_cell, make_run, vouched
 from tests.unit.fuzzing import FUZZ, HOSTILE, disk_fills_at, examples
 
 EXAMPLES = examples(60)
@@ -124,10 +124,10 @@ def test_markdown_keeps_one_pair_of_markers_and_no_html_of_its_own(run: RunResul
     readme = tmp_path_factory.mktemp("readme") / "README.md"
     readme.write_text(f"# x\n{markdown.START}\n{markdown.END}\ntail\n")
     for _ in range(2):
-        markdown.update_readme(readme, run)
+        markdown.update_readme(readme, vouched(run))
     text = readme.read_text()
     assert (text.count(markdown.START), text.count(markdown.END)) == (1, 1) and text.endswith("\ntail\n")
-    table = markdown.table(run)
+    table = markdown.table(vouched(run))
     assert set(html_tags(table).tags) <= RENDERED_TAGS
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", table)
     rows = [line for line in table.splitlines() if line.startswith("| ")]
@@ -137,7 +137,7 @@ def test_markdown_keeps_one_pair_of_markers_and_no_html_of_its_own(run: RunResul
 @FUZZ.__class__(FUZZ, max_examples=EXAMPLES)
 @given(run=hostile_run())
 def test_html_has_only_the_renderers_elements(run: RunResults) -> None:
-    page = html.render(run)
+    page = html.render(vouched(run))
     parsed = html_tags(page)
     assert parsed.tags.count("script") == 1 and "img" not in parsed.tags and "a" not in parsed.tags
     assert not any(re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", t) for t in parsed.text)
@@ -146,14 +146,14 @@ def test_html_has_only_the_renderers_elements(run: RunResults) -> None:
 @FUZZ.__class__(FUZZ, max_examples=EXAMPLES)
 @given(run=hostile_run())
 def test_junit_is_well_formed(run: RunResults) -> None:
-    root = ET.fromstring(junit.render(run))
+    root = ET.fromstring(junit.render(vouched(run)))
     assert int(root.get("tests", "0")) == len(root.findall(".//testcase"))
 
 
 @FUZZ.__class__(FUZZ, max_examples=EXAMPLES)
 @given(run=hostile_run(), width=st.sampled_from([40, 120, 300]))
 def test_the_console_table_prints_any_record(run: RunResults, width: int) -> None:
-    console.summary(run, Console(file=io.StringIO(), width=width, emoji=False))
+    console.summary(vouched(run), Console(file=io.StringIO(), width=width, emoji=False))
 
 
 # ---------------------------------------------------------------- interrupted writes
@@ -166,11 +166,11 @@ def test_an_interrupted_report_leaves_the_old_set_whole(run: RunResults, fails_a
     """A write that fails at the n-th file (a full disk, a kill) leaves the old set; past the last, the new."""
     root = tmp_path_factory.mktemp("sets")
     out = root / "reports"
-    report.render_all(make_run("old"), out, env={})
+    report.render_all(vouched(make_run("old")), out, env={})
     with pytest.MonkeyPatch.context() as patch:
         disk_fills_at(patch, fails_at)
         try:
-            report.render_all(run, out, env={})
+            report.render_all(vouched(run), out, env={})
             finished = True
         except OSError:
             finished = False

@@ -20,7 +20,7 @@ from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
 from buildscripts.trust import keys
 from buildscripts.workspace import Workspace
-from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate
+from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate, vouched
 from tests.results_factory import three_ci_jobs as _three_ci_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_one_row_per_cell_with_every_arch_and_its_provenance() -> None:
     assert len(facts) == 1 and facts[0].run_id == "job-cpu"  # CPU stages: newest wins, as before
     assert [s.name for s in pip.stages][:7] == ["facts", "import", "flavour", "arch-audit", "toolchain",
                                                 "jit-compile", "gpu-visible"]
-    assert "sm_100" in common.gpu_summary(pip) and "sm_120" in common.gpu_summary(pip)
+    assert "sm_100" in common.gpu_summary(pip, vouched=True) and "sm_120" in common.gpu_summary(pip, vouched=True)
 
 
 def test_a_failure_on_one_arch_and_a_pass_on_another_both_show() -> None:
@@ -96,7 +96,7 @@ def test_good_tags_one_per_verified_arch_of_a_record_of_two_archs() -> None:
 
 
 def test_junit_names_each_arch_of_a_merged_stage() -> None:
-    text = junit.render(merge.merge(three_jobs()))
+    text = junit.render(vouched(merge.merge(three_jobs())))
     assert f'classname="{APT}" name="server [sm_120]"' in text and f'classname="{APT}" name="server [sm_100]"' in text
 
 
@@ -149,9 +149,10 @@ def save_jobs(tmp_path: Path) -> list[Path]:
 
 
 def other_matrix_file(tmp_path: Path) -> Path:
-    run = job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
+    other = "sha256:" + "0f" * 32   # its records sealed for that matrix too, as a verifier of it seals them
+    run = ci_job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")}, other)
     path = tmp_path / "runs" / "job-other" / "results.json"
-    results.save(run.model_copy(update={"matrix_digest": "sha256:" + "0f" * 32, "matrix": "old/matrix.yaml"}), path)
+    results.save(run.model_copy(update={"matrix": "old/matrix.yaml"}), path)
     return path
 
 
@@ -185,13 +186,19 @@ def test_report_refuses_a_named_results_file_of_another_matrix(tmp_path: Path, c
     assert "Traceback" not in out.err + out.out
 
 
-def test_report_with_allow_other_matrix_merges_it_and_the_default_search_leaves_it_out(tmp_path: Path) -> None:
+def test_report_shows_another_matrix_marked_and_allow_other_matrix_takes_a_named_one(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     other_matrix_file(tmp_path)
     save_jobs(tmp_path)
     out = tmp_path / "r"
-    assert report.main(["--no-readme", "--out", str(out)], ws, env={}) == 0  # default search: left out
-    assert "job-other" not in results.load(out / "results.json").run_id
+    # default search: the file is read; its record is left aside for the sealed ones of this matrix, and said
+    assert report.main(["--no-readme", "--out", str(out)], ws, env=dict(os.environ)) == 0
+    page = (out / "compat.md").read_text()
+    assert "records left aside (the gate would not let them through): run job-other (another matrix)" in page
+    # with no sealed record of this matrix trusted, the newest record is shown, marked
+    assert report.main(["--no-readme", "--out", str(out)], ws, env={"SGLANG_IMAGES_KEY_DIR": str(tmp_path)}) == 0
+    page = (out / "compat.md").read_text()
+    assert "another matrix: run job-other" in page and "🧭" in page
     assert report.main(["--no-readme", "--out", str(out), "--allow-other-matrix",
                         "--results", str(tmp_path / "runs" / "*" / "results.json")], ws, env={}) == 0
     assert "job-other" in results.load(out / "results.json").run_id

@@ -1,4 +1,5 @@
-"""The compatibility-matrix view: SGLang versions down, torch lane × toolkit across, other runs listed."""
+"""The compatibility-matrix view: the reachable grid (SGLang version and its torch lane down, toolkit across),
+the exact pins said once, other runs listed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from html.parser import HTMLParser
 
 from buildscripts.report import grid, html, markdown, merge
 from buildscripts.results import BuildResult, ImageInfo, RunResults
-from tests.results_factory import finish, make_cell, make_run, three_ci_jobs
+from tests.results_factory import finish, make_cell, make_run, three_ci_jobs, vouched
 
 PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 APT = "sglang0.5.16-torch2.11.0-cu130-apt-bookworm"
@@ -33,11 +34,12 @@ def test_layout_rows_columns_slots_and_other_runs() -> None:
     view = grid.layout(with_other_runs())
     assert view.base == "bookworm"
     assert view.versions == ["0.5.16"]
-    assert view.lanes == ["torch2.9.1-cu128", "torch2.11.0-cu130"]  # by torch version, not by string
+    # the cell SGLang 0.5.16's pin rules out takes no slot and no row: the grid holds what can exist
+    assert view.rows == [("0.5.16", "torch2.11.0-cu130")]
+    assert [c.excluded for c in view.pinned] == [EXCLUDED_WHY] and view.pins() == {"0.5.16": "2.11.0"}
     assert view.toolkits == ["none", "apt", "pip", "pip-nocccl"]   # "none" (what pip brings) first
-    assert len(view.slots) == 5
-    assert view.at("0.5.16", "torch2.9.1-cu128", "none").verdict.value == "incompatible"  # type: ignore[union-attr]
-    assert view.at("0.5.16", "torch2.9.1-cu128", "pip") is None
+    assert len(view.slots) == 4
+    assert view.at("0.5.16", "torch2.9.1-cu128", "none") is None
     places = {c.cell_id: grid.place(c) for c in view.others}
     assert places == {
         "host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit": "host mode",
@@ -48,29 +50,30 @@ def test_layout_rows_columns_slots_and_other_runs() -> None:
 
 def test_arch_line_names_verified_archs_or_marks_each() -> None:
     merged = merge.merge(three_ci_jobs())
-    assert grid.arch_line(merged.cell(PIP)) == "sm_100 · sm_120"  # type: ignore[arg-type]
-    assert grid.arch_line(merged.cell(APT)) == "✓sm_100 ✕sm_120"  # type: ignore[arg-type]
-    assert grid.arch_provenance(merged.cell(APT))[1].startswith(  # type: ignore[arg-type]
+    assert grid.arch_line(merged.cell(PIP), vouched=True) == "sm_100 · sm_120"  # type: ignore[arg-type]
+    assert grid.arch_line(merged.cell(APT), vouched=True) == "✓sm_100 ✕sm_120"  # type: ignore[arg-type]
+    assert grid.arch_provenance(merged.cell(APT), vouched=True)[1].startswith(  # type: ignore[arg-type]
         "sm_120: failed (NVIDIA RTX PRO 6000 Blackwell · job-sm120 · runner-b")
-    assert grid.arch_line(make_cell("cpu-checked")) == ""
+    assert grid.arch_line(make_cell("cpu-checked"), vouched=True) == ""
 
 
-def test_markdown_matrix_with_group_headers_excluded_marks_and_other_runs() -> None:
-    text = markdown.table(with_other_runs())
+def test_markdown_reachable_grid_pins_said_once_and_other_runs() -> None:
+    text = markdown.table(vouched(with_other_runs()))
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("| SGLang |"))
-    assert header.split(" | ")[1:3] == ["torch2.9.1-cu128<br>none", "torch2.9.1-cu128<br>apt"]
+    assert header.split(" | ")[1:4] == ["torch lane", "none", "apt"]
     row = next(line for line in lines if line.startswith("| **0.5.16** |")).split(" | ")
-    assert row[1] == "🚫 incompatible¹"            # torch2.9.1-cu128 × none: excluded, a mark
-    assert row[2] == "—"                           # no results there
-    assert row[7] == "✅ verified<br>sm_90"         # torch2.11.0-cu130 × pip
-    assert f"- ¹ excluded: {EXCLUDED_WHY}" in lines
+    assert row[1] == "torch2.11.0-cu130"
+    assert row[4] == "✅ verified<br>sm_90"         # pip
+    assert not any("incompatible" in line for line in lines if line.startswith("|"))
+    pins = next(line for line in lines if line.startswith("Each SGLang release pins one torch"))
+    assert "SGLang 0.5.16 pins torch 2.11.0" in pins and "the 1 cell(s)" in pins
     assert ("- `host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit` (host mode): ✅ verified sm_90 — verified on "
             "sm_90 (NVIDIA H200)") in lines
     assert any(line.startswith("- `sglang0.5.16-torch2.11.0-cu130-pip-bookworm@lxc-gpu1`") for line in lines)
-    # the stage-by-stage table stays, below the matrix, with a row for every cell
+    # the stage-by-stage table stays, below the matrix, with a row for every cell that can exist
     assert lines.index(header) < lines.index("Every cell, stage by stage:")
-    assert sum(line.startswith("| `") for line in lines) == 8
+    assert sum(line.startswith("| `") for line in lines) == 7
 
 
 class _Slots(HTMLParser):
@@ -100,16 +103,15 @@ class _Slots(HTMLParser):
             self.slots[-1]["text"] += data
 
 
-def test_html_matrix_greys_excluded_cells_with_their_reason_as_title() -> None:
-    page = html.render(with_other_runs())
+def test_html_matrix_shows_the_reachable_grid_and_says_the_pins_once() -> None:
+    page = html.render(vouched(with_other_runs()))
     parsed = _Slots()
     parsed.feed(page)
-    assert [colspan for colspan, _ in parsed.group_headers] == ["4", "4"]
-    assert len(parsed.slots) == 8  # one version × two lanes × four toolkits
-    excluded = [s for s in parsed.slots if "excluded" in s["class"]]
-    assert len(excluded) == 1 and EXCLUDED_WHY in excluded[0]["title"]
+    assert len(parsed.slots) == 4  # one version on its one lane × four toolkits
+    assert not [s for s in parsed.slots if "excluded" in s["class"]]
+    assert "SGLang 0.5.16 pins torch 2.11.0" in page
     verified = next(s for s in parsed.slots if "slot-verified" in s["class"])
     assert verified["text"] == "verifiedsm_90" and "sm_90: verified (NVIDIA H200" in verified["title"]
-    assert sum("empty" in s["class"] for s in parsed.slots) == 3
+    assert sum("empty" in s["class"] for s in parsed.slots) == 0
     assert 'id="other-runs"' in page and "in place in an LXC container" in page
     assert page.index('id="compat"') < page.index('id="matrix"')  # the detailed table stays, below

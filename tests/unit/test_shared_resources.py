@@ -13,7 +13,7 @@ import pytest
 from buildscripts.probe import core, gpu_stages, gpumemory, shm
 from buildscripts.report import common, html, markdown
 from buildscripts.results import RunResults, notes
-from tests.results_factory import make_cell
+from tests.results_factory import make_cell, vouched
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -110,6 +110,6 @@ def test_reports_show_what_was_measured_and_the_warnings_beside_the_verdict() ->
     gpu_row = next(k for k in rows if k.startswith("GPU memory free at gpu-visible"))
     assert rows[gpu_row] == "10.3 of 139.8 GiB"
     run = RunResults(run_id="r", started="2026-12-02T10:00:00+00:00", cells=[seen])
-    page = html.render(run)
+    page = html.render(vouched(run))
     assert "0.06 GiB (tmpfs), 0.06 GiB free" in page and "10.3 of 139.8 GiB" in page
-    assert crowded in markdown.document(run)
+    assert crowded in markdown.document(vouched(run))

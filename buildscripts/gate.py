@@ -1,0 +1,207 @@
+"""What a results record is worth: the one judgement behind `tag`, `promote`, `export`, the build's tag step
+(through publish/trusted.py) and every report (report/weigh.py).
+
+A record is evidence only when all of this holds:
+- a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since);
+- its cell id is a cell of matrix.yaml, and the axes it records are that cell's: tags are rendered from the
+  matrix cell, so a record can never give one version's image another version's tags;
+- it is judged again (`results.judge`) with the matrix cell's targets, excluded reason and expected failure,
+  and a GPU stage counts only where a GPU name and arch are recorded (the host fills those: what it handed
+  over). The judgement is made here, once, and passed along in `Trusted.judged`;
+- when that judgement earns a good tag, its image id is a full `sha256:` digest of 64 hex digits (no short
+  id, no host or LXC "image").
+
+`check` applies all of it (the gate of what vouches for an image). `weigh` applies the same steps to say what a
+record is worth to a reader: the marks it earns (unsealed, a seal no trusted key made, another matrix, GPU
+stages the probe reported itself, judged by older rules) and its judgement; a record with no mark is one the
+gate would let through, so only it may be shown as verified. A run that is no cell of matrix.yaml (host mode,
+in place in LXC) names no tag, so for a reader it is judged with the targets it recorded, and only needs no
+full image id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from . import results
+from .matrix import Cell, Matrix
+from .results import GPU_STAGES, CellResult, StageResult, Status, Verdict, family, tag_form
+from .trust import dsse, seal
+from .trust.keys import PublicKey
+
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+NO_GPU_RECORDED = "passed, but no GPU name and arch are recorded for it: it did not run on a GPU the verifier saw"
+# What the verifier records when a GPU stage is only the probe's word (verify/claims.py)
+UNBACKED_CLASSES = frozenset({"gpu-claim-unbacked", "server-unobserved"})
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A cell the gate turned away, and why (one line, for the step log and the error)."""
+
+    position: int
+    cell_id: str
+    reason: str
+
+    @property
+    def why_not(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class Trusted:
+    """A sealed record of a matrix cell, judged here with the matrix's facts."""
+
+    position: int            # in run.cells: where tag and promote write back what they did
+    record: CellResult       # the record as the file holds it (its seal checked)
+    cell: Cell               # the matrix cell: axes and targets come from here
+    judged: CellResult       # the record with the matrix's axes, targets and expectation, judged again
+    signer: PublicKey
+
+    @property
+    def cell_id(self) -> str:
+        return self.record.cell_id
+
+    @property
+    def image_id(self) -> str:
+        """The tested image: a full `sha256:` id whenever the record earns a good tag (checked by `check`)."""
+        return self.record.image.id or ""
+
+    @property
+    def archs(self) -> list[str]:
+        """The archs verified in this very image, as tags spell them (`sm90`): judged, less any whose GPU
+        stages ran in another build of the same inputs (a record merged from another runner)."""
+        return [tag_form(arch) for arch in self.judged.verified_archs if _ran_in(self.judged, arch)]
+
+    @property
+    def gpus(self) -> list[str]:
+        """The GPUs the archs of `archs` were verified on (names as recorded by the host)."""
+        return sorted({s.gpu for s in self.judged.stages if s.name in GPU_STAGES and s.gpu and s.arch
+                       and tag_form(s.arch) in self.archs})
+
+    @property
+    def why_not(self) -> str | None:
+        """None when the cell earns a good tag on one arch at least, else why it earns none."""
+        if not self.judged.verified_archs:
+            return f"verdict {self.judged.verdict.value}: {self.judged.verdict_reason}"
+        if not self.archs:
+            return (f"{self.judged.verdict_reason}, but in another build of the same inputs, not in the image "
+                    f"{self.image_id}; a good tag vouches for the image that ran")
+        return None
+
+    @property
+    def every_arch(self) -> bool:
+        """No GPU stage failed on any arch: what an arch-less good tag says."""
+        return self.judged.verdict is Verdict.VERIFIED
+
+
+def _ran_in(cell: CellResult, arch: str) -> bool:
+    return all(s.image_id in (None, cell.image.id) for s in cell.stages
+               if s.name in GPU_STAGES and s.arch and family(s.arch) == family(arch))
+
+
+def signer_of(record: CellResult, trusted: Sequence[PublicKey]) -> PublicKey | str:
+    """The trusted key that sealed this very record, else why none did (one line, without the cell id)."""
+    try:
+        return seal.signer(record, trusted)
+    except dsse.EnvelopeError as exc:
+        return exc.message.removeprefix(f"{record.cell_id}: ")
+
+
+def matrix_cell(record: CellResult, matrix: Matrix) -> Cell | str | None:
+    """The matrix cell the record is of; None when its id names no cell; why not when its axes differ."""
+    cell = next((c for c in matrix.cells if c.id == record.cell_id), None)
+    if cell is None or record.axes == cell.axes():
+        return cell
+    differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
+    return (f"the record's axes are not those of the cell in {matrix.path} (they differ in "
+            f"{', '.join(differ)}): it is a record of another cell or another matrix")
+
+
+def judged_with(record: CellResult, cell: Cell | None) -> CellResult:
+    """The record judged again today: with the matrix cell's axes, targets and expectation when it is one, and
+    a passed GPU stage without a recorded GPU name and arch counted as skipped."""
+    update: dict[str, object] = {"stages": [gpu_checked(s) for s in record.stages]}
+    if cell is not None:
+        update |= {"axes": cell.axes(), "targets": list(cell.archs), "excluded": cell.excluded,
+                   "expected": cell.expected_failure()}
+    return results.judged(record.model_copy(update=update))
+
+
+def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[PublicKey]) -> Trusted | Refused:
+    """The gate for one record: Trusted with its judgement, or Refused with the reason."""
+    def refused(reason: str) -> Refused:
+        return Refused(position, record.cell_id, reason)
+
+    signer = signer_of(record, trusted)
+    if isinstance(signer, str):
+        return refused(signer)
+    cell = matrix_cell(record, matrix)
+    if cell is None:
+        return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
+    if isinstance(cell, str):
+        return refused(cell)
+    judged = judged_with(record, cell)
+    image_id = record.image.id or ""
+    if judged.verified_archs and not IMAGE_ID.fullmatch(image_id):  # what earns nothing needs no image
+        what = f"{image_id!r} is" if image_id else "no image id is recorded, which is"
+        return refused(f"{what} not a full image id (sha256: and 64 hex digits): nothing identifies "
+                       "the image that was tested (a host or LXC run has no image to tag)")
+    return Trusted(position, record, cell, judged, signer)
+
+
+def gpu_checked(stage: StageResult) -> StageResult:
+    """A passed GPU stage without the GPU's name and arch counts as skipped: nothing says a GPU ran it."""
+    if stage.name not in GPU_STAGES or stage.status is not Status.PASSED or (stage.gpu and stage.arch):
+        return stage
+    return stage.model_copy(update={"status": Status.SKIPPED, "reason": NO_GPU_RECORDED, "arch": None})
+
+
+class Mark(StrEnum):
+    """Why a record is not shown as the gate's word, in the order they are looked for."""
+
+    UNSEALED = "unsealed"            # no seal: written by hand, by import-probe, or before records were sealed
+    UNTRUSTED = "untrusted-seal"     # a seal no trusted key made, or the record changed since it was sealed
+    OTHER_MATRIX = "other-matrix"    # made from another matrix.yaml, or the axes of another cell
+    SELF_REPORTED = "self-reported"  # GPU stages the probe reported itself: no host saw a GPU or the server
+    OLDER_RULES = "older-rules"      # the verdict it records is not what today's rules make of it
+
+
+@dataclass(frozen=True)
+class Weight:
+    """What one record is worth to a reader: its judgement today, and every mark it earned with the reason."""
+
+    judged: CellResult
+    marks: tuple[tuple[Mark, str], ...]
+
+    @property
+    def vouches(self) -> bool:
+        """The gate's word: sealed by a trusted key, unchanged, of this matrix, host-judged, judged today."""
+        return not self.marks
+
+
+def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey], *,
+          other_matrix: str | None) -> Weight:
+    """The record as `check` would weigh it, every failed step a mark (`other_matrix`: why the file it came from
+    is not of `matrix`, None when it is)."""
+    marks: list[tuple[Mark, str]] = []
+    if record.seal is None:
+        marks.append((Mark.UNSEALED, "no verifier sealed this record (written by hand, by import-probe, or "
+                                     "before records were sealed)"))
+    elif isinstance(why := signer_of(record, trusted), str):
+        marks.append((Mark.UNTRUSTED, why))
+    cell = matrix_cell(record, matrix) if matrix is not None else None
+    if isinstance(cell, str) or other_matrix:
+        marks.append((Mark.OTHER_MATRIX, cell if isinstance(cell, str) else str(other_matrix)))
+    judged = judged_with(record, cell if isinstance(cell, Cell) else None)
+    unbacked = [s.name for s in record.stages if s.name in GPU_STAGES and (
+        s.failure_class in UNBACKED_CLASSES or gpu_checked(s) is not s)]
+    if unbacked:
+        marks.append((Mark.SELF_REPORTED, f"{', '.join(unbacked)}: the probe's own report, no host saw the GPU "
+                                          "or the server"))
+    if record.verdict is not judged.verdict:
+        marks.append((Mark.OLDER_RULES, f"it records {record.verdict.value}; today's rules: {judged.verdict.value}"))
+    return Weight(judged, tuple(marks))
