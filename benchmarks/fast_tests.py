@@ -71,7 +71,8 @@ def render(data: dict[str, Any]) -> str:
     for run in [*runs, *data.get("tiers", [])]:
         lines.append(f"| {run['label']} | {run['wall_s']:.0f} s | {run['pytest_s']:.0f} s | {run['summary']} | "
                      f"{run['coverage'] or '–'} | {run['load_before']} → {run['load_after']} |")
-    lines += [f"- {note}" for note in data.get("notes", [])]
+    notes = data.get("notes", [])
+    lines += ["", *(f"- {note}" for note in notes)] if notes else []
     return "\n".join(lines) + "\n"
 
 
