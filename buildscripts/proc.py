@@ -77,13 +77,15 @@ def run(
     keep_lines: int = 400,
     stdin: bytes | None = None,
     stdout: Path | None = None,
+    inherit_env: bool = True,
 ) -> Completed:
     """Run `argv`, teeing stdout+stderr to `log`. Never raises on a non-zero exit: callers decide.
 
     With `stdout`, the command's standard output goes to that file byte for byte (a manifest whose sha256 is
-    its digest), and only its standard error is teed."""
+    its digest), and only its standard error is teed. With `inherit_env=False` the command gets `env` alone,
+    none of this process's environment."""
     argv = tuple(str(a) for a in argv)
-    full_env = {**os.environ, **env} if env is not None else None
+    full_env = ({**os.environ, **env} if inherit_env else dict(env)) if env is not None else None
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=keep_lines)
     log_handle = None

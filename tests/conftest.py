@@ -82,3 +82,17 @@ def _folder_rules(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if USER_KEY.exists() and not had_key:  # a command run with an empty environment made the user's own key
         pytest.fail(f"the test wrote the verifier key {USER_KEY}: pass the test session's environment "
                     f"(SGLANG_IMAGES_KEY_DIR, tests/session.py) to what seals records")
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary folder that others may pass into and read (pytest's own are its owner's alone): where a
+    test puts what host mode's identity for the code under test must reach (verify/identity.py)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="sglang-images-open-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -58,7 +58,8 @@ def gpu_job(build: CellResult, arch: str, stages: list[StageResult] | None = Non
 def save(record: CellResult, path: Path, loaded: matrix.Matrix, run_id: str | None = None) -> Path:
     """`record` sealed, alone in a results file of `loaded`, at `path`."""
     run_id = run_id or path.parent.name
+    digest = results.matrix_digest(loaded.spec)
     results.save(RunResults(run_id=run_id, started=results.now(), finished=record.finished or results.now(),
-                            matrix=str(loaded.path), matrix_digest=results.matrix_digest(loaded.spec),
-                            cells=[sealed(record)]), path)
+                            matrix=str(loaded.path), matrix_digest=digest,
+                            cells=[sealed(record, matrix_digest=digest)]), path)
     return path

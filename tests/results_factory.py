@@ -64,10 +64,12 @@ def finish(cell: CellResult, **changes: object) -> CellResult:
     return judged(cell.model_copy(update=changes))
 
 
-def sealed(cell: CellResult, key: SigningKey | None = None) -> CellResult:
-    """`cell` sealed as a verifier seals it: by `key`, else this test session's throw-away verifier key
-    (tests/session.py points SGLANG_IMAGES_KEY_DIR at a temporary folder)."""
-    return seal.seal(cell, key or keys.signing_key(os.environ))
+def sealed(cell: CellResult, key: SigningKey | None = None, *, matrix_digest: str | None = None) -> CellResult:
+    """`cell` sealed as a verifier seals it, for the matrix of digest `matrix_digest` (what its results file
+    will say): by `key`, else this test session's throw-away verifier key (tests/session.py points
+    SGLANG_IMAGES_KEY_DIR at a temporary folder)."""
+    bound = cell.model_copy(update={"matrix_digest": matrix_digest}) if matrix_digest else cell
+    return seal.seal(bound, key or keys.signing_key(os.environ))
 
 
 PROJECT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
@@ -174,7 +176,7 @@ def ci_job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageR
         cell = make_cell(kind)
         if gpu_stages is not None:
             cell = finish(cell, stages=cpu_passed() + gpu_stages)
-        made.append(sealed(cell))
+        made.append(sealed(cell, matrix_digest=matrix_digest))
     return RunResults(run_id=run_id, started=finished, finished=finished, runner=runner, matrix="matrix.yaml",
                       matrix_digest=matrix_digest, cells=made)
 

@@ -11,8 +11,10 @@ that name one subject (`image.repository@image.digest`) are weighed together, ac
 
 Nothing is written before everything was checked, under the destination repository's lock
 (publish/writer.py): the registry serves the subject, and as the image each record tested (its id is the
-digest of that manifest or of its config); no good tag moved since these results promoted it (a tag that
-did is refused, not moved back, unless `--repair`: promotion cannot tell a tamper from a newer promotion).
+digest of that manifest or of its config); a good tag that serves another digest is moved only when that
+digest carries a verdict a trusted key signed (an earlier promotion); one that serves a digest nobody vouched
+for was put there by someone else and is refused, not moved back, unless `--repair`. What was promoted is read
+from the registry, never from the results file, whose `promoted` field no seal covers.
 Then the digest is copied into the release repository keeping its digest and its attachments (when that is
 another repository), the signed verdicts are attached to it, and each tag is pointed at the digest with
 `skopeo copy --preserve-digests` and read back. No child image, no rebuild, no new index. A tag is one
@@ -32,7 +34,7 @@ from ..matrix import Matrix
 from ..matrix.schema import Tags
 from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
 from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
-from ..trust import verdicts
+from ..trust import cosign, verdicts
 from ..trust.keys import PublicKey
 from . import recorded, tags, trusted, writer
 
@@ -168,21 +170,32 @@ def check_subject(promotion: Promotion, env: Mapping[str, str], *, log_file: Pat
             raise RegistryError(msg, hint="use the results the verifier wrote for that digest, or verify it again")
 
 
-def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], *, repair: bool,
-               log_file: Path | None = None) -> None:
-    """Read what each good tag serves now; refuse one that moved since these results promoted it."""
-    recorded_at = {ref: digest for e in promotion.evidence for ref, digest in e.checked.record.promoted.items()}
+def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequence[PublicKey], *,
+               repair: bool, log_file: Path | None = None) -> None:
+    """Read what each good tag serves now; refuse one that serves a digest no trusted verdict vouches for."""
     for tag in promotion.tags:
         ref = f"{dest}:{tag}"
         found = distribution.lookup(ref, env, log=log_file)
         current = found.digest if found else None
-        before = recorded_at.get(ref)
-        if before and current not in (before, promotion.digest) and not repair:
-            msg = (f"{promotion.cell_id}: {ref} serves {current or 'nothing'}, but these results promoted it to "
-                   f"{before}: it moved since; nothing was moved back")
-            raise RegistryError(msg, hint="promotion cannot tell a tamper from a newer promotion: find out who "
-                                          "moved it; to point it at the verified digest again, promote with --repair")
+        if current and current != promotion.digest and not repair:
+            why = _not_vouched(f"{dest}@{current}", keys, log_file=log_file)
+            if why:
+                msg = (f"{promotion.cell_id}: {ref} serves {current}, which {why}: someone other than a promotion "
+                       "moved it; nothing was moved back")
+                raise RegistryError(msg, hint="promotion cannot tell a tamper from a push by hand: find out who "
+                                              "moved it; to point it at the verified digest again, promote with "
+                                              "--repair")
         promotion.moves[tag] = current
+
+
+def _not_vouched(ref: str, keys: Sequence[PublicKey], *, log_file: Path | None) -> str | None:
+    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified, or None when one does."""
+    _, digest = verdicts.split_digest_ref(ref)
+    judgement = verdicts.judge(cosign.download(ref, log_file=log_file), digest, keys)
+    if any(finding.verified for finding in judgement.archs):
+        return None
+    return "carries no verdict of a trusted key" if not judgement.archs else \
+        "carries no passing verdict of a trusted key (" + "; ".join(f.detail for f in judgement.archs) + ")"
 
 
 # ---------------------------------------------------------------- writing
@@ -253,7 +266,7 @@ def promote(runs: Mapping[Path, RunResults], matrix: Matrix, url: str, keys: Seq
     with writer.sole_writer(dest, env, wait_s=wait_s):
         for promotion in chosen:    # every check before the first write
             check_subject(promotion, env, log_file=log_file)
-            plan_moves(promotion, dest, env, repair=repair, log_file=log_file)
+            plan_moves(promotion, dest, env, keys, repair=repair, log_file=log_file)
         for promotion in chosen:
             published = apply(promotion, dest, env, keys, log_file=log_file)
             record(runs, promotion, published)

@@ -57,7 +57,16 @@ def check_matrix(run: RunResults, path: Path, matrix: Path, digest: str, *, allo
         raise ResultsError(what, hint=f"verify again with this version, or pass {ALLOW_FLAG} to use it with "
                                       f"{matrix} (its cells, axes and targets apply)")
     if run.matrix_digest == digest:
-        return None
+        # the file's own digest is outside every seal: what binds its records is the copy each one sealed
+        other = [c.cell_id for c in run.cells if c.seal is not None and c.matrix_digest != digest]
+        if not other:
+            return None
+        what = (f"{path}: records {', '.join(other)} were sealed for another matrix.yaml than the one the file "
+                f"names (or before records carried it), though the file says {short(digest)}")
+        if allow_unknown or allow_other:
+            return f"{what}: accepted as results of an unknown matrix"
+        raise ResultsError(what, hint=f"verify again with this version, or pass {ALLOW_FLAG} to use them with "
+                                      f"{matrix} (its cells, axes and targets apply)")
     what = (f"{path} was made from another matrix.yaml (digest {short(run.matrix_digest)}"
             f"{f', {run.matrix}' if run.matrix else ''}) than {matrix} (digest {short(digest)})")
     if allow_other:

@@ -140,6 +140,9 @@ class CellResult(Record):
     finished: str | None = None
     verification_key: str | None = None      # hash of every input of the verification (verify/reuse.py)
     reused_from: str | None = None           # "run ID of TIME on RUNNER" when its stages were reused
+    # The run's matrix digest, copied in before the seal: the run's own field is outside every seal, so this
+    # copy is what binds a record to the matrix.yaml it was judged with (results/provenance.check_matrix).
+    matrix_digest: str | None = None
     # A DSSE envelope over the rest of the record by the verifier that made it (trust/seal.py): what
     # tag, promote, export and the reuse lookup check before they act on the record.
     seal: dict[str, Any] | None = None

@@ -6,14 +6,18 @@ committed under keys/ of the project, so every job and every user trusts it. On 
 secret a local key is made on first use (KEY_DIR/verifier-key.pem, readable by its owner only): records this
 machine's verifier made are trusted on this machine, and nowhere else.
 
-The image under test never sees the key: it runs in a container (or an LXC container, or as a process given
-only the probe), and the record is signed by the host after it judged what came back.
+The image under test never sees the key: it runs in a container, in an unprivileged LXC container, or in host
+mode as an identity of its own (verify/identity.py); the record is signed by the host after it judged what came
+back. A private key file is used only when it is a plain file (no link), owned by the caller, that nobody else
+may read or write, in folders nobody else may write (OpenSSH's StrictModes): a key another user could plant,
+swap or read vouches for nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,27 +117,69 @@ def signing_key(env: Mapping[str, str]) -> SigningKey:
     if env.get(KEY_FILE_ENV):
         path = Path(env[KEY_FILE_ENV])
         try:
-            return parse_private(path.read_bytes(), str(path))
+            return parse_private(_private_bytes(path, f"the signing key ${KEY_FILE_ENV}"), str(path))
         except OSError as exc:
             msg = f"cannot read the signing key {path} (${KEY_FILE_ENV}): {exc.strerror}"
             raise ConfigError(msg, hint=f"point ${KEY_FILE_ENV} at a PEM private key") from None
     return _local_key(key_dir(env) / LOCAL_KEY)
 
 
+def key_problem(path: Path, *, uid: int | None = None) -> str | None:
+    """Why the private key at `path` must not be used (None: it may): a link, not a plain file, another
+    owner, readable or writable by others, or a folder on its way that others may write."""
+    uid = os.geteuid() if uid is None else uid
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link (give the key file itself)"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a plain file"
+    if st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by the caller (uid {uid})"
+    if st.st_mode & 0o077:
+        return f"its mode {st.st_mode & 0o777:o} lets others read or write it (chmod 600)"
+    return _folders_problem(path.parent, uid)
+
+
+def _folders_problem(folder: Path, uid: int) -> str | None:
+    """A folder on the way to a key that someone else could write: they could swap the key. A sticky folder
+    (/tmp) is safe for the entries its users own."""
+    for each in [folder.absolute(), *folder.absolute().parents]:
+        st = each.stat()
+        if st.st_uid not in (0, uid):
+            return f"the folder {each} is owned by uid {st.st_uid}"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return f"the folder {each} can be written by others (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _private_bytes(path: Path, what: str) -> bytes:
+    """The bytes of a private key file once `key_problem` finds nothing against it (ConfigError else)."""
+    problem = key_problem(path)
+    if problem:
+        msg = f"{what} {path} is not used: {problem}"
+        raise ConfigError(msg, hint="a key another user could read, plant or swap vouches for nothing: make a new "
+                                    "one in a folder only you can write (`python -m buildscripts keygen DIR`)")
+    return path.read_bytes()
+
+
 def _local_key(path: Path) -> SigningKey:
     try:
-        return parse_private(path.read_bytes(), str(path))
-    except FileNotFoundError:
+        return parse_private(_private_bytes(path, "this machine's verifier key"), str(path))
+    except FileNotFoundError:   # a link, dangling or not, is found by key_problem: only no file at all is new
         pass
     except OSError as exc:
         msg = f"cannot read this machine's verifier key {path}: {exc.strerror}"
         raise ConfigError(msg, hint=f"fix its permissions, or set ${KEY_DIR_ENV} to a folder of yours") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        problem = _folders_problem(path.parent, os.geteuid())
+        if problem:
+            msg = f"this machine's verifier key is not made in {path.parent}: {problem}"
+            raise ConfigError(msg, hint=f"set ${KEY_DIR_ENV} to a folder only you can write")
         # O_EXCL: two verifiers starting at once end up with one key, not each with its own.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return parse_private(path.read_bytes(), str(path))
+        return parse_private(_private_bytes(path, "this machine's verifier key"), str(path))
     except OSError as exc:
         msg = f"cannot create this machine's verifier key in {path.parent}: {exc.strerror}"
         raise ConfigError(msg, hint=f"set ${KEY_DIR_ENV} to a writable folder, or ${KEY_FILE_ENV}") from None
@@ -151,9 +197,19 @@ def trusted(root: Path, env: Mapping[str, str], extra: Sequence[Path] = ()) -> l
     """The keys whose signatures a command accepts: the project's (keys/*.pub), the one this process signs
     with (a CI secret, or this machine's local key when it exists), and any passed with --trust-key."""
     found = project_keys(root) + [read_public(p) for p in extra]
-    if env.get(KEY_ENV) or env.get(KEY_FILE_ENV) or (key_dir(env) / LOCAL_KEY).exists():
+    if env.get(KEY_ENV) or env.get(KEY_FILE_ENV) or os.path.lexists(key_dir(env) / LOCAL_KEY):
         found.append(signing_key(env).public)
     unique: dict[str, PublicKey] = {}
     for key in found:
         unique.setdefault(key.keyid, key)
     return list(unique.values())
+
+
+def reachable(env: Mapping[str, str]) -> list[str]:
+    """The signing keys this process's user can reach (the CI secret in its environment, a key file, this
+    machine's key): what code run as this user could read too."""
+    found = [f"${name}" for name in (KEY_ENV, KEY_FILE_ENV) if env.get(name) or os.environ.get(name)]
+    local = key_dir(env) / LOCAL_KEY
+    if os.path.lexists(local) and os.access(local, os.R_OK):
+        found.append(str(local))
+    return found

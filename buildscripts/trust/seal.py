@@ -34,12 +34,14 @@ def seal(cell: CellResult, key: SigningKey) -> CellResult:
     return cell.model_copy(update={"seal": envelope})
 
 
-def record(run: RunResults, cell: CellResult, key: SigningKey, path: Path) -> CellResult:
-    """What every verifier of ours does with a cell it judged: seal it, add it to `run`, save the run.
-    Only a verifier that judged the record seals it (the build, `verify`); a record made of what others
-    report (`import-probe`) or merged from several runs is never sealed, so it is shown but vouches for
+def record(run: RunResults, cell: CellResult, key: SigningKey | None, path: Path) -> CellResult:
+    """What every verifier of ours does with a cell it judged: seal it with the run's matrix digest, add it
+    to `run`, save the run. Only a verifier that judged the record seals it (the build, `verify`); a record
+    made of what others report (`import-probe`), merged from several runs, or judged where the code under test
+    could reach the keys (`key` None: verify/identity.py) is never sealed, so it is shown but vouches for
     nothing."""
-    sealed = seal(cell, key)
+    bound = cell.model_copy(update={"matrix_digest": run.matrix_digest, "seal": None})
+    sealed = seal(bound, key) if key is not None else bound
     run.cells.append(sealed)
     results.save(run, path)
     return sealed

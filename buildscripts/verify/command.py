@@ -25,8 +25,8 @@ from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
-from ..workspace import Workspace, checked_name, path_argument, path_text
-from . import gpus, lxc, provision, pulled, reuse, tp
+from ..workspace import PROJECT_ROOT, Workspace, checked_name, path_argument, path_text
+from . import gpus, identity, lxc, provision, pulled, reuse, tp
 from .container import KEEP_ENV
 from .host import HostRunner
 from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
@@ -132,7 +132,10 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     started = results.now()
     matrix = load(ws.matrix)  # read once: the profile, and the cell an image or container belongs to
     profile = matrix.profile(a.profile)
-    signing = keys.signing_key(env)  # the key that seals the record: a bad one is said now, not after the ladder
+    unsealed = _why_unsealed(a, env)
+    # the key that seals the record: a bad one is said now, not after the ladder; none is read for a run that
+    # vouches for nothing (host mode with no boundary between the code under test and the keys)
+    signing = None if unsealed else keys.signing_key(env)
     if a.host:
         cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
     elif a.lxc is not None or a.lxc_name is not None:
@@ -142,6 +145,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(matrix.spec))
     cell = seal.record(run, cell, signing, out)
+    if unsealed:
+        log.warn(f"{cell.cell_id}: the record is not sealed, so it vouches for nothing: {unsealed}")
     if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
         verdicts.sign_verdicts(cell, out.parent, image=cell.image.subject, matrix=ws.matrix,
                                probe=reuse.probe_digest(), env=env)
@@ -178,6 +183,27 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
     return cell.model_copy(update={"cell_id": a.cell_id or labels.get(f"{LABEL_PREFIX}.cell", "adhoc")})
 
 
+def _why_unsealed(a: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """Why this run's record must not be sealed (verify/identity.py), or None. Host mode where the code under
+    test would run as a user who holds a signing key is refused before anything runs."""
+    if a.host:
+        why = identity.why_unsealed(a.python or sys.executable, _handed_path(env))
+        reach = keys.reachable(env) if not identity.is_root() else []
+        if reach:
+            msg = (f"verify --host as uid {os.geteuid()} would run the code under test as a user who can read the "
+                   f"signing key ({', '.join(reach)})")
+            raise ConfigError(msg, hint="run it as root (the code under test then runs as an identity of its own), "
+                                        "or verify an image in a container (`nox -s verify -- IMAGE`)")
+        return why
+    if a.lxc is not None or a.lxc_name is not None:
+        return lxc.why_unsealed(_lxc_target(a))
+    return None
+
+
+def _handed_path(env: Mapping[str, str]) -> str:
+    return env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+
+
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str],
                  also_archs: Sequence[str]) -> CellResult:
@@ -186,9 +212,20 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
                      stage_timeout=stage_timeout(profile, a.stage_timeout), profile=profile, profile_name=a.profile,
                      also_archs=also_archs)
-    found = verify(HostRunner(python, env, run_dir / cell_id / "work"),
-                   Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
-                           handed=gpus.on_host(_host_gpus(), {**os.environ, **env})))
+    workdir, options = run_dir / cell_id / "work", Options(
+        plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
+        handed=gpus.on_host(_host_gpus(), {**os.environ, **env}))
+    if not identity.is_root():
+        found = verify(HostRunner(python, env, workdir), options)
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
+        problem = identity.unreachable({"the interpreter": Path(python), "the probe": PROJECT_ROOT / "buildscripts",
+                                        "the run's folder": workdir})
+        if problem:
+            msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
+            raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
+        with identity.sandbox(workdir) as box:   # every process of it is gone when this ends
+            found = verify(HostRunner(python, env, workdir, box), options)
     return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
                        image=ImageInfo(ref="host", id=f"host:{python}"), stages=found, run_id=run_id)
 

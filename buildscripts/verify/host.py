@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import proc
-from ..trust.keys import KEY_ENV, KEY_FILE_ENV
 from ..workspace import PROJECT_ROOT
 from . import netns
 from .handoff import Handoff, Handover, Unreachable
+from .identity import Sandbox, handed_environment
 from .observe import Endpoint
 from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
@@ -52,33 +52,41 @@ class ProcessReach:
 
 
 class HostRunner:
-    """`python` with `env` on top of this process's environment (its PYTHONPATH is kept after the project's,
-    so a staged site folder stays importable); the probe's files go to `workdir`."""
+    """`python` with `env` on top of this process's environment, less its secrets (identity.handed_environment;
+    its PYTHONPATH is kept after the project's, so a staged site folder stays importable). With a `sandbox`
+    (as root: identity.py) the probe and all it starts run as that identity, in a network namespace of its own,
+    their files in its home; the stop file and the model stay in a folder of the verifier's that the identity
+    can read but not change."""
 
     mode = "host"
 
-    def __init__(self, python: str, env: Mapping[str, str], workdir: Path) -> None:
-        self.python, self.env, self.workdir = python, dict(env), workdir
+    def __init__(self, python: str, env: Mapping[str, str], workdir: Path, sandbox: Sandbox | None = None) -> None:
+        self.python, self.env, self.workdir, self.sandbox = python, dict(env), workdir, sandbox
+
+    def handed_path(self) -> str:
+        """The import path handed to the code under test besides the project's own (read-only) folder."""
+        return self.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
 
     def run(self, options: Options, model: TinyModel | None) -> Outcome:
-        plan, mark = options.plan, marker()
+        plan, mark, box = options.plan, marker(), self.sandbox
+        control = self.workdir / "control" if box else self.workdir   # the verifier's: stop file, model
         cut_problem = netns.problem()
-        stop = self.workdir / "stop"
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        stop = control / "stop"
+        control.mkdir(parents=True, exist_ok=True)
         stop.unlink(missing_ok=True)
-        extra = ["--workdir", str(self.workdir), "--stop-file", str(stop)]
+        extra = ["--workdir", str(box.home if box else self.workdir), "--stop-file", str(stop)]
         if model is not None:
-            extra += ["--model-dir", str(model.write(self.workdir / "model"))]
-        if cut_problem is None:
-            extra.append("--cut-network")
+            extra += ["--model-dir", str(model.write(control / "model"))]
+        if cut_problem is None and box is None:
+            extra.append("--cut-network")   # a sandbox has a network namespace of its own from the start
         handoff = Handoff(ProcessReach(mark, lambda _: stop.touch(), enter=cut_problem is None), options.handed,
                           model, ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
-        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.env.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.handed_path()]))
         name, _, value = mark.partition("=")
-        done = proc.run([self.python, "-m", "buildscripts.probe", *plan.probe_args("host"), *extra],
-                        log=options.log_file, timeout=len(plan.stages) * plan.deadline,
-                        env={**self.env, KEY_ENV: "", KEY_FILE_ENV: "",  # the environment under test never gets the key
-                             "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", name: value},
-                        keep_lines=100000, on_line=handoff.feed)
+        env = {**handed_environment({**os.environ, **self.env}), **(box.environment() if box else {}),
+               "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", name: value}
+        argv = [self.python, "-m", "buildscripts.probe", *plan.probe_args("host"), *extra]
+        done = proc.run(box.command(argv) if box else argv, log=options.log_file, env=env, inherit_env=False,
+                        timeout=len(plan.stages) * plan.deadline, keep_lines=100000, on_line=handoff.feed)
         observation = handoff.finish()
         return Outcome(from_process(done, plan.stages, plan.stage_timeout, python=self.python), observation)

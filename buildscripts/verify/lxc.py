@@ -15,6 +15,7 @@ container's /etc/passwd. Without HOME a login shell skips ~/.profile, and DeepGE
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from . import netns
 from .container import MODEL_ROOT, PROBE_ROOT, probe_archive
 from .handoff import Handoff, Handover
 from .host import ProcessReach, marker
+from .identity import handed_environment
 from .output import failed, from_process
 from .plan import Plan
 from .runner import Options, Outcome
@@ -108,7 +110,7 @@ class Target:
 
     def run(self, command: Sequence[str], *, timeout: float = 60) -> proc.Completed:
         """`command` inside the container, its output captured (short questions, not the probe)."""
-        return proc.run(self.exec_argv(command), timeout=timeout)
+        return proc.run(self.exec_argv(command), timeout=timeout, env=outside_env(), inherit_env=False)
 
     def login_argv(self, script: str) -> list[str]:
         """`script` in a login shell inside the container: the login's environment (LOGIN_ENV), then
@@ -174,7 +176,8 @@ class LxcRunner:
                           ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
         script = probe_script(plan, self.python, mark=mark, model=model is not None, cut=cut_problem is None)
         done = proc.run(self.target.login_argv(script), log=log_file, timeout=len(plan.stages) * plan.deadline,
-                        stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed)
+                        stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed,
+                        env=outside_env(), inherit_env=False)
         observation = handoff.finish()
         stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python)
         return Outcome([name_missing_rules(stage, self.target) for stage in stages], observation)
@@ -185,6 +188,31 @@ class LxcRunner:
             msg = f"the probe named the stop file {handover.stop_file!r}, outside its own folder"
             raise ValueError(msg)
         self.target.run(["/bin/sh", "-c", '[ -d "${1%/*}" ] && : > "$1"', "sh", handover.stop_file])
+
+
+def outside_env() -> dict[str, str]:
+    """The environment lxc-attach and pct run with: `pct exec` hands the caller's on to the first program in
+    the container (the container's own `env`, before it clears it), so no secret of the verifier's goes."""
+    return handed_environment(os.environ)
+
+
+IDMAP = re.compile(r"^\s*lxc\.idmap\s*[=:]\s*u\s+0\s+(\d+)\s+\d+", re.M)
+PVE_UNPRIVILEGED = re.compile(r"^\s*unprivileged\s*:\s*1\s*$", re.M)
+
+
+def why_unsealed(target: Target) -> str | None:
+    """Why a run in place in `target` vouches for nothing (None: it may be sealed). A privileged container's
+    root is this machine's root, so the code under test there is no further from the keys than the verifier;
+    an unprivileged one's root is an unprivileged uid here (its idmap, or Proxmox's `unprivileged: 1`)."""
+    try:
+        config = target.config_path().read_text(errors="replace")
+    except OSError as exc:
+        return f"{target.config_path()} cannot be read ({exc.strerror}): nothing shows the container is unprivileged"
+    mapped = IDMAP.search(config)
+    if PVE_UNPRIVILEGED.search(config) or (mapped and int(mapped.group(1)) != 0):
+        return None
+    return (f"{target.shown} is privileged (no idmap maps its root to an unprivileged uid): its root is this "
+            "machine's root, so no boundary keeps the code under test from the verifier's keys")
 
 
 def config_line(target: Target, key: str, value: str) -> str:

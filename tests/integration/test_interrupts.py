@@ -210,7 +210,8 @@ def verified_results(client: docker.DockerClient, loaded: matrix.Matrix, path: P
     client.api.tag(image_id, repository, tag)
     client.images.remove(f"{cfg.repository}:tested")   # only that tag
     cell = make_cell("verified", image_id=image_id)
-    cell = sealed(of_cell(cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})}), matrix_cell))
+    cell = sealed(of_cell(cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})}), matrix_cell),
+                  matrix_digest=results.matrix_digest(loaded.spec))
     cell = cell.model_copy(update={"tags": tags.apply_good_tags(client, passed_gate(cell, loaded), cfg)})
     results.save(RunResults(run_id="t", started=results.now(), host={}, cells=[cell],
                             matrix_digest=results.matrix_digest(loaded.spec)), path)

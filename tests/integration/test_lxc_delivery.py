@@ -50,10 +50,10 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
                               [f"ENV CUDA_HOME={FAKE_CUDA}", 'CMD ["/usr/local/sbin/sglang-images-init"]', *labels,
                                *claims])
     good = tinyimages.derive(client, plain, {"/etc/verified-here": b"1\n"})
-    record = sealed(make_cell("verified", image_id=str(client.images.get(good).id)))
+    digest = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
+    record = sealed(make_cell("verified", image_id=str(client.images.get(good).id)), matrix_digest=digest)
     path = tmp_path_factory.mktemp("vouching") / "results.json"
-    results.save(RunResults(run_id="v", started=results.now(), cells=[record],
-                            matrix_digest=results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)), path)
+    results.save(RunResults(run_id="v", started=results.now(), cells=[record], matrix_digest=digest), path)
     yield {"plain": plain, "good": good, "results": str(path), "record cell": record.cell_id}
     for ref in (good, plain):
         client.images.remove(ref, force=True)

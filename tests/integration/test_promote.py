@@ -113,7 +113,8 @@ def with_candidate(client: docker.DockerClient, cell: CellResult, cfg: Tags) -> 
 
 def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResult:
     """A verified cell for `image_id`, sealed and tagged like the pipeline does (candidate, then good tags)."""
-    cell = sealed(with_candidate(client, make_cell("verified", image_id=image_id), cfg))
+    cell = sealed(with_candidate(client, make_cell("verified", image_id=image_id), cfg),
+                  matrix_digest=results.matrix_digest(DEFAULT.spec))
     return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell), cfg)})
 
 

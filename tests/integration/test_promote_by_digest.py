@@ -190,10 +190,19 @@ def test_a_tag_moved_after_promotion_is_refused_then_repaired_on_request(
     assert staged.promote() == 0
     other = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
     distribution.copy(f"{staged.source}@{other.digest}", f"{staged.dest}:{FREE_TAG}", ENV)   # the tamper
-    with pytest.raises(RegistryError, match="it moved since; nothing was moved back") as refused:
+    with pytest.raises(RegistryError, match="carries no verdict of a trusted key: someone other than a promotion "
+                                            "moved it; nothing was moved back") as refused:
         staged.promote()
     assert "--repair" in str(refused.value)
     assert staged.served(FREE_TAG) == other.digest    # refused: nothing written
+    # What was promoted is read from the registry: results whose (unsealed) `promoted` was emptied change nothing.
+    for path in (staged.tmp / "collected").glob("*/results.json"):
+        run = results.load(path)
+        results.save(run.model_copy(update={"cells": [c.model_copy(update={"promoted": {}}) for c in run.cells]}),
+                     path)
+    with pytest.raises(RegistryError, match="nothing was moved back"):
+        staged.promote()
+    assert staged.served(FREE_TAG) == other.digest
     assert staged.promote("--repair") == 0
     assert skopeo_digest(f"{staged.dest}:{FREE_TAG}") == staged.digest
 

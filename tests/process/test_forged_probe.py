@@ -38,13 +38,13 @@ def gpu_stages(stages: list[StageResult]) -> dict[str, StageResult]:
 
 
 @pytest.mark.parametrize("serve", ["0", "1"])
-def test_verify_host_with_a_forged_python_passes_no_gpu_stage(tmp_path: Path, serve: str,
+def test_verify_host_with_a_forged_python_passes_no_gpu_stage(open_tmp: Path, serve: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpus, "discover", lambda info: gpus.Discovery(problem="no GPU here"))
-    out = tmp_path / "results.json"
+    out = open_tmp / "results.json"
     with pytest.raises(RunFailed):
-        command.main(["--host", "--python", str(forged.write(tmp_path)), "--out", str(out), "--stage-timeout", "30"],
-                     ws=Workspace.at(runs=tmp_path / "runs"), env={"SERVE": serve})
+        command.main(["--host", "--python", str(forged.write(open_tmp)), "--out", str(out), "--stage-timeout", "30"],
+                     ws=Workspace.at(runs=open_tmp / "runs"), env={"SERVE": serve})
     cell = json.loads(out.read_text())["cells"][0]
     found = {s["name"]: s for s in cell["stages"]}
     assert [n for n in forged.GPU_STAGES if found[n]["status"] == "passed"] == []

@@ -56,7 +56,7 @@ def test_results_files_are_globbed_at_any_depth_once_each(tmp_path: Path) -> Non
 def test_tag_takes_several_results_files_and_checks_every_one_before_the_engine(ws: Workspace) -> None:
     good = make_run(kinds=("verified", "incompatible"))
     good.matrix_digest = results.matrix_digest(matrix.load(ws.matrix).spec)
-    good.cells = [sealed(cell) for cell in good.cells]
+    good.cells = [sealed(cell, matrix_digest=good.matrix_digest) for cell in good.cells]
     results.save(good, ws.runs / "a" / "results.json")
     results.save(make_run(), ws.runs / "b" / "results.json")   # no matrix digest: refused
     with pytest.raises(ResultsError, match=r"b/results\.json"):
@@ -68,7 +68,7 @@ def test_tag_refuses_files_whose_records_of_one_cell_earned_tags_for_different_i
     for name, image in (("aa-new", "sha256:" + "ab" * 32), ("zz-old", "sha256:" + "cd" * 32)):
         run = make_run(run_id=name, kinds=("verified",))
         run.matrix_digest = digest
-        run.cells = [sealed(make_cell("verified", image_id=image))]
+        run.cells = [sealed(make_cell("verified", image_id=image), matrix_digest=digest)]
         results.save(run, ws.runs / name / "results.json")
     with pytest.raises(ResultsError, match="earned good tags for 2 different images") as exc:
         tagcmd.main(["--results", str(ws.runs / "*" / "results.json")], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})

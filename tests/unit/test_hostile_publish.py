@@ -33,7 +33,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
     run = make_run(kinds=("verified", "expected-failure", "incompatible"))
     run.matrix_digest = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
-    run.cells = [sealed(cell) for cell in run.cells]
+    run.cells = [sealed(cell, matrix_digest=run.matrix_digest) for cell in run.cells]
     results.save(run, tmp_path / "runs" / "r" / "results.json")
 
     def refuse(*args: object, **kwargs: object) -> None:

@@ -1,0 +1,130 @@
+"""Keys another user could plant, swap or read are refused; runs with no boundary to the keys vouch for nothing
+(trust/keys.py, verify/identity.py, verify/lxc.py, results/provenance.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+from buildscripts import results
+from buildscripts.errors import ConfigError, ResultsError
+from buildscripts.results import RunResults
+from buildscripts.trust import keys
+from buildscripts.verify import command, identity, lxc
+from tests.results_factory import make_cell, sealed
+
+
+def planted(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / keys.LOCAL_KEY
+    path.write_bytes(keys.private_pem(keys.generate()))
+    path.chmod(0o600)
+    return path
+
+
+def test_a_sound_machine_key_is_used(tmp_path: Path) -> None:
+    path = planted(tmp_path / "k")
+    assert keys.key_problem(path) is None
+    assert keys.signing_key({keys.KEY_DIR_ENV: str(tmp_path / "k")}).name == str(path)
+
+
+@pytest.mark.parametrize("spoil", ["link", "dangling link", "mode 644", "other owner", "folder writable by others"])
+def test_unsafe_machine_keys_are_refused_with_the_fix(tmp_path: Path, spoil: str) -> None:
+    folder = tmp_path / "k"
+    path = planted(folder)
+    if spoil == "link":
+        real = planted(tmp_path / "elsewhere")
+        path.unlink()
+        path.symlink_to(real)
+    elif spoil == "dangling link":
+        path.unlink()
+        path.symlink_to(tmp_path / "nothing-here")
+    elif spoil == "mode 644":
+        path.chmod(0o644)
+    elif spoil == "other owner":
+        if os.geteuid() != 0:
+            pytest.skip("changing a file's owner needs root")   # the rule itself is checked in every other case
+        os.chown(path, 65534, 65534)
+    else:
+        folder.chmod(0o777)
+    for use in (keys.signing_key, lambda env: keys.trusted(tmp_path, env)):
+        with pytest.raises(ConfigError) as refused:
+            use({keys.KEY_DIR_ENV: str(folder)})
+        assert "is not used" in refused.value.message or "link" in refused.value.message
+        assert refused.value.hint
+
+
+def test_a_configured_key_file_readable_by_others_is_refused(tmp_path: Path) -> None:
+    path = planted(tmp_path / "ci")
+    path.chmod(0o640)
+    with pytest.raises(ConfigError, match="lets others read or write it"):
+        keys.signing_key({keys.KEY_FILE_ENV: str(path)})
+
+
+def test_reachable_names_every_key_this_user_could_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(keys.KEY_ENV, raising=False)
+    monkeypatch.delenv(keys.KEY_FILE_ENV, raising=False)
+    assert keys.reachable({keys.KEY_DIR_ENV: str(tmp_path)}) == []
+    planted(tmp_path)
+    assert keys.reachable({keys.KEY_DIR_ENV: str(tmp_path), keys.KEY_ENV: "x"}) == \
+        [f"${keys.KEY_ENV}", str(tmp_path / keys.LOCAL_KEY)]
+
+
+def host_args(python: str = "/usr/bin/python3") -> argparse.Namespace:
+    return argparse.Namespace(host=True, python=python, lxc=None, lxc_name=None, lxc_path=None)
+
+
+def test_host_mode_not_as_root_is_refused_while_a_key_is_in_reach(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(identity, "is_root", lambda: False)
+    planted(tmp_path)
+    with pytest.raises(ConfigError, match="can read the signing key") as refused:
+        command._why_unsealed(host_args(), {keys.KEY_DIR_ENV: str(tmp_path)})
+    assert "as root" in (refused.value.hint or "")
+    # no key in reach: it runs, and its record is not sealed
+    empty = tmp_path / "empty"
+    monkeypatch.delenv(keys.KEY_ENV, raising=False)
+    monkeypatch.delenv(keys.KEY_FILE_ENV, raising=False)
+    assert "no boundary" in str(command._why_unsealed(host_args(), {keys.KEY_DIR_ENV: str(empty)}))
+
+
+def test_the_environment_handed_to_the_code_under_test_holds_no_secret() -> None:
+    env = {"PATH": "/bin", "CUDA_HOME": "/usr/local/cuda", keys.KEY_ENV: "pem", keys.KEY_FILE_ENV: "/k",
+           "GITHUB_TOKEN": "t", "REGISTRY_PASSWORD": "p", "AWS_SECRET_ACCESS_KEY": "s", "SGLANG_IMAGES_KEY_DIR": "/d",
+           "SGLANG_IMAGES_WARM_REPORT": "1", "NCCL_DEBUG": "INFO"}
+    assert identity.handed_environment(env) == {"PATH": "/bin", "CUDA_HOME": "/usr/local/cuda",
+                                                "SGLANG_IMAGES_WARM_REPORT": "1", "NCCL_DEBUG": "INFO"}
+
+
+@pytest.mark.parametrize(("config", "sealed_ok"), [
+    ("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\n", True),
+    ("unprivileged: 1\narch: amd64\n", True),
+    ("lxc.idmap = u 0 0 65536\n", False),
+    ("lxc.rootfs.path = dir:/var/lib/lxc/ct/rootfs\n", False),
+    ("# lxc.idmap = u 0 100000 65536\n", False),
+])
+def test_only_an_unprivileged_container_is_a_boundary(tmp_path: Path, config: str, sealed_ok: bool) -> None:
+    target = lxc.Target.named("ct", lxc_path=tmp_path)
+    (tmp_path / "ct").mkdir()
+    (tmp_path / "ct" / "config").write_text(config)
+    why = lxc.why_unsealed(target)
+    assert (why is None) is sealed_ok, why
+    if not sealed_ok:
+        assert "privileged" in str(why)
+
+
+def test_a_file_relabelled_with_this_matrix_is_refused(tmp_path: Path) -> None:
+    """The file's own matrix digest is outside every seal: a file of another matrix given this one's digest
+    is caught by the digest each record sealed."""
+    ours, theirs = "a" * 64, "b" * 64
+    cell = sealed(make_cell("verified", image_id="sha256:" + "c" * 64), matrix_digest=theirs)
+    run = RunResults(run_id="r", started=results.now(), matrix_digest=ours, cells=[cell])
+    path = tmp_path / "results.json"
+    with pytest.raises(ResultsError, match=r"sealed for another matrix\.yaml"):
+        results.check_matrix(run, path, tmp_path / "matrix.yaml", ours, allow_other=False, allow_unknown=False)
+    bound = run.model_copy(update={"cells": [sealed(cell, matrix_digest=ours)]})
+    assert results.check_matrix(bound, path, tmp_path / "matrix.yaml", ours, allow_other=False,
+                                allow_unknown=False) is None
