@@ -165,13 +165,15 @@ BENCHMARKS = {
     "build-once": "benchmarks/build_once.py",
     # `nox -s check` of one image from a loopback registry and from an OCI archive; writes check-results.md.
     "check": "benchmarks/check_time.py",
+    # `nox -s fast` a few times (median, load and cores recorded); writes benchmarks/fast-results.md.
+    "fast": "benchmarks/fast_tests.py",
 }
 
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, all unless one is
-    named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, `fast`, all unless
+    one is named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:
         session.error(f"unknown benchmark {name!r}: name one of {', '.join(BENCHMARKS)} first, then its arguments")

@@ -7,6 +7,7 @@ schema: 1
 bases:
   bookworm: {debootstrap: {suite: bookworm}, python: "3.11", platform: x86_64-manylinux_2_36}
 archs: [sm_100a]
+cuda: {cu128: {version: "12.8"}, cu130: {version: "13.0"}}
 """
 NONE_TOOLKIT = "  none: {description: pip only}\n"
 TK130 = "cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.0.2"

@@ -89,7 +89,10 @@ def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -
                  locks.sglang, locks.toolkit or recipe.empty_lock, *recipe.lean, *warm):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
-    h.update(cell.toolkit.model_dump_json().encode())  # pip recipe and cuda_home, not only apt
+    # pip recipe and cuda_home, not only apt; of the pip recipes only the cell's own flavour's, so that a recipe
+    # for a new CUDA flavour rebuilds no image of the others
+    own = {flavour: pins for flavour, pins in cell.toolkit.pip.items() if flavour == cell.lane.cuda}
+    h.update(cell.toolkit.model_copy(update={"pip": own}).model_dump_json().encode())
     return h.hexdigest()[:12]
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from ..matrix.schema import CUDA_FLAVOURS, TorchLane
+from ..matrix.schema import TorchLane
 
 # The CUDA toolkit components a toolkit layer must keep on one CUDA major.minor. PyPI names them
 # without suffix for CUDA 13 (nvidia-cuda-nvcc) and with `-cu12` for CUDA 12 (nvidia-cuda-nvcc-cu12).
@@ -147,8 +147,7 @@ def key_versions(pins: Mapping[str, str]) -> dict[str, str]:
             found[key] = pins[name]
     cuda = runtime(pins)
     if cuda:
-        flavour = flavour_of(cuda[1])
-        found["cuda"] = flavour if flavour in CUDA_FLAVOURS else f"{flavour} (unknown flavour)"
+        found["cuda"] = flavour_of(cuda[1])
     return found
 
 

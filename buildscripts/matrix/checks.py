@@ -1,6 +1,7 @@
 """Checks across entries of matrix.yaml that one field's schema cannot make: repeated torch lanes and SGLang
-releases, cell ids that collide, `expect` entries naming a stage or failure class that does not exist, and
-toolkits baking a server profile that `profiles:` does not define.
+releases, cell ids that collide, `expect` entries naming a stage or failure class that does not exist,
+toolkits baking a server profile that `profiles:` does not define, and CUDA flavours that `cuda:` does not
+declare (or declares with a version its name does not spell).
 
 Each problem is (YAML path, message); `load` adds the line. The names an expectation may use come from
 below this package on purpose (the import layers put `matrix` under `verify`): the stages from the
@@ -18,15 +19,37 @@ from typing import Any
 from ..results import LADDER
 from . import yamlfile
 from .cells import Cell
-from .schema import MatrixFile
+from .schema import FLAVOUR_HINT, MatrixFile, flavour_version
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
 Problem = tuple[tuple[str | int, ...], str]
 
 
 def problems(spec: MatrixFile) -> list[Problem]:
-    return [*_repeated_lanes(spec), *_repeated_sglang(spec), *_unknown_expectations(spec),
-            *_unknown_warm_profiles(spec)]
+    return [*_flavour_versions(spec), *_undeclared_flavours(spec), *_repeated_lanes(spec), *_repeated_sglang(spec),
+            *_unknown_expectations(spec), *_unknown_warm_profiles(spec)]
+
+
+def _flavour_versions(spec: MatrixFile) -> list[Problem]:
+    return [(("cuda", name, "version"), f"{name} is CUDA {flavour_version(name)}, not {flavour.version}: a flavour's "
+             f"name spells its version (write version: \"{flavour_version(name)}\", or rename the flavour)")
+            for name, flavour in spec.cuda.items() if flavour.version != flavour_version(name)]
+
+
+def _undeclared_flavours(spec: MatrixFile) -> list[Problem]:
+    """A lane or a toolkit recipe naming a flavour that `cuda:` does not declare."""
+    found: list[Problem] = [(("torch_lanes", i, "cuda"), _undeclared(lane.cuda, list(spec.cuda)))
+                            for i, lane in enumerate(spec.torch_lanes) if lane.cuda not in spec.cuda]
+    found += [(("toolkits", name, "pip", flavour), _undeclared(flavour, list(spec.cuda)))
+              for name, toolkit in spec.toolkits.items() for flavour in toolkit.pip if flavour not in spec.cuda]
+    return found
+
+
+def _undeclared(flavour: str, declared: list[str]) -> str:
+    version = flavour_version(flavour)
+    fix = (f"declare it under `cuda:` as `{flavour}: {{version: \"{version}\"}}`" if version
+           else f"{FLAVOUR_HINT}, declared under `cuda:`")
+    return f"{_unknown('CUDA flavour', flavour, declared)} ({fix})"
 
 
 def _unknown_warm_profiles(spec: MatrixFile) -> list[Problem]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -53,7 +53,7 @@ def _raise_problems(problems: list[checks.Problem], path: Path, root: yaml.Node 
 def _explain(exc: ValidationError, path: Path, root: yaml.Node | None) -> str:
     lines = [f"{path}: {exc.error_count()} problem(s)"]
     for err in exc.errors():
-        loc = tuple(err["loc"])
+        loc = tuple(part for part in err["loc"] if part != "[key]")  # a bad mapping key: its own path says it
         yaml_path = ".".join(str(p) for p in loc) or "(top level)"
         line = _line_of(root, loc)
         where = f"line {line}: " if line else ""
@@ -77,14 +77,21 @@ def _known_keys(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
     """The keys allowed at `loc`, walking the pydantic models (dict keys and list indexes skipped)."""
     current: Any = model
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, int):
             continue
+        if get_origin(current) is dict:  # `part` is one of its keys (a base, a toolkit, a flavour): into its value
+            current = get_args(current)[1]
+            continue
+        current = _model_in(current)
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
         info = current.model_fields.get(str(part)) or next(
             (f for f in current.model_fields.values() if f.alias == part), None
         )
         if info is None:
             return []
-        current = _model_in(info.annotation)
+        current = info.annotation
+    current = _model_in(current)
     if isinstance(current, type) and issubclass(current, BaseModel):
         return [f.alias or name for name, f in current.model_fields.items()]
     return []

@@ -25,7 +25,11 @@ ARCH_RE = re.compile(r"sm_([0-9]{2,3})([af]?)")
 KNOWN_ARCHS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
 VERSION_RE = r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
-CUDA_FLAVOURS: dict[str, str] = {"cu128": "12.8", "cu129": "12.9", "cu130": "13.0"}
+# A CUDA flavour's name as torch's wheels spell it: `cu`, then the CUDA version's major and its one-digit minor
+# (cu128 is CUDA 12.8, cu130 is 13.0, cu132 is 13.2). Which flavours a matrix builds for is data (`cuda:`).
+FLAVOUR_RE = re.compile(r"cu([1-9][0-9])([0-9])")
+CUDA_VERSION_RE = re.compile(r"[1-9][0-9]\.[0-9]")  # what a flavour's name spells: 13.0 for cu130
+FLAVOUR_HINT = "write cu and the CUDA version's digits, e.g. cu130 for CUDA 13.0"
 LABEL_PREFIX = "io.sglang-images"  # the namespace of every label this project puts on images
 
 # Bounded, so that a cell id (made of four names and three versions) stays a valid folder name (workspace).
@@ -77,18 +81,35 @@ class Base(Strict):
         return self
 
 
+def flavour_version(flavour: str) -> str | None:
+    """`cu130` -> `13.0`: the CUDA major.minor a flavour's name stands for; None for a name that is not one."""
+    match = FLAVOUR_RE.fullmatch(flavour)
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def _flavour_name(value: str) -> str:
+    if flavour_version(value) is None:
+        msg = f"{value!r} is not a CUDA flavour name: {FLAVOUR_HINT}"
+        raise ValueError(msg)
+    return value
+
+
+FlavourName = Annotated[str, AfterValidator(_flavour_name)]
+
+
+class CudaFlavour(Strict):
+    """A CUDA flavour the matrix builds for: the CUDA build of a lane's torch wheels, and the CUDA major.minor that
+    a toolkit layer's recipe for it (`toolkits: NAME: pip: FLAVOUR:`) must match. The version is spelled out for
+    the reader and checked against the name (checks.py): it carries nothing the name does not."""
+
+    version: str = Field(pattern=f"^{CUDA_VERSION_RE.pattern}$", description="CUDA major.minor, e.g. 13.0")
+
+
 class TorchLane(Strict):
     torch: Version
-    cuda: str = Field(description="CUDA flavour of the torch wheels: " + ", ".join(CUDA_FLAVOURS))
+    # checked against `cuda:` across entries (checks.py), with a did-you-mean among the declared flavours
+    cuda: str = Field(description="CUDA flavour of the torch wheels, declared under `cuda:`")
     index: str | None = Field(default=None, description="package index URL; default: the host's pip index")
-
-    @field_validator("cuda")
-    @classmethod
-    def _known_flavour(cls, value: str) -> str:
-        if value not in CUDA_FLAVOURS:
-            msg = f"unknown torch CUDA flavour {value!r}; known: {', '.join(CUDA_FLAVOURS)}"
-            raise ValueError(msg)
-        return value
 
     @property
     def id(self) -> str:
@@ -96,7 +117,7 @@ class TorchLane(Strict):
 
     @property
     def cuda_version(self) -> str:
-        return CUDA_FLAVOURS[self.cuda]
+        return flavour_version(self.cuda) or ""  # a declared flavour (checked on load): never empty
 
 
 class SGLang(Strict):
@@ -108,7 +129,8 @@ class Toolkit(Strict):
     """A CUDA toolkit layer recipe: pip requirements per CUDA flavour plus Debian packages."""
 
     description: str
-    pip: dict[str, tuple[str, ...]] = Field(default_factory=dict, description="per CUDA flavour")
+    pip: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="per CUDA flavour declared under `cuda:`")
     apt: tuple[str, ...] = ()
     cuda_home: bool = Field(default=False, description="assemble /usr/local/cuda from the pip wheels")
     warm: bool | tuple[Name, ...] = Field(
@@ -140,15 +162,6 @@ class Toolkit(Strict):
         if self.warm is True:
             return ("default",)
         return self.warm or ()
-
-    @field_validator("pip")
-    @classmethod
-    def _known_flavours(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        for flavour in value:
-            if flavour not in CUDA_FLAVOURS:
-                msg = f"unknown CUDA flavour {flavour!r}; known: {', '.join(CUDA_FLAVOURS)}"
-                raise ValueError(msg)
-        return value
 
 
 class Rule(Strict):
@@ -257,6 +270,7 @@ class MatrixFile(Strict):
     bases: dict[Name, Base]
     archs: tuple[str, ...]
     also_audit: tuple[str, ...] = Field(default=(), description="archs audited and compiled for, never failing")
+    cuda: dict[FlavourName, CudaFlavour] = Field(description="the CUDA flavours lanes and toolkit recipes may name")
     torch_lanes: tuple[TorchLane, ...]
     sglang: tuple[SGLang, ...]
     toolkits: dict[Name, Toolkit]
@@ -292,7 +306,7 @@ class MatrixFile(Strict):
                 raise ValueError(msg)
         return value
 
-    @field_validator("bases", "toolkits", "archs", "torch_lanes", "sglang")
+    @field_validator("bases", "toolkits", "archs", "cuda", "torch_lanes", "sglang")
     @classmethod
     def _not_empty(cls, value: object) -> object:
         if not value:

@@ -43,7 +43,7 @@ from ..errors import (
     ToolMissingError,
 )
 from ..matrix import Matrix, load
-from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX
+from ..matrix.schema import LABEL_PREFIX, flavour_version
 from ..refs import FORMS, reference_problem
 from ..results import RunResults
 from ..trust import carried
@@ -370,7 +370,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
                                     "or pass --force to export it marked as unverified")
     name = safe_name(a.name) if a.name else archive_name(image, a.image)
-    cuda = CUDA_FLAVOURS.get(labels.get(f"{LABEL_PREFIX}.cuda", ""))
+    cuda = flavour_version(labels.get(f"{LABEL_PREFIX}.cuda", ""))
     tested = attested(image, keys, env, platform=engine.platform(client))
     with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
         done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,

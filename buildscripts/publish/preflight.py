@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .. import log
 from ..errors import ConfigError, PreflightFailed
-from ..matrix.schema import CUDA_FLAVOURS
+from ..matrix.schema import CUDA_VERSION_RE
 from ..trust import keys, sources
 from ..verify import lxcconfig
 from ..verify.lxc import LXC_PATH, STANDARD_NODES, Target, config_line, missing_rule_lines, running
@@ -376,9 +376,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
 
 def _target(a: argparse.Namespace) -> Target | None:
     """The container to check, from preflight's own flags; an empty value is an error, never dropped."""
-    if a.cuda is not None and a.cuda not in CUDA_FLAVOURS.values():
+    if a.cuda is not None and not CUDA_VERSION_RE.fullmatch(a.cuda):
         msg = f"--cuda {a.cuda!r} is not a CUDA this project builds for"
-        raise ConfigError(msg, hint="one of " + ", ".join(sorted(CUDA_FLAVOURS.values())))
+        raise ConfigError(msg, hint="the CUDA major.minor of the image's lane, e.g. 13.0 (matrix.yaml `cuda:`)")
     if a.lxc_path is not None and a.lxc_name is None:
         msg = "--lxc-path is plain LXC's container folder: it goes with --lxc-name"
         raise ConfigError(msg, hint="a Proxmox container (--ctid) is found by pct itself")

@@ -24,12 +24,15 @@ ALLOW_FLAG = "--allow-other-matrix"
 # Where and how a matrix is built and shipped, not what its cells are: editing these (a cache ref, a
 # runner label, a registry) must not turn every saved result into "another matrix".
 NOT_THE_MATRIX = {"cache", "runners", "registry"}
+# Declared, and carried by what uses them: a CUDA flavour's version is spelled by its name (checked on load),
+# which the lanes and toolkit recipes that use it hold; declaring a flavour that nothing uses yet changes no cell.
+CARRIED = {"cuda"}
 
 
 def matrix_digest(spec: BaseModel) -> str:
     """`sha256:…` of a validated matrix (the `spec` of a loaded matrix.yaml): its cells, exclusions,
     expectations, profiles and tags; not the CI and delivery settings (NOT_THE_MATRIX)."""
-    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=NOT_THE_MATRIX)
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=NOT_THE_MATRIX | CARRIED)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

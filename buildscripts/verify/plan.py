@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..matrix import Cell
-from ..matrix.schema import CUDA_FLAVOURS, LABEL_PREFIX, Profile, TinyModelName
+from ..matrix.schema import LABEL_PREFIX, Profile, TinyModelName, flavour_version
 from ..probe import __main__ as probe_main  # registers every stage, as in the image
 from ..probe import core
 
@@ -104,4 +104,4 @@ class Plan:
 def lane_from_labels(labels: Mapping[str, str]) -> tuple[str | None, list[str]]:
     """(lane CUDA, archs) from the labels this project's builds put on an image."""
     flavour = labels.get(f"{LABEL_PREFIX}.cuda")
-    return CUDA_FLAVOURS.get(flavour or ""), labels.get(f"{LABEL_PREFIX}.archs", "").split()
+    return flavour_version(flavour or ""), labels.get(f"{LABEL_PREFIX}.archs", "").split()

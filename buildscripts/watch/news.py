@@ -1,7 +1,8 @@
 """What the index holds that matrix.yaml does not, and what follows from each release.
 
 - a newer SGLang: the torch it pins (from its metadata), the lane that torch needs (one that exists, or
-  a new one in the CUDA flavour that torch's wheel brings), its runtime packages;
+  a new one in the CUDA flavour that torch's wheel brings, declared anew where matrix.yaml's `cuda:` has
+  no such flavour yet), its runtime packages;
 - a newer torch: its CUDA flavour, and whether a new SGLang pins it (else it is listed, not built);
 - room: a runtime package (FlashInfer, sglang-kernel, deep_gemm) newer than the lock holds, where an
   SGLang's requirement is a range rather than one version;
@@ -22,9 +23,9 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import PackageIndexError
 from ..matrix import Matrix
-from ..matrix.schema import CUDA_FLAVOURS
+from ..matrix.schema import flavour_version
 from .index import DistFile, Index, Project
-from .wheels import Platform, cuda_flavour, exact_pin, installable, runtime_requirements, torch_pin
+from .wheels import Platform, cuda_flavour, exact_pin, installable, runtime_requirements, toolkit_pin, torch_pin
 
 HOST = ""  # the key of the host's index among the indexes a matrix uses (lanes may name their own)
 
@@ -35,6 +36,9 @@ class NewSGLang:
     torch: str | None = None              # the torch its metadata pins
     lane: str | None = None               # the matrix's lane with that torch, when there is one
     new_lane: dict[str, str] | None = None  # {"torch": ..., "cuda": ...}: the lane it needs
+    # {"name": "cu132", "version": "13.2", "toolkit": "13.2.2" or ""}: the CUDA flavour that lane needs, where
+    # matrix.yaml declares none of that name (toolkit: the cuda-toolkit its torch pins, for the toolkit recipes)
+    new_flavour: dict[str, str] | None = None
     runtime: dict[str, str] = field(default_factory=dict)  # report key -> its requirement
     problem: str | None = None            # why it cannot be proposed
     follows: str = ""
@@ -134,7 +138,7 @@ def watch(matrix: Matrix, indexes: Mapping[str, Index], locked: Mapping[str, Map
         if lanes:
             torch_reader = reader if source == HOST else _Reader(index, targets)
             found.torch += _new_torch(torch_reader, max((lane.torch for lane in lanes), key=Version),
-                                      found.sglang, newest_pin, found.skipped)
+                                      found.sglang, newest_pin, found.skipped, declared=set(spec.cuda))
     found.room = _room(metadata, reader, matrix, locked)
     found.notes += [f"sglang {v} of matrix.yaml is not on the index" for v, m in metadata.items() if m is None]
     return found
@@ -230,31 +234,36 @@ def _new_sglang(version: str, files: list[DistFile], reader: _Reader,
     if lane is not None:
         follows = f"pins torch {torch}, which lane {lane.id} has: its cells go on that lane"
         return NewSGLang(version, torch, lane=lane.id, runtime=runtime, follows=follows), meta
-    flavour, evidence, refused = _torch_flavour(reader, torch)
+    flavour, evidence, toolkit, refused = _torch_flavour(reader, torch)
     if refused is not None:
         return NewSGLang(version, torch, runtime=runtime, problem=refused,
                          follows=f"pins torch {torch}: listed, not proposed: {refused}"), meta
     follows = f"pins torch {torch} ({flavour}: {evidence}), which no lane has: a new lane torch{torch}-{flavour}"
-    return NewSGLang(version, torch, new_lane={"torch": torch, "cuda": flavour}, runtime=runtime,
-                     follows=follows), meta
+    new_flavour = None
+    if flavour not in matrix.spec.cuda:
+        new_flavour = {"name": flavour, "version": flavour_version(flavour) or "", "toolkit": toolkit or ""}
+        follows += f", in a new CUDA flavour {flavour} (CUDA {new_flavour['version']})"
+    return NewSGLang(version, torch, new_lane={"torch": torch, "cuda": flavour}, new_flavour=new_flavour,
+                     runtime=runtime, follows=follows), meta
 
 
-def _torch_flavour(reader: _Reader, version: str) -> tuple[str, str, str | None]:
-    """(flavour, evidence, why a lane of it cannot be declared) of torch `version` on the index."""
+def _torch_flavour(reader: _Reader, version: str) -> tuple[str, str, str | None, str | None]:
+    """(flavour, evidence, the cuda-toolkit it pins, why no lane of it can be declared) of torch `version`."""
     files = [f for f in releases(reader.project("torch")).get(Version(version), []) if f.yanked is None]
     wheel, missing = reader.wheel(files)
     if wheel is None:
         why = "; ".join(missing.values()) or "not on the index"
-        return "", "", f"torch {version} cannot be installed on the bases: {why}"
-    flavour, evidence = cuda_flavour(version, reader.index.metadata(wheel), reader.target)
-    return flavour, evidence, _flavour_problem(flavour)
+        return "", "", None, f"torch {version} cannot be installed on the bases: {why}"
+    metadata = reader.index.metadata(wheel)
+    flavour, evidence = cuda_flavour(version, metadata, reader.target)
+    return flavour, evidence, toolkit_pin(metadata, reader.target), _flavour_problem(flavour)
 
 
 def _flavour_problem(flavour: str) -> str | None:
-    if flavour in CUDA_FLAVOURS:
+    """Why no lane can be made of a torch of `flavour`: only a CUDA build (cuXYZ) makes one."""
+    if flavour_version(flavour) is not None:
         return None
-    return (f"{flavour} is not a CUDA flavour this project knows ({', '.join(CUDA_FLAVOURS)}): a lane for it "
-            "needs CUDA_FLAVOURS in buildscripts/matrix/schema.py (and a toolkit recipe) first")
+    return f"{flavour} is not a CUDA build of torch (a lane is a torch in a CUDA flavour such as cu130)"
 
 
 def _newest_pin(metadata: Mapping[str, Message | None], reader: _Reader) -> str:
@@ -270,7 +279,7 @@ def _newest_pin(metadata: Mapping[str, Message | None], reader: _Reader) -> str:
 
 
 def _new_torch(reader: _Reader, held: str, sglang: list[NewSGLang], newest_pin: str,
-               skipped: list[Skipped]) -> list[NewTorch]:
+               skipped: list[Skipped], *, declared: set[str]) -> list[NewTorch]:
     found: list[NewTorch] = []
     project = reader.project("torch")
     for version, files in _newer(project, held, skipped):
@@ -281,13 +290,15 @@ def _new_torch(reader: _Reader, held: str, sglang: list[NewSGLang], newest_pin: 
             continue
         flavour, evidence = cuda_flavour(version, reader.index.metadata(wheel), reader.target)
         pinned_by = tuple(s.version for s in sglang if s.torch and Version(s.torch) == Version(version))
+        problem = _flavour_problem(flavour)
+        new = "" if problem or flavour in declared else f", in the new CUDA flavour {flavour}"
         if pinned_by:
             follows = f"pinned by sglang {', '.join(pinned_by)}: " + (
-                "a new lane is proposed for it" if flavour in CUDA_FLAVOURS else "no lane can be proposed for it")
+                f"a new lane is proposed for it{new}" if problem is None else "no lane can be proposed for it")
         else:
             follows = f"no SGLang release pins it yet{newest_pin}: listed, not built"
-        found.append(NewTorch(version, project.index, flavour, evidence, pinned_by, _flavour_problem(flavour),
-                              follows))
+            follows += f" (its lane would be{new.removeprefix(',')})" if new else ""
+        found.append(NewTorch(version, project.index, flavour, evidence, pinned_by, problem, follows))
     return found
 
 

@@ -26,7 +26,8 @@ def record(findings: Findings, change: Change, locks: Mapping[str, Mapping[str, 
            build_asked: bool, buildable: Sequence[str], branch: str | None) -> dict[str, Any]:
     releases = findings.proposable()
     title = "watch: propose " + ", ".join(
-        f"sglang {s.version} (torch {s.torch}{', new lane' if s.new_lane else ''})" for s in releases)
+        f"sglang {s.version} (torch {s.torch}{', new lane' if s.new_lane else ''}"
+        f"{' in CUDA flavour ' + s.new_flavour['name'] if s.new_flavour else ''})" for s in releases)
     history = saved_runs(ws.runs)
     cells = [_cell(cell, locks.get(cell.id, {}), built, before, today, history) for cell in change.new_cells]
     diff = "".join(difflib.unified_diff(before.path.read_text(encoding="utf-8").splitlines(keepends=True),

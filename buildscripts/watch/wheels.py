@@ -154,6 +154,12 @@ def runtime_requirements(metadata: Message, target: Platform) -> dict[str, Requi
     return found
 
 
+def toolkit_pin(metadata: Message, target: Platform) -> str | None:
+    """The one cuda-toolkit version a torch wheel requires (`cuda-toolkit[...]==13.2.2` -> 13.2.2), if it pins one:
+    the version a toolkit layer's recipe for a new flavour starts from."""
+    return exact_pin(requirements(metadata, target).get("cuda-toolkit"))
+
+
 def cuda_flavour(version: str, metadata: Message, target: Platform) -> tuple[str, str]:
     """(flavour, evidence) of a torch wheel: its local version (`+cu130`), else the CUDA runtime or
     toolkit it requires (`cuda-toolkit==13.0.3` -> cu130), else ("cpu", ...)."""

@@ -16,7 +16,7 @@ import pytest
 from buildscripts import matrix
 from buildscripts.build import base, cache
 from buildscripts.matrix.schema import Cache
-from tests import second_engine
+from tests import needs, second_engine
 from tests.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,9 @@ def test_docker_20_10s_default_builder_cannot_export_a_cache_and_says_what_can()
     with closing(docker.from_env()) as client:
         info = client.info()
     if not str(info.get("ServerVersion", "")).startswith("20.10") or cache.containerd_store(info):
-        pytest.skip(f"the main engine is Docker {info.get('ServerVersion')}, not 20.10 with the classic store")
+        needs.unavailable("Docker 20.10 with the classic image store as the main engine",
+                          f"this one is Docker {info.get('ServerVersion')}; .ci/install-engine installs Debian "
+                          "bookworm's docker.io 20.10")
     builder = cache.builder(None, info)
     assert (builder.driver, builder.exports_cache) == ("docker", False)
     assert builder.why_not and "containerd image store" in builder.why_not and "--builder NAME" in builder.why_not

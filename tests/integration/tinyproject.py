@@ -32,6 +32,8 @@ bases:
     python: "3.11"
     platform: x86_64-manylinux_2_36
 archs: [sm_90a]
+cuda:
+  cu130: {{version: "13.0"}}
 torch_lanes:
   - {{torch: 2.11.0, cuda: cu130}}
 sglang:

@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from buildscripts.probe import warmcheck
+from tests import needs
 
 
-@pytest.mark.skipif(not Path("/proc/self/comm").exists(), reason="needs /proc")
 def test_a_compiler_running_during_the_start_is_seen(tmp_path: Path) -> None:
+    if not Path("/proc/self/comm").exists():
+        needs.unavailable("/proc", "the watch reads the compiler processes there: Linux")
     sleep = shutil.which("sleep")
     assert sleep
     nvcc = tmp_path / "nvcc"  # /proc/PID/comm is the executable's file name

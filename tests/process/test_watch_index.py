@@ -62,6 +62,33 @@ def test_the_watch_reports_what_the_local_index_holds(tmp_path: Path, index: str
     assert git(copy, "status", "--porcelain") == ""   # a watch writes nothing
 
 
+def test_a_release_pinning_a_torch_of_a_new_cuda_flavour_is_proposed_with_the_flavour(tmp_path: Path) -> None:
+    """torch 2.15.0 is CUDA 13.2 (its metadata pins cuda-toolkit 13.2.2), which matrix.yaml does not declare: an
+    SGLang pinning it is proposable, with its lane and the flavour (the edit itself: tests/unit/test_watch.py)."""
+    write(tmp_path / "index", [
+        *(Release("sglang", v, made_up(SGLANG, v)) for v in ("0.5.10", "0.5.16", "0.5.23")),
+        Release("sglang", "0.5.24", made_up(SGLANG, "0.5.24", torch="torch==2.15.0")),
+        Release("torch", "2.14.1", real("torch", "2.14.1"), TORCH_TAG),
+        Release("torch", "2.15.0", real("torch", "2.15.0"), TORCH_TAG, pep658=False),
+    ])
+    copy = project(tmp_path)
+    with served(tmp_path / "index") as url:
+        done = watch(copy, "--json", env={"PIP_INDEX_URL": url})
+        plain = watch(copy, env={"PIP_INDEX_URL": url})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["watch"]
+    (new,) = found["sglang"]
+    assert (new["torch"], new["problem"], new["new_lane"], new["new_flavour"]) == (
+        "2.15.0", None, {"torch": "2.15.0", "cuda": "cu132"}, {"name": "cu132", "version": "13.2", "toolkit": "13.2.2"})
+    assert found["proposable"] == ["0.5.24"]
+    assert plain.returncode == 0, plain.stderr
+    assert ("new sglang 0.5.24: pins torch 2.15.0 (cu132: it requires cuda-toolkit==13.2.2), which no lane has: a new "
+            "lane torch2.15.0-cu132, in a new CUDA flavour cu132 (CUDA 13.2)") in plain.stdout
+    assert "new torch 2.15.0 (cu132: it requires cuda-toolkit==13.2.2): pinned by sglang 0.5.24: a new lane is " \
+           "proposed for it, in the new CUDA flavour cu132" in plain.stdout
+    assert git(copy, "status", "--porcelain") == ""
+
+
 def test_an_unreachable_index_is_a_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
     copy = project(tmp_path)
     done = watch(copy, "--propose", env={"PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple"})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildscripts import matrix
+from buildscripts import matrix, results
 from buildscripts.errors import ConfigError, SelectionError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,44 @@ def test_wrong_type_and_empty_axis() -> None:
 
 def test_unknown_torch_flavour_lists_the_known_ones() -> None:
     message = error_of(edited({"torch_lanes": [{"torch": "2.11.0", "cuda": "cu999"}]}))
-    assert "unknown torch CUDA flavour 'cu999'" in message and "cu128" in message
+    assert "torch_lanes.0.cuda: unknown CUDA flavour 'cu999'; known: cu128, cu130" in message
+    assert 'declare it under `cuda:` as `cu999: {version: "99.9"}`' in message
+
+
+def test_cuda_flavours_are_data_checked_with_path_line_and_did_you_mean() -> None:
+    declared = 'cu130: {version: "13.0"}'
+    line = DEFAULT.splitlines().index(f"  {declared}") + 1
+    lane = error_of(DEFAULT.replace("  - {torch: 2.14.1, cuda: cu130}", "  - {torch: 2.14.1, cuda: cu131}"))
+    assert "torch_lanes.2.cuda: unknown CUDA flavour 'cu131'; did you mean 'cu130'?" in lane
+    recipe = error_of(DEFAULT.replace('      cu130: ["cuda-toolkit', '      cu13: ["cuda-toolkit'))
+    assert "toolkits.pip.pip.cu13: unknown CUDA flavour 'cu13'; did you mean 'cu130'?" in recipe
+    assert "e.g. cu130 for CUDA 13.0" in recipe
+    name = error_of(DEFAULT.replace(declared, 'cu13: {version: "13.0"}'))
+    assert f"line {line}: cuda.cu13: 'cu13' is not a CUDA flavour name" in name
+    version = error_of(DEFAULT.replace(declared, 'cu130: {version: "13.1"}'))
+    assert f"line {line}: cuda.cu130.version: cu130 is CUDA 13.0, not 13.1" in version
+    key = error_of(DEFAULT.replace(declared, 'cu130: {versoin: "13.0"}'))
+    assert "cuda.cu130.versoin: unknown key 'versoin'; did you mean 'version'?" in key
+
+
+def test_a_new_flavour_is_one_entry_and_leaves_the_other_cells_as_they_were() -> None:
+    before = parse(DEFAULT)
+    declared = '  cu130: {version: "13.0"}\n'
+    lane = "  - {torch: 2.14.1, cuda: cu130}\n"
+    text = (DEFAULT.replace(declared, declared + '  cu132: {version: "13.2"}\n')
+            .replace(lane, lane + "  - {torch: 2.15.0, cuda: cu132}\n")
+            .replace("  - {version: 0.5.23, torch: 2.14.1}\n", "  - {version: 0.5.23, torch: 2.14.1}\n"
+                                                              "  - {version: 0.5.24, torch: 2.15.0}\n"))
+    after = parse(text)
+    new = {c.id: c for c in after.cells if c.id not in {old.id for old in before.cells}}
+    assert {cid for cid, c in new.items() if c.excluded is None} == {"sglang0.5.24-torch2.15.0-cu132-none-bookworm"}
+    assert new["sglang0.5.24-torch2.15.0-cu132-pip-bookworm"].excluded == "toolkit 'pip' has no recipe for cu132"
+    assert new["sglang0.5.24-torch2.15.0-cu132-none-bookworm"].lane.cuda_version == "13.2"
+    # declaring a flavour changes no cell of the others, nor the matrix digest of results made before it
+    assert [c for c in after.cells if c.id in {old.id for old in before.cells}] == list(before.cells)
+    declared_only = parse(DEFAULT.replace('  cu130: {version: "13.0"}\n',
+                                          '  cu130: {version: "13.0"}\n  cu132: {version: "13.2"}\n'))
+    assert results.matrix_digest(declared_only.spec) == results.matrix_digest(before.spec)
 
 
 @pytest.mark.parametrize("arch", ["sm90", "compute_90", "sm_100x", "hopper"])

@@ -7,12 +7,11 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from buildscripts.publish import preflight
 from buildscripts.publish.checks import Attach, Check
 from buildscripts.publish.preflight import ContainerView, HostView
 from buildscripts.verify.lxc import Target
+from tests import needs
 
 VERSION = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 18:27:13 UTC 2025\n"
 
@@ -26,7 +25,7 @@ def host(tmp_path: Path, *, module: str | None = VERSION, nodes: Sequence[tuple[
         try:
             os.mknod(tmp_path / "dev" / name, stat.S_IFCHR | 0o600, os.makedev(major, minor))
         except PermissionError:
-            pytest.skip("making device nodes needs root")
+            needs.unavailable("root (to make device nodes)", "run the tests as root, as CI does")
     return HostView(tmp_path)
 
 

@@ -12,7 +12,10 @@ import pytest
 
 from buildscripts import hostenv
 from buildscripts import matrix as matrix_mod
+from buildscripts.build import buildx
+from buildscripts.build.base import BaseImage
 from buildscripts.errors import PackageIndexError, ProposalError
+from buildscripts.lock.state import paths_for
 from buildscripts.watch import command, edit, news, proposal, propose
 from buildscripts.watch.index import DistFile, Project, normalize, parse_metadata, parse_page
 from buildscripts.watch.wheels import Platform, cuda_flavour, installable, torch_pin
@@ -68,9 +71,7 @@ def test_today_torch_2150_is_new_and_no_sglang_pins_it() -> None:
     assert [(t.version, t.cuda, t.pinned_by) for t in found.torch] == [("2.15.0", "cu132", ())]
     assert found.lines()[1:] == [
         "new torch 2.15.0 (cu132: it requires cuda-toolkit==13.2.2): no SGLang release pins it yet (the newest, "
-        "sglang 0.5.23, pins torch 2.14.1): listed, not built",
-        "  cu132 is not a CUDA flavour this project knows (cu128, cu129, cu130): a lane for it needs CUDA_FLAVOURS "
-        "in buildscripts/matrix/schema.py (and a toolkit recipe) first",
+        "sglang 0.5.23, pins torch 2.14.1): listed, not built (its lane would be in the new CUDA flavour cu132)",
     ]
     assert found.proposable() == [] and found.to_json()["new"] is True
 
@@ -85,12 +86,72 @@ def test_a_new_sglang_on_an_existing_lane_is_proposable() -> None:
     assert [s.version for s in found.proposable()] == ["0.5.24"]
 
 
-def test_a_new_sglang_pinning_a_torch_of_an_unknown_flavour_is_listed_not_proposed() -> None:
+def test_a_new_sglang_pinning_a_torch_of_a_new_flavour_proposes_the_flavour_and_its_lane() -> None:
     found = run_watch([*held(), Release("sglang", "0.5.24", made_up(SGLANG, "0.5.24", torch="torch==2.15.0"))])
     (new,) = found.sglang
-    assert new.torch == "2.15.0" and new.problem and "cu132 is not a CUDA flavour" in new.problem
-    assert found.torch[0].pinned_by == ("0.5.24",)
-    assert "no lane can be proposed" in found.torch[0].follows
+    assert (new.torch, new.problem, new.new_lane, new.new_flavour) == (
+        "2.15.0", None, {"torch": "2.15.0", "cuda": "cu132"}, {"name": "cu132", "version": "13.2", "toolkit": "13.2.2"})
+    assert new.follows.endswith("a new lane torch2.15.0-cu132, in a new CUDA flavour cu132 (CUDA 13.2)")
+    assert found.torch[0].pinned_by == ("0.5.24",) and found.torch[0].problem is None
+    assert found.torch[0].follows == ("pinned by sglang 0.5.24: a new lane is proposed for it, in the new CUDA "
+                                      "flavour cu132")
+    assert [s.version for s in found.proposable()] == ["0.5.24"]
+
+
+def test_a_torch_that_is_no_cuda_build_gets_no_lane() -> None:
+    cpu_torch = Release("torch", "2.15.0+cpu", b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0+cpu\n", TORCH_TAG)
+    found = run_watch([*held()[:-1], cpu_torch,
+                       Release("sglang", "0.5.24", made_up(SGLANG, "0.5.24", torch="torch==2.15.0+cpu"))])
+    (new,) = found.sglang
+    assert new.problem == "cpu is not a CUDA build of torch (a lane is a torch in a CUDA flavour such as cu130)"
+    assert found.proposable() == []
+
+
+def test_the_change_declares_a_new_flavour_with_its_toolkit_recipe() -> None:
+    text = (ROOT / "matrix.yaml").read_text()
+    release = news.NewSGLang("0.5.24", "2.15.0", new_lane={"torch": "2.15.0", "cuda": "cu132"},
+                             new_flavour={"name": "cu132", "version": "13.2", "toolkit": "13.2.2"})
+    change = edit.propose(text, the_matrix(), [release])
+    assert [line for line in _diff(text, change.text) if line.startswith("+")] == [
+        '+  cu132: {version: "13.2"}', "+  - {torch: 2.15.0, cuda: cu132}", "+  - {version: 0.5.24, torch: 2.15.0}",
+        '+      cu132: ["cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.2.2"]']
+    assert change.added[:2] == ['cuda: cu132: {version: "13.2"}',
+                                'toolkits.pip.pip: cu132: ["cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.2.2"] '
+                                "(cu130's recipe, pinned to the cuda-toolkit 13.2.2 that the new torch requires)"]
+    built = {c.id: c for c in change.new_cells if c.excluded is None}
+    assert sorted(built) == [f"sglang0.5.24-torch2.15.0-cu132-{t}-bookworm" for t in ("none", "pip")]
+    pip = built["sglang0.5.24-torch2.15.0-cu132-pip-bookworm"]
+    assert (pip.lane.cuda_version, pip.toolkit.pip["cu132"]) == (
+        "13.2", ("cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.2.2",))
+    # the cells that were there stay as they were: ids, exclusions, and their images' inputs (a recipe for
+    # another flavour is not an input of theirs)
+    before = the_matrix()
+    kept = [c for c in change.matrix.cells if c.sglang.version != "0.5.24" and c.lane.cuda != "cu132"]
+    assert [(c.id, c.excluded) for c in kept] == [(c.id, c.excluded) for c in before.cells]
+    recipe, base = buildx.Recipe.of(Workspace.at(ROOT)), BaseImage("base", "sha256:b", "x", built=False)
+    assert [buildx.inputs_hash(c, base, paths_for(c, ROOT / "lockfiles"), recipe) for c in kept if not c.excluded] == [
+        buildx.inputs_hash(c, base, paths_for(c, ROOT / "lockfiles"), recipe) for c in before.buildable()]
+
+
+@pytest.mark.parametrize(("toolkit", "why"), [("", "its torch pins no cuda-toolkit"),
+                                               ("13.1.0", "a cuda-toolkit of another CUDA than the flavour's")])
+def test_without_a_toolkit_to_pin_the_new_flavours_pip_cells_are_excluded(toolkit: str, why: str) -> None:
+    release = news.NewSGLang("0.5.24", "2.15.0", new_lane={"torch": "2.15.0", "cuda": "cu132"},
+                             new_flavour={"name": "cu132", "version": "13.2", "toolkit": toolkit})
+    change = edit.propose((ROOT / "matrix.yaml").read_text(), the_matrix(), [release])
+    assert change.added[0] == 'cuda: cu132: {version: "13.2"}' and not change.added[1].startswith("toolkits"), why
+    pip = next(c for c in change.new_cells if c.id == "sglang0.5.24-torch2.15.0-cu132-pip-bookworm")
+    assert pip.excluded == "toolkit 'pip' has no recipe for cu132"
+
+
+def test_a_flow_mapping_of_flavours_is_refused_with_the_fix() -> None:
+    block = 'cuda:\n  cu128: {version: "12.8"}\n  cu130: {version: "13.0"}\n'
+    flow = 'cuda: {cu128: {version: "12.8"}, cu130: {version: "13.0"}}\n'
+    text = (ROOT / "matrix.yaml").read_text().replace(block, flow)
+    release = news.NewSGLang("0.5.24", "2.15.0", new_lane={"torch": "2.15.0", "cuda": "cu132"},
+                             new_flavour={"name": "cu132", "version": "13.2", "toolkit": "13.2.2"})
+    with pytest.raises(ProposalError, match="`cuda:` is not a block mapping"):
+        edit.propose(text, matrix_mod.parse(text, ROOT / "matrix.yaml"), [release])
 
 
 def test_yanked_pre_releases_and_releases_without_a_wheel_for_the_base() -> None:
