@@ -80,7 +80,7 @@ def committed_keys(root: Path, extra: Sequence[Path] = ()) -> list[PublicKey]:
 
 
 def evidence_keys(root: Path) -> list[PublicKey]:
-    return [keys.read_public(p) for p in sorted((root / EVIDENCE_KEYS).glob("*.pub"))]
+    return keys.committed(root, EVIDENCE_KEYS)
 
 
 def _unique(found: Sequence[PublicKey]) -> list[PublicKey]:

@@ -190,7 +190,13 @@ def _local_key(path: Path) -> SigningKey:
 
 
 def project_keys(root: Path) -> list[PublicKey]:
-    return [read_public(p) for p in sorted((root / PROJECT_KEYS).glob("*.pub"))]
+    return committed(root, PROJECT_KEYS)
+
+
+def committed(root: Path, folder: str | Path) -> list[PublicKey]:
+    """The public keys committed under `root`/`folder` (*.pub), named by their path in the project: what a
+    message or a report says of them is the same on every machine."""
+    return [PublicKey(str(p.relative_to(root)), read_public(p).key) for p in sorted((root / folder).glob("*.pub"))]
 
 
 def trusted(root: Path, env: Mapping[str, str], extra: Sequence[Path] = ()) -> list[PublicKey]:

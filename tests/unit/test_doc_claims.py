@@ -31,6 +31,9 @@ DECIMAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 # (page, the text around the number) -> why it is not a measurement
 SETTINGS = {
     ("release-watch.md", "`--timeout` (30 s)"): "the watch's default wait for the index, a setting",
+    ("checking-an-image.md", "one deadline, 20 s"): "the registry deadline's default, a setting",
+    ("checking-an-image.md", "did not answer within 20 s"): "the message that setting gives",
+    ("checking-an-image.md", "(3 h ago)"): "an example of check's output, not a measurement",
 }
 
 
