@@ -53,10 +53,18 @@ class Scored:
     outcome: str
 
 
-def load(path: Path) -> list[Entry]:
+def load(path: Path, mapping: Path | None = None) -> list[Entry]:
+    """The set's entries; with `mapping` (written before scoring), each entry's `also` gains the classes its
+    `proposed_class` maps to and the narrower classes of its expected one."""
     data: dict[str, Any] = yaml.safe_load(path.read_text())
+    maps: dict[str, Any] = yaml.safe_load(mapping.read_text()) if mapping else {}
+    proposed, refines = maps.get("proposed") or {}, maps.get("refines") or {}
+
+    def also(e: dict[str, Any]) -> tuple[str, ...]:
+        found = [*e.get("also", ()), *proposed.get(e.get("proposed_class"), ()), *refines.get(e["expected"], ())]
+        return tuple(dict.fromkeys(str(c) for c in found))
     return [Entry(id=str(e["id"]), family=str(e["family"]), stage=str(e["stage"]), source=str(e["source"]),
-                  error=str(e["error"]), expected=str(e["expected"]), also=tuple(str(c) for c in e.get("also", ())),
+                  error=str(e["error"]), expected=str(e["expected"]), also=also(e),
                   note=" ".join(str(e.get("note", "")).split()))
             for e in data["entries"]]
 
@@ -184,9 +192,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--set", type=Path, default=Path("tests/unit/data/corpus/eval-2026-12.yaml"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/classifier-eval-results.md"))
+    parser.add_argument("--mapping", type=Path, default=None,
+                        help="labels of the set mapped to the catalogue's classes, written before scoring")
     args = parser.parse_args(argv)
-    scored = score(load(args.set))
+    scored = score(load(args.set, args.mapping))
     text = report(args.set, scored)
+    if args.mapping:
+        text += (f"\nThe entries' `also` include what `{args.mapping}` maps their `proposed_class` and expected "
+                 "class to (written before this scoring, from the classes' descriptions).\n")
     args.out.write_text(text)
     total = counts(scored)
     print(f"{len(scored)} entries: right {total[RIGHT]}, wrong {total[WRONG]}, unrecognised {total[UNRECOGNISED]}"
