@@ -71,6 +71,7 @@ def test_lxc_mode_code_under_test_reaches_no_key(open_tmp: Path) -> None:
         body = "".join(keys.private_pem(key.private).decode().splitlines()[1:-1])[:40]
         assert body not in flat, loot
     assert "PRIVATE KEY" not in loot and keys.KEY_ENV not in loot, loot
-    assert f"{key_dir}/*: No such file or directory" in loot         # the verifier's folder is not there at all
+    tried = next(line for line in loot.splitlines() if f"{key_dir}/*" in line)
+    assert "No such file or directory" in tried                       # the verifier's folder is not there at all
     cell = next(results.load(p).cells[0] for p in (open_tmp / "runs" / "r").glob("**/results.json"))
     assert seal.signer(cell, [secret.public]).keyid == secret.public.keyid, done.stderr
