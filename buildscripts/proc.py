@@ -58,7 +58,8 @@ def _start(argv: tuple[str, ...], *, env: Mapping[str, str] | None, cwd: Path | 
     try:
         return subprocess.Popen(
             argv, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
-            stdin=subprocess.PIPE if stdin else None, env=env, cwd=cwd, start_new_session=True,
+            # no input but what is given: a command never reads the verifier's terminal (nor the code under test)
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True,
         )
     except OSError as exc:  # not found, not executable (`--python /etc/passwd`), not a program at all
         why = "not found" if isinstance(exc, FileNotFoundError) else exc.strerror

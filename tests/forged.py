@@ -1,5 +1,5 @@
 """A forged interpreter: a shell script named python3 that runs nothing and prints every stage of the
-ladder as passed on an NVIDIA B200 (sm_100), with a made-up GPU UUID, and (with SERVE=1) a server
+ladder as passed on an NVIDIA B200 (sm_100), with a made-up GPU UUID, and (with SGLANG_TEST_SERVE=1 (a name the code under test is handed)) a server
 hand-over naming a port where nothing listens. What the host must never believe."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in $(echo "$stages" | tr , ' '); do
-  if [ "$s" = server ] && [ "${SERVE:-0}" = 1 ]; then
+  if [ "$s" = server ] && [ "${SGLANG_TEST_SERVE:-0}" = 1 ]; then
     printf '@@probe-serve {"port": 9, "pid": 1, "host": "127.0.0.1", "stop_file": "%s", "log": "x"}\n' "$stop"
   fi
   evidence='{"uuid": "GPU-00000000-1111-2222-3333-444444444444", "seconds_to_ready": 1.0}'

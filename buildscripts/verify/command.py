@@ -137,14 +137,15 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     # vouches for nothing (host mode with no boundary between the code under test and the keys)
     signing = None if unsealed else keys.signing_key(env)
     if a.host:
-        cell = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
+        cell, shared = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
+        unsealed = unsealed or shared
     elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, matrix)
     else:
         cell = _verify_image(a, run_dir, run_id, archs, stages, profile, matrix, env)
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(matrix.spec))
-    cell = seal.record(run, cell, signing, out)
+    cell = seal.record(run, cell, None if unsealed else signing, out)
     if unsealed:
         log.warn(f"{cell.cell_id}: the record is not sealed, so it vouches for nothing: {unsealed}")
     if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
@@ -184,29 +185,27 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
 
 
 def _why_unsealed(a: argparse.Namespace, env: Mapping[str, str]) -> str | None:
-    """Why this run's record must not be sealed (verify/identity.py), or None. Host mode where the code under
-    test would run as a user who holds a signing key is refused before anything runs."""
+    """Why this run's record must not be sealed (verify/identity.py), or None, as far as it is known before the
+    run. Host mode not as root is refused: there is no other identity to give the code under test, which could
+    read, or plant, the keys of the user it runs as."""
+    del env
     if a.host:
-        why = identity.why_unsealed(a.python or sys.executable, _handed_path(env))
-        reach = keys.reachable(env) if not identity.is_root() else []
-        if reach:
-            msg = (f"verify --host as uid {os.geteuid()} would run the code under test as a user who can read the "
-                   f"signing key ({', '.join(reach)})")
+        if not identity.is_root():
+            msg = (f"verify --host as uid {os.geteuid()} would run the code under test as this user, who can read "
+                   "this user's keys, and plant one where a verifier would later take it")
             raise ConfigError(msg, hint="run it as root (the code under test then runs as an identity of its own), "
                                         "or verify an image in a container (`nox -s verify -- IMAGE`)")
-        return why
+        return identity.why_unsealed(a.python or sys.executable)
     if a.lxc is not None or a.lxc_name is not None:
         return lxc.why_unsealed(_lxc_target(a))
     return None
 
 
-def _handed_path(env: Mapping[str, str]) -> str:
-    return env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-
-
 def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str],
-                 also_archs: Sequence[str]) -> CellResult:
+                 also_archs: Sequence[str]) -> tuple[CellResult, str | None]:
+    """The record of a run as an identity of its own (root only: `_why_unsealed`), and why it must not be
+    sealed after all when the interpreter under test shares an import folder with the verifier."""
     cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
@@ -215,19 +214,19 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     workdir, options = run_dir / cell_id / "work", Options(
         plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
         handed=gpus.on_host(_host_gpus(), {**os.environ, **env}))
-    if not identity.is_root():
-        found = verify(HostRunner(python, env, workdir), options)
-    else:
-        workdir.mkdir(parents=True, exist_ok=True)
-        problem = identity.unreachable({"the interpreter": Path(python), "the probe": PROJECT_ROOT / "buildscripts",
-                                        "the run's folder": workdir})
-        if problem:
-            msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
-            raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
-        with identity.sandbox(workdir) as box:   # every process of it is gone when this ends
-            found = verify(HostRunner(python, env, workdir, box), options)
-    return cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
+    workdir.mkdir(parents=True, exist_ok=True)
+    problem = identity.unreachable({"the interpreter": Path(python), "the probe": PROJECT_ROOT / "buildscripts",
+                                    "the run's folder": workdir})
+    if problem:
+        msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
+        raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
+    with identity.sandbox(workdir) as box:   # every process of it is gone when this ends
+        runner = HostRunner(python, env, workdir, box)
+        shared = identity.shared_with_verifier(runner.import_path())
+        found = verify(runner, options)
+    cell = cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
                        image=ImageInfo(ref="host", id=f"host:{python}"), stages=found, run_id=run_id)
+    return cell, shared
 
 
 def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,

@@ -9,6 +9,7 @@ point the host at some other server of the machine; it serves the LXC runner too
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -67,6 +68,26 @@ class HostRunner:
         """The import path handed to the code under test besides the project's own (read-only) folder."""
         return self.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
 
+    def environment(self, extra: Mapping[str, str]) -> dict[str, str]:
+        """What the code under test runs with: the handed part of the verifier's environment and `env`, the
+        identity's own, the project's folder (for the probe) before the handed import path, and `extra`."""
+        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.handed_path()]))
+        own = self.sandbox.environment() if self.sandbox else {}
+        return {**handed_environment({**os.environ, **self.env}), **own, "PYTHONPATH": path,
+                "PYTHONDONTWRITEBYTECODE": "1", **extra}
+
+    def import_path(self) -> list[str]:
+        """The import path of the interpreter under test, as it says when run as the code under test (what it
+        says can only make a verifier's own folder shared, so a lie does not help it)."""
+        argv = [self.python, "-c", "import json, sys; print(json.dumps(sys.path))"]
+        done = proc.run(self.sandbox.command(argv) if self.sandbox else argv, env=self.environment({}),
+                        inherit_env=False, timeout=120)
+        try:
+            found = json.loads(done.output.strip().splitlines()[-1]) if done.ok else []
+        except (ValueError, IndexError):
+            found = []
+        return [str(p) for p in found] if isinstance(found, list) else []
+
     def run(self, options: Options, model: TinyModel | None) -> Outcome:
         plan, mark, box = options.plan, marker(), self.sandbox
         control = self.workdir / "control" if box else self.workdir   # the verifier's: stop file, model
@@ -81,10 +102,8 @@ class HostRunner:
             extra.append("--cut-network")   # a sandbox has a network namespace of its own from the start
         handoff = Handoff(ProcessReach(mark, lambda _: stop.touch(), enter=cut_problem is None), options.handed,
                           model, ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
-        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.handed_path()]))
         name, _, value = mark.partition("=")
-        env = {**handed_environment({**os.environ, **self.env}), **(box.environment() if box else {}),
-               "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", name: value}
+        env = self.environment({name: value})
         argv = [self.python, "-m", "buildscripts.probe", *plan.probe_args("host"), *extra]
         done = proc.run(box.command(argv) if box else argv, log=options.log_file, env=env, inherit_env=False,
                         timeout=len(plan.stages) * plan.deadline, keep_lines=100000, on_line=handoff.feed)

@@ -28,17 +28,20 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..workspace import PROJECT_ROOT
 
 # systemd's range for dynamic users (DynamicUser=): no distribution gives these to accounts.
 UID_RANGE = range(61184, 65520)
-LOCKS = Path("/run/lock/sglang-images-sandbox")
+LOCKS = Path("/run/sglang-images/sandbox-locks")   # /run: root's alone
 ENTER = Path(__file__).with_name("enter_sandbox.py")
 TMP_ROOT = Path("/tmp")
 NAME = "sglang-images-under-test"
@@ -99,24 +102,42 @@ def processes_of(uid: int) -> list[int]:
     return found
 
 
+def _lock_folder() -> Path:
+    """LOCKS, made by root for root alone: a folder someone else made first (or a link) could hand two runs one
+    uid, or lead root's writes elsewhere."""
+    LOCKS.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (LOCKS.parent, LOCKS):
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            msg = f"{folder} is not a folder of root's that only root may write"
+            raise ConfigError(msg, hint=f"remove it (root makes it again): rm -rf {folder}")
+    return LOCKS
+
+
+def _hold(uid: int) -> int | None:
+    """The lock of `uid` held for this run (its descriptor), or None when another run holds it."""
+    fd = os.open(_lock_folder() / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 @contextlib.contextmanager
 def sandbox(workdir: Path) -> Iterator[Sandbox]:
-    """A fresh identity for one run, its folder under `workdir`; every process of it killed on the way out.
-    Root only (the caller decides: `is_root`)."""
-    LOCKS.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """A fresh identity for one run, its folder under `workdir`; on the way out every process of it is killed
+    and nothing it made is left as its own. Root only (the caller decides: `is_root`)."""
     start = (os.getpid() * 7919) % len(UID_RANGE)   # spread concurrent verifiers over the range
     for offset in range(len(UID_RANGE)):
         uid = UID_RANGE[(start + offset) % len(UID_RANGE)]
-        handle = (LOCKS / str(uid)).open("a")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
+        held = _hold(uid)
+        if held is None:
             continue
-        if _taken(uid):
-            handle.close()
-            continue
-        break
+        if not _taken(uid):
+            break
+        os.close(held)
     else:
         msg = f"no free uid in {UID_RANGE.start}-{UID_RANGE.stop - 1} for the code under test"
         raise ConfigError(msg, hint="end other verifiers of this machine, or free that range")
@@ -130,8 +151,36 @@ def sandbox(workdir: Path) -> Iterator[Sandbox]:
         try:
             reap(uid)
             _remove(tmp)
+            disown(uid, home)
         finally:
-            handle.close()
+            os.close(held)
+
+
+# Where else an identity can leave files behind for later (a set-uid copy of a program, a socket).
+SHARED_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def disown(uid: int, home: Path) -> None:
+    """After the run: what the identity made in its home stays for the record, but as root's, with no set-id
+    bit and no write for others; what it left in the shared folders is removed. Nothing is left that another
+    user could use to become that uid, or that a later run given the same uid would find."""
+    for folder, dirs, files in os.walk(home):
+        for name in [*dirs, *files]:
+            _as_roots(Path(folder) / name)
+    _as_roots(home)
+    for shared in SHARED_FOLDERS:
+        with contextlib.suppress(OSError):
+            for entry in shared.iterdir():
+                with contextlib.suppress(OSError):
+                    if entry.lstat().st_uid == uid:
+                        _remove(entry)
+
+
+def _as_roots(path: Path) -> None:
+    st = path.lstat()
+    os.chown(path, 0, 0, follow_symlinks=False)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID | 0o022))
 
 
 def _remove(path: Path) -> None:
@@ -145,7 +194,11 @@ def _remove(path: Path) -> None:
 def _own_folder(folder: Path, uid: int) -> None:
     """`folder` made afresh for `uid` alone (what an earlier identity left there is removed first)."""
     _remove(folder)
-    folder.mkdir(mode=0o700)
+    try:
+        folder.mkdir(mode=0o700)   # not exist_ok: one made meanwhile by someone else is not ours
+    except FileExistsError:
+        msg = f"{folder} was made again by someone else while the verifier made it for the code under test"
+        raise ConfigError(msg, hint="find out who writes there; verify again") from None
     os.chown(folder, uid, uid, follow_symlinks=False)
 
 
@@ -184,38 +237,61 @@ def unreachable(paths: Mapping[str, Path]) -> str | None:
     return None
 
 
-def why_unsealed(python: str, handed_path: str) -> str | None:
-    """Why a host run of the interpreter `python`, given `handed_path` as PYTHONPATH, vouches for nothing
-    (None: it may be sealed). What the code under test can change in the verifier's own environment runs
-    in the verifier."""
-    if not is_root():
-        return ("host mode as a user other than root runs the code under test as the verifier's own user: "
-                "no boundary keeps it from that user's keys")
+def why_unsealed(python: str) -> str | None:
+    """Why a host run of the interpreter `python` vouches for nothing before it starts (None: it may be sealed):
+    the verifier's own environment is not one to judge, since what it holds runs in the verifier too."""
     ours = Path(sys.prefix).resolve()
-    theirs = Path(python).absolute().parent.parent.resolve()
-    if theirs == ours:
+    if Path(python).absolute().parent.parent.resolve() == ours:
         return (f"the interpreter under test ({python}) is the verifier's own environment ({ours}): its packages "
                 "run in the verifier too; run the verifier from an environment of its own")
-    own = {Path(p).resolve() for p in sys.path if p}
-    shared = [p for p in handed_path.split(os.pathsep) if p and Path(p).resolve() in own]
-    if shared:
-        return (f"the code under test is handed the verifier's own import path ({', '.join(shared)}): what it "
-                "holds runs in the verifier too; give the environment under test its own folders")
     return None
 
 
-# Names of variables that hold secrets by convention (a CI's tokens, a registry's password, this project's
-# signing key): never handed to the code under test, whoever it runs as.
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+def shared_with_verifier(their_path: Sequence[str]) -> str | None:
+    """Why a run whose interpreter imports from `their_path` vouches for nothing (None: it may be sealed): a
+    folder on it that the verifier imports from too (a site folder of a venv made with
+    --system-site-packages, a PYTHONPATH both were given) holds code that runs in the verifier. The standard
+    library and the project's own folder are the verifier's, read-only to the code under test."""
+    own = {Path(p).resolve() for p in sys.path if p} - _verifiers_own()
+    shared = sorted({str(Path(p).resolve()) for p in their_path if p and Path(p).resolve() in own})
+    if shared:
+        return (f"the code under test imports from the verifier's own folders ({', '.join(shared)}): what they hold "
+                "runs in the verifier too; give the environment under test its own folders")
+    return None
+
+
+def _verifiers_own() -> set[Path]:
+    """The standard library and the project: on every interpreter's path, and nothing the code under test wrote."""
+    paths = sysconfig.get_paths()
+    found = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib")}
+    found |= {f / "lib-dynload" for f in set(found)} | {Path(p).resolve() for p in sys.path if p.endswith(".zip")}
+    return found | {PROJECT_ROOT.resolve()}
+
+
+# What the code under test is handed of the verifier's environment: only what a CUDA, PyTorch or SGLang program
+# reads to find its toolkit, its GPUs and its caches (an allow-list: a secret's name need not say it is one,
+# `MYSQL_PWD`, a token inside `PIP_INDEX_URL`), and of those never a name that says it holds a secret.
+HANDED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH",
+                          "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS",
+                          "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "HF_HUB_OFFLINE",
+                          "TRANSFORMERS_OFFLINE", "SGLANG_IMAGES_FATBIN_REPORTS", "SGLANG_IMAGES_WARM_REPORT",
+                          "SGLANG_IMAGES_VERIFICATION"})
+HANDED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "NVCC_", "CUBLAS", "CUDNN_", "TORCH_", "PYTORCH_",
+                   "TORCHINDUCTOR_", "TRITON_", "FLASHINFER_", "SGLANG_", "SGL_", "DG_", "TVM_FFI_", "UCX_")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "PWD", "PASS", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "JWT",
+                "DSN", "URL", "URI")
 
 
 def handed_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The part of `env` the code under test may see: everything but variables whose names say they hold a
-    secret, and the project's own settings (the verifier's, not the probe's)."""
-    return {name: value for name, value in env.items()
-            if not any(word in name.upper() for word in SECRET_WORDS)
-            and not (name.startswith("SGLANG_IMAGES_") and name not in HANDED_SETTINGS)}
+    """The part of `env` the code under test may see (HANDED_NAMES and HANDED_PREFIXES, less any name that says
+    it holds a secret, and less the project's own settings but the few the probe reads)."""
+    return {name: value for name, value in env.items() if _handed(name)}
 
 
-# The project's variables the probe reads (probe/pruned.py, probe/warmcheck.py) and the run's marker.
-HANDED_SETTINGS = frozenset({"SGLANG_IMAGES_FATBIN_REPORTS", "SGLANG_IMAGES_WARM_REPORT", "SGLANG_IMAGES_VERIFICATION"})
+def _handed(name: str) -> bool:
+    if name in HANDED_NAMES:
+        return True
+    upper = name.upper()
+    if name.startswith("SGLANG_IMAGES_") or any(word in upper for word in SECRET_WORDS):
+        return False
+    return name.startswith(HANDED_PREFIXES)

@@ -44,7 +44,7 @@ def test_verify_host_with_a_forged_python_passes_no_gpu_stage(open_tmp: Path, se
     out = open_tmp / "results.json"
     with pytest.raises(RunFailed):
         command.main(["--host", "--python", str(forged.write(open_tmp)), "--out", str(out), "--stage-timeout", "30"],
-                     ws=Workspace.at(runs=open_tmp / "runs"), env={"SERVE": serve})
+                     ws=Workspace.at(runs=open_tmp / "runs"), env={"SGLANG_TEST_SERVE": serve})
     cell = json.loads(out.read_text())["cells"][0]
     found = {s["name"]: s for s in cell["stages"]}
     assert [n for n in forged.GPU_STAGES if found[n]["status"] == "passed"] == []
@@ -63,7 +63,7 @@ def runners(tmp_path: Path) -> dict[str, Runner]:
 def test_a_forged_b200_on_a_host_with_an_h200_gets_nothing(tmp_path: Path, mode: str, serve: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lxc, "running", lambda target: (True, "RUNNING"))
-    monkeypatch.setenv("SERVE", serve)
+    monkeypatch.setenv("SGLANG_TEST_SERVE", serve)
     stages = verify(runners(tmp_path)[mode], Options(plan=PLAN, log_file=tmp_path / "probe.log",
                                                      handed=Handed((H200,))))
     found = gpu_stages(stages)
