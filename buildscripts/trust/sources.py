@@ -95,6 +95,9 @@ def sources(what: str, env: Mapping[str, str]) -> list[Source]:
             raise CannotCheck(msg, hint="check the name and tag (`skopeo list-tags docker://REPOSITORY`)")
         ref = f"{distribution.repository_of(what)}@{served.digest}"
         return _attached(ref, f"{what} (the registry serves {served.digest})", env, served)
+    except distribution.AmbiguousManifest as exc:
+        msg = f"{what} is not verified: {exc.message}"
+        raise NotVerified(msg, hint=exc.hint) from None
     except (RegistryError, ToolMissingError) as exc:
         msg = f"cannot check {what}: {exc.message}"
         raise CannotCheck(msg, hint=exc.hint) from None
