@@ -191,8 +191,8 @@ def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
     """The groups of manifests that must be verified, one group per image `what` leads to, and the platform
     asked. Of an index: every entry for `platform` (default: this machine's, as Docker pulls). Docker picks
     one of several that match (amd64 micro-architecture variants, an entry naming no platform) by its own
-    preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other manifest as it is (an archive's only when
-    its platform is the one asked)."""
+    preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other
+    manifest as it is (an archive's only when its platform is the one asked)."""
     asked = platform or machine_platform()
     groups: dict[str, Judged] = {}
     for source, judgement in judged:

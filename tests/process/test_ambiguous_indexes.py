@@ -106,7 +106,8 @@ def test_an_index_key_go_reads_case_insensitively_is_refused(registry: Registry)
     assert "Traceback" not in checked.stderr
 
 
-@pytest.mark.parametrize("platform", [{"os": "linux", "architecture": "x86_64"}, {"os": "Linux", "architecture": "amd64"},
+@pytest.mark.parametrize("platform", [{"os": "linux", "architecture": "x86_64"},
+                                      {"os": "Linux", "architecture": "amd64"},
                                       {"os": "linux", "architecture": "x86-64"}], ids=lambda p: "/".join(p.values()))
 def test_an_entry_spelled_as_docker_normalises_is_not_skipped(registry: Registry, platform: dict[str, str]) -> None:
     evil = {**registry.image("evil"), "platform": platform}
