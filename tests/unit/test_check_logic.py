@@ -265,6 +265,9 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
         evil = json.dumps(json.loads(other["index.json"])["manifests"])
         twice = text.replace('{"schemaVersion": 2,', '{"schemaVersion": 2, "manifests": ' + evil + ",", 1)
         return [(n, twice.encode() if n == "index.json" else b) for n, b in items], "each key once"
+    if kind == "index.json key in another case":   # Go fills `manifests` from "Manifests" too
+        text = good["index.json"].decode().replace('"manifests"', '"Manifests"', 1)
+        return [(n, text.encode() if n == "index.json" else b) for n, b in items], "differs only in case"
     if kind == "index.json in UTF-16":
         utf16 = good["index.json"].decode().encode("utf-16")
         return [(n, utf16 if n == "index.json" else b) for n, b in items], "strict UTF-8"
@@ -281,7 +284,7 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
 
 KINDS = ["second index.json", "./ spelled twice", "shadowed layer", "symlinked index.json", "hard-linked blob",
          "escaping path", "stray blob", "other file", "two manifests", "embedded data", "changed layer bytes",
-         "index.json key twice", "index.json in UTF-16", "size written 1.0"]
+         "index.json key twice", "index.json key in another case", "index.json in UTF-16", "size written 1.0"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
