@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import proc
+from . import proc, strictjson
 from .errors import ConfigError, RegistryError
 from .refs import REFERENCE, repository_problem
 
@@ -137,6 +137,10 @@ def failure(action: str, ref: str, detail: str) -> RegistryError:
 
 
 # ---------------------------------------------------------------- manifests
+
+
+class AmbiguousManifest(RegistryError):
+    """A manifest Go's readers (skopeo, Docker) and Python could read as different images (strictjson)."""
 
 
 @dataclass(frozen=True)
@@ -254,11 +258,11 @@ def lookup(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Mani
     if out is None:
         return None
     try:
-        data = json.loads(out)
-    except ValueError:
-        raise failure(READ, ref, "the registry served something that is not a JSON manifest") from None
-    if not isinstance(data, dict):
-        raise failure(READ, ref, "the registry served something that is not a manifest")
+        data = strictjson.loads_object(out)
+    except strictjson.Ambiguous as exc:
+        msg = f"the registry serves an ambiguous manifest for {ref} ({exc})"
+        raise AmbiguousManifest(msg, hint="readers of images would disagree which image it is: push it again "
+                                          "with a tool that writes plain JSON, and verify that") from None
     digest = "sha256:" + hashlib.sha256(out).hexdigest()
     wanted = by_digest(ref)
     if wanted and wanted[1] != digest:  # skopeo checks this too: a second look costs nothing

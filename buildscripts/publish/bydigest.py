@@ -68,6 +68,7 @@ class Promotion:
     free_tags: list[str]              # the arch-free ones (empty when withheld)
     withheld: str | None = None       # why the arch-free tags were withheld
     moves: dict[str, str | None] = field(default_factory=dict)   # tag -> digest it serves now (None: absent)
+    tag_archs: dict[str, str] = field(default_factory=dict)      # per-arch tag -> its arch, as tags spell it
 
     @property
     def tags(self) -> list[str]:
@@ -134,7 +135,8 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: 
     return Promotion(cell_id, str(first.record.image.repository), str(first.record.image.digest), list(evidence),
                      arch_tags=_names(tags.named(cfg, axes, verified, every_arch=False)),
                      free_tags=[] if withheld else _names(tags.named(cfg, axes, [], every_arch=True)),
-                     withheld=withheld)
+                     withheld=withheld,
+                     tag_archs={t: a for a in verified for t in _names(tags.named(cfg, axes, [a], every_arch=False))})
 
 
 def _names(refs: Sequence[str]) -> list[str]:
@@ -178,7 +180,8 @@ def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Se
         found = distribution.lookup(ref, env, log=log_file)
         current = found.digest if found else None
         if current and current != promotion.digest and not repair:
-            why = _not_vouched(f"{dest}@{current}", keys, env, log_file=log_file)
+            why = _not_vouched(f"{dest}@{current}", keys, env, promotion.cell_id, promotion.tag_archs.get(tag),
+                               log_file=log_file)
             if why:
                 msg = (f"{promotion.cell_id}: {ref} serves {current}, which {why}: someone other than a promotion "
                        "moved it; nothing was moved back")
@@ -188,17 +191,23 @@ def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Se
         promotion.moves[tag] = current
 
 
-def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], *,
+def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], cell_id: str, arch: str | None, *,
                  log_file: Path | None) -> str | None:
-    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified, or None when one does. A
-    verdict names the platform manifest that ran: for an index, its platforms' verdicts are read."""
+    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified as cell `cell_id` (on `arch`'s
+    family, for a per-arch tag), or None when one does: another cell's verified image, or this one's verified
+    on another arch only, is no earlier promotion of this tag. A verdict names the platform manifest that ran:
+    for an index, its platforms' verdicts are read."""
     repository, digest = verdicts.split_digest_ref(ref)
     top = distribution.lookup(ref, env, log=log_file)
     digests = top.children() if top is not None and top.is_index else [digest]
     findings = [f for d in digests for f in verdicts.judge(
-        cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys).archs]
-    if any(finding.verified for finding in findings):
+        cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys, [arch] if arch else ()).archs]
+    if any(f.verified and all(v.cell == cell_id for v in f.verdicts) for f in findings):
         return None
+    if any(f.verified for f in findings):
+        named = sorted({f"{v.cell or 'no cell (an older verifier)'} on {f.arch}" for f in findings if f.verified
+                        for v in f.verdicts})
+        return f"carries passing verdicts for {', '.join(named)}, none for {cell_id}" + (f" on {arch}" if arch else "")
     return "carries no verdict of a trusted key" if not findings else \
         "carries no passing verdict of a trusted key (" + "; ".join(f.detail for f in findings) + ")"
 

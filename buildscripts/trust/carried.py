@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import distribution, log
+from .. import distribution, log, strictjson
 from ..errors import CannotCheck, NotVerified
 from . import cosign, ociarchive, verdicts
 from .keys import PublicKey
@@ -100,7 +100,7 @@ def read(archive: Path) -> Tested:
         if sidecar(archive).exists() and not sidecar(archive).is_file():   # a pipe would block the read
             msg = f"{sidecar(archive).name} is not a file"
             raise OSError(msg)
-        record = json.loads(sidecar(archive).read_text(encoding="utf-8"))
+        record = strictjson.loads(sidecar(archive).read_text(encoding="utf-8"))
     except FileNotFoundError:
         msg = f"{archive} carries no signed verdict: {sidecar(archive).name} is not beside it"
         raise NotVerified(msg, hint=f"copy {sidecar(archive).name} with the archive (export writes it for an "

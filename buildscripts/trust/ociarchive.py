@@ -23,7 +23,6 @@ verdict for that digest speaks of it.
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import re
 import tarfile
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .. import strictjson
 from ..errors import CannotCheck, NotVerified
 
 BLOCK = 512
@@ -171,31 +171,14 @@ def _read(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> _Memb
     return _Member(member.type, size, digest.hexdigest(), bytes(kept) if size <= KEEP else None)
 
 
-def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object with each key once: parsers disagree which of two values counts (first, last, error)."""
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        msg = "a key appears twice in one object"
-        raise ValueError(msg)
-    return found
-
-
-def _no_constant(name: str) -> Any:
-    msg = f"{name} is not JSON"
-    raise ValueError(msg)
-
-
 def _json(archive: Path, member: _Member | None, what: str) -> dict[str, Any]:
-    """`member` as a JSON object, read as strictly as Go reads it: UTF-8 only, no NaN or Infinity, no key twice
-    (Python would take UTF-16, NaN and the last of two keys where another reader fails or takes the first)."""
+    """`member` as a JSON object, read as strictly as any image reader could read it (strictjson): Python
+    would take NaN, the last of two keys and a key in another case where another reader fails or takes another."""
     try:
-        text = member.data.decode("utf-8") if member is not None and member.data is not None else "null"
-        found = json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constant)
-    except ValueError:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        found = None
-    if not isinstance(found, dict):
-        raise refused(archive, f"{what} is not a JSON object (strict UTF-8 JSON, each key once)")
-    return found
+        return strictjson.loads_object(member.data if member is not None and member.data is not None else b"null")
+    except strictjson.Ambiguous as exc:
+        raise refused(archive, f"{what} is not a JSON object every reader reads alike (strict UTF-8 "
+                                f"JSON, each key once, no key in another case: {exc})") from None
 
 
 def _blob(archive: Path, members: Mapping[str, _Member], descriptor: Any, what: str) -> _Member:

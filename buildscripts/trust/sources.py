@@ -32,7 +32,12 @@ SOURCE_LINE = re.compile(rf"{SOURCE_KEY}:\s*(\S+)")
 
 
 PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?")
-MACHINES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+# Spellings of architectures that Docker and containerd take for another (containerd's platforms.Normalize).
+ARCHITECTURES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64", "i386": "386", "i686": "386",
+                 "armhf": "arm", "armel": "arm"}
+ARM_VARIANTS = {"armhf": "v7", "armel": "v6"}
+DEFAULT_VARIANTS = {("amd64", "v1"): "", ("arm64", ""): "v8", ("arm64", "8"): "v8", ("arm64", "v8.0"): "v8",
+                    ("arm", ""): "v7", ("arm", "5"): "v5", ("arm", "6"): "v6", ("arm", "7"): "v7", ("arm", "8"): "v8"}
 ANY_PLATFORM = "any platform (the index entry names none)"
 
 
@@ -47,29 +52,56 @@ class Source:
     index: str | None = None      # the index that listed it, when it was reached through one
 
 
+Judged = list[tuple[Source, verdicts.Judgement]]
+
+
 def machine_platform() -> str:
     """This machine's platform as an index names it (`linux/amd64`): what Docker would pull here."""
     machine = host_platform.machine().lower()
-    return f"linux/{MACHINES.get(machine, machine)}"
+    return f"linux/{ARCHITECTURES.get(machine, machine)}"
 
 
 def platform_problem(value: str) -> str | None:
     return None if PLATFORM.fullmatch(value) else f"{value!r} is not OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64"
 
 
+def normalised(platform: str) -> str:
+    """`platform` as Docker and containerd read it (`Linux/x86_64` is linux/amd64, `linux/aarch64` is
+    linux/arm64/v8): an index entry spelled otherwise is still the one they pull for that platform."""
+    if platform == ANY_PLATFORM:
+        return platform
+    os, architecture, variant = [*platform.lower().split("/", 2), "", ""][:3]
+    variant = ARM_VARIANTS.get(architecture, variant)
+    architecture = ARCHITECTURES.get(architecture, architecture)
+    variant = DEFAULT_VARIANTS.get((architecture, variant), variant)
+    return "/".join(part for part in (os, architecture, variant) if part)
+
+
 def matches(found: str | None, asked: str) -> bool:
-    """`found` is a platform Docker takes for `asked` (an arm64 entry without variant is v8; an index entry
-    that names no platform may be taken for any)."""
+    """`found` is a platform Docker takes for `asked`, both read as Docker reads them (`normalised`: an arm64
+    entry without variant is v8); an index entry that names no platform may be taken for any."""
     if found is None:
         return False
     if found == ANY_PLATFORM:
         return True
-    f, a = found.split("/"), asked.split("/")
+    f, a = normalised(found).split("/"), normalised(asked).split("/")
     if f[:2] != a[:2]:
         return False
-    if len(a) < 3:
-        return True
-    return (f[2] if len(f) > 2 else ("v8" if f[1] == "arm64" else "")) == a[2]
+    return len(asked.split("/")) < 3 or f[2:] == a[2:]
+
+
+def ambiguous(judged: Judged) -> str | None:
+    """Why an index `judged` came from is ambiguous: two of its entries are one platform to Docker (which
+    one a loader takes then depends on its own rules); None when none is."""
+    seen: dict[tuple[str, str], str] = {}
+    for source, _ in judged:
+        if source.index is not None and source.platform is not None:
+            key = (source.index, normalised(source.platform))
+            if key in seen:
+                return (f"the index {source.index} lists two entries for {key[1]} (as {seen[key]} and "
+                        f"{source.platform}): which one a loader takes depends on its rules")
+            seen[key] = source.platform
+    return None
 
 
 def sources(what: str, env: Mapping[str, str]) -> list[Source]:
@@ -95,6 +127,9 @@ def sources(what: str, env: Mapping[str, str]) -> list[Source]:
             raise CannotCheck(msg, hint="check the name and tag (`skopeo list-tags docker://REPOSITORY`)")
         ref = f"{distribution.repository_of(what)}@{served.digest}"
         return _attached(ref, f"{what} (the registry serves {served.digest})", env, served)
+    except distribution.AmbiguousManifest as exc:
+        msg = f"{what} is not verified: {exc.message}"
+        raise NotVerified(msg, hint=exc.hint) from None
     except (RegistryError, ToolMissingError) as exc:
         msg = f"cannot check {what}: {exc.message}"
         raise CannotCheck(msg, hint=exc.hint) from None
@@ -144,9 +179,6 @@ def _local_digests(what: str) -> list[str] | None:
     return [str(d) for d in image.attrs.get("RepoDigests") or []]
 
 
-Judged = list[tuple[Source, verdicts.Judgement]]
-
-
 def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = ()) -> Judged:
     """Every manifest `what` leads to, judged by its verdicts (`summary` says which one must be verified)."""
     if not trusted:
@@ -158,9 +190,9 @@ def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs
 def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
     """The groups of manifests that must be verified, one group per image `what` leads to, and the platform
     asked. Of an index: every entry for `platform` (default: this machine's, as Docker pulls). Docker picks
-    one of several that match (an `arm64` and an `arm64/v8` entry, amd64 micro-architecture variants) by its
-    own preferences, so each of them must be verified. Any other manifest as it is (an archive's only when
-    its platform is the one asked)."""
+    one of several that match (amd64 micro-architecture variants, an entry naming no platform) by its own
+    preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other
+    manifest as it is (an archive's only when its platform is the one asked)."""
     asked = platform or machine_platform()
     groups: dict[str, Judged] = {}
     for source, judgement in judged:
@@ -182,6 +214,9 @@ def summary(what: str, judged: Judged, platform: str | None = None) -> tuple[boo
     """(verified, one line saying so and why) for what `check` found, for `platform` (see `choose`)."""
     if not judged:
         return False, f"{what}: no manifest to check"
+    why = ambiguous(judged)
+    if why:
+        return False, f"{what} is not verified: {why}"
     groups, asked = choose(judged, platform)
     for group in groups:
         if all(judgement.verified for _, judgement in group):

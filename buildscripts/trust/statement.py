@@ -7,7 +7,9 @@ run's URL. Three fields of this project's own beside the predicate's:
 - `arch`: the GPU arch the GPU tests ran on (the same as every `STAGE@ARCH` of a GPU test names);
 - `signedAt`: when the verifier signed, ISO-8601 in UTC (`2026-12-01T21:05:09Z`): the newest verdict per
   digest and arch decides (verdicts.py);
-- `imageIndex`: when the verifier was handed an index, its digest (informative: the subject is what ran).
+- `imageIndex`: when the verifier was handed an index, its digest (informative: the subject is what ran);
+- `cell` and `axes`: the matrix cell the image was judged as, and its coordinates: promotion takes a verdict
+  as an earlier promotion of a cell's tag only when it names that cell (publish/bydigest.py).
 The subject is the **platform manifest** that ran, in the registry it was verified from: for an index, the
 manifest of the verifier's platform, never the index (an index's other platforms did not run).
 """
@@ -51,7 +53,7 @@ def statement(cell: CellResult, arch: str, *, subject: str, digest: str, configu
         "configuration": [{"name": name, "digest": {"sha256": sha.removeprefix("sha256:")}}
                           for name, sha in sorted(configuration.items())],
         "passedTests": names["passed"], "warnedTests": names["warned"], "failedTests": names["failed"],
-        "arch": arch, "signedAt": signed_at,
+        "arch": arch, "signedAt": signed_at, "cell": cell.cell_id, "axes": dict(sorted(cell.axes.items())),
     }
     if url:
         predicate["url"] = url

@@ -55,6 +55,8 @@ class SignedVerdict:
     url: str | None
     signed_at: datetime | None = None  # when the verifier signed it (None: an older verifier's, undated)
     index: str | None = None           # the index the verified platform manifest was chosen from
+    cell: str | None = None            # the cell id it was judged as (None: an older verifier's, naming none)
+    axes: tuple[tuple[str, str], ...] = ()   # that cell's coordinates, as signed
 
     def why_not(self) -> str | None:
         """Why this verdict does not show its arch verified (None: it does)."""
@@ -197,13 +199,15 @@ def open_verdict(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "t
         gpu_archs = {named} if gpu_archs <= {named} else set()
     digests = tuple(f"sha256:{s['digest']['sha256']}" for s in subjects
                     if isinstance(s.get("digest"), dict) and isinstance(s["digest"].get("sha256"), str))
-    index = predicate.get("imageIndex")
+    index, cell, axes = predicate.get("imageIndex"), predicate.get("cell"), predicate.get("axes")
     return SignedVerdict(
         arch=next(iter(gpu_archs)) if len(gpu_archs) == 1 else None, result=str(predicate.get("result")),
         digests=digests, subjects=tuple(str(s.get("name", "")) for s in subjects),
         passed=tests["passedTests"], warned=tests["warnedTests"], failed=tests["failedTests"], signer=signer,
         url=predicate.get("url") if isinstance(predicate.get("url"), str) else None,
-        signed_at=parse_time(predicate.get("signedAt")), index=index if isinstance(index, str) else None)
+        signed_at=parse_time(predicate.get("signedAt")), index=index if isinstance(index, str) else None,
+        cell=cell if isinstance(cell, str) else None,
+        axes=tuple(sorted((str(k), str(v)) for k, v in axes.items())) if isinstance(axes, dict) else ())
 
 
 def read_envelope(path: Path) -> Any:

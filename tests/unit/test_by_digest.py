@@ -160,6 +160,8 @@ def test_each_arch_earns_its_tag_and_both_together_the_arch_free_tag(tmp_path: P
     assert isinstance(both, bydigest.Promotion)
     assert both.tags == ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
                          "0.5.16-torch2.11.0-cu130-pip"]   # the arch-free tag last
+    assert both.tag_archs == {"0.5.16-torch2.11.0-cu130-pip-verified-sm100": "sm100",
+                              "0.5.16-torch2.11.0-cu130-pip-verified-sm120": "sm120"}
 
 
 def test_a_failure_on_one_arch_keeps_the_arch_free_tag_back(tmp_path: Path) -> None:

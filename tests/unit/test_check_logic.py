@@ -129,15 +129,45 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
     verified, line = sources.summary("r:t", both, "linux/s390x")
     assert not verified and "has no manifest for linux/s390x (its platforms: linux/amd64, linux/arm64/v8)" in line
     # Docker picks one of several entries that match by its own preferences: each must be verified
+    assert not sources.summary("r:t", judged(("linux/amd64", True), ("linux/amd64/v3", False)), "linux/amd64")[0]
     two = judged(("linux/arm64", False), ("linux/arm64/v8", True))
     for asked in ("linux/arm64", "linux/arm64/v8"):
         verified, line = sources.summary("r:t", two, asked)
-        assert not verified and "(linux/arm64)" in line
-    assert sources.summary("r:t", judged(("linux/arm64", True), ("linux/arm64/v8", True)), "linux/arm64")[0]
+        assert not verified and "lists two entries for linux/arm64/v8" in line
+    # two entries one platform to Docker are ambiguous, verified or not: which one a loader takes is its own rule
+    verified, line = sources.summary("r:t", judged(("linux/arm64", True), ("linux/arm64/v8", True)), "linux/arm64")
+    assert not verified and "lists two entries for linux/arm64/v8 (as linux/arm64 and linux/arm64/v8)" in line
     # an entry that names no platform is one an engine may take for any: it must be verified too
     assert not sources.summary("r:t", judged(("linux/amd64", True), (sources.ANY_PLATFORM, False)), "linux/amd64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
     assert sources.platform_problem("linux") and not sources.platform_problem("linux/arm64/v8")
+
+
+@pytest.mark.parametrize(("spelled", "docker"), [
+    ("linux/amd64", "linux/amd64"), ("linux/x86_64", "linux/amd64"), ("Linux/AMD64", "linux/amd64"),
+    ("linux/x86-64", "linux/amd64"), ("linux/amd64/v1", "linux/amd64"), ("linux/amd64/v3", "linux/amd64/v3"),
+    ("linux/aarch64", "linux/arm64/v8"), ("linux/arm64", "linux/arm64/v8"), ("linux/arm64/8", "linux/arm64/v8"),
+    ("linux/armhf", "linux/arm/v7"), ("linux/armel", "linux/arm/v6"), ("linux/arm", "linux/arm/v7"),
+    ("linux/arm/6", "linux/arm/v6"), ("linux/i386", "linux/386"), ("linux/i686", "linux/386"),
+    ("linux/s390x", "linux/s390x"),
+])
+def test_platforms_are_read_as_docker_reads_them(spelled: str, docker: str) -> None:
+    assert sources.normalised(spelled) == docker
+
+
+@pytest.mark.parametrize("spelling", ["linux/x86_64", "Linux/amd64", "linux/x86-64", "LINUX/X86_64"])
+def test_an_entry_docker_takes_for_the_platform_asked_is_not_skipped(spelling: str) -> None:
+    """An unverified entry spelled otherwise, before the verified one, is the one Docker pulls."""
+    verified, line = sources.summary("r:t", judged((spelling, False), ("linux/amd64", True)), "linux/amd64")
+    assert not verified and f"lists two entries for linux/amd64 (as {spelling} and linux/amd64)" in line
+    assert sources.matches(spelling, "linux/amd64") and sources.matches("linux/aarch64", "linux/arm64/v8")
+    assert not sources.matches(spelling, "linux/arm64")
+
+
+def test_one_entry_spelled_otherwise_is_checked_as_its_platform() -> None:
+    assert sources.summary("r:t", judged(("linux/x86_64", True), ("linux/aarch64", False)), "linux/amd64")[0]
+    verified, line = sources.summary("r:t", judged(("linux/x86_64", True), ("linux/aarch64", False)), "linux/arm64")
+    assert not verified and "(linux/aarch64)" in line
 
 
 # ---------------------------------------------------------------- archives, by hand
@@ -235,6 +265,9 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
         evil = json.dumps(json.loads(other["index.json"])["manifests"])
         twice = text.replace('{"schemaVersion": 2,', '{"schemaVersion": 2, "manifests": ' + evil + ",", 1)
         return [(n, twice.encode() if n == "index.json" else b) for n, b in items], "each key once"
+    if kind == "index.json key in another case":   # Go fills `manifests` from "Manifests" too
+        text = good["index.json"].decode().replace('"manifests"', '"Manifests"', 1)
+        return [(n, text.encode() if n == "index.json" else b) for n, b in items], "differs only in case"
     if kind == "index.json in UTF-16":
         utf16 = good["index.json"].decode().encode("utf-16")
         return [(n, utf16 if n == "index.json" else b) for n, b in items], "strict UTF-8"
@@ -251,7 +284,7 @@ def crafted(kind: str) -> tuple[list[tuple[str, bytes | tarfile.TarInfo]], str]:
 
 KINDS = ["second index.json", "./ spelled twice", "shadowed layer", "symlinked index.json", "hard-linked blob",
          "escaping path", "stray blob", "other file", "two manifests", "embedded data", "changed layer bytes",
-         "index.json key twice", "index.json in UTF-16", "size written 1.0"]
+         "index.json key twice", "index.json key in another case", "index.json in UTF-16", "size written 1.0"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
