@@ -1,6 +1,7 @@
 """A forged interpreter: a shell script named python3 that runs nothing and prints every stage of the
-ladder as passed on an NVIDIA B200 (sm_100), with a made-up GPU UUID, and (with SGLANG_TEST_SERVE=1 (a name the code under test is handed)) a server
-hand-over naming a port where nothing listens. What the host must never believe."""
+ladder as passed on an NVIDIA B200 (sm_100), with a made-up GPU UUID, and (with SGLANG_TEST_SERVE=1, a name the
+code under test is handed) a server hand-over naming a port where nothing listens. What the host must never
+believe."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import pytest
 
 from buildscripts import results
 from buildscripts.trust import keys, seal
+from buildscripts.verify import lxc
 from tests import needs
 from tests.lxc_container import unprivileged
 
@@ -75,3 +76,13 @@ def test_lxc_mode_code_under_test_reaches_no_key(open_tmp: Path) -> None:
     assert "No such file or directory" in tried                       # the verifier's folder is not there at all
     cell = next(results.load(p).cells[0] for p in (open_tmp / "runs" / "r").glob("**/results.json"))
     assert seal.signer(cell, [secret.public]).keyid == secret.public.keyid, done.stderr
+
+
+def test_a_container_whose_config_clears_its_id_map_is_privileged_and_not_sealed() -> None:
+    """An empty `lxc.idmap =` clears the lines before it (LXC's confile.c): the config names an idmap, the
+    container runs privileged. The running container's own id map decides."""
+    with unprivileged({}, ("lxc.net.0.flags = up", "lxc.idmap =")) as (name, _):
+        target = lxc.Target.named(name)
+        assert "privileged" in str(lxc.why_unsealed(target))
+    with unprivileged({}, ("lxc.net.0.flags = up",)) as (name, _):
+        assert lxc.why_unsealed(lxc.Target.named(name)) is None

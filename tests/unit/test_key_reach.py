@@ -98,20 +98,16 @@ def test_the_environment_handed_to_the_code_under_test_holds_no_secret() -> None
         "CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/l", "LC_ALL": "C.UTF-8"}
 
 
-@pytest.mark.parametrize(("config", "sealed_ok"), [
-    ("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\n", True),
-    ("lxc.idmap = u 0 0 65536\n", False),
-    ("lxc.rootfs.path = dir:/var/lib/lxc/ct/rootfs\n", False),
-    ("# lxc.idmap = u 0 100000 65536\n", False),
+@pytest.mark.parametrize(("id_map", "root_inside_is_root"), [
+    (["0 100000 65536"], False),
+    (["0 100000 1000", "1000 101000 64536"], False),
+    (["0 0 4294967295"], True),                      # a privileged container's
+    (["0 100000 1000", "1000 0 1"], True),           # its uid 1000 is this machine's root
+    ([], True), (["garbage"], True),                 # an id map that cannot be read proves nothing
 ])
-def test_only_an_unprivileged_container_is_a_boundary(tmp_path: Path, config: str, sealed_ok: bool) -> None:
-    target = lxc.Target.named("ct", lxc_path=tmp_path)
-    (tmp_path / "ct").mkdir()
-    (tmp_path / "ct" / "config").write_text(config)
-    why = lxc.why_unsealed(target)
-    assert (why is None) is sealed_ok, why
-    if not sealed_ok:
-        assert "privileged" in str(why)
+def test_only_a_container_whose_running_id_map_keeps_this_machines_root_out_is_a_boundary(
+        id_map: list[str], root_inside_is_root: bool) -> None:
+    assert lxc.maps_root(id_map) is root_inside_is_root
 
 
 def test_a_file_relabelled_with_this_matrix_is_refused(tmp_path: Path) -> None:
