@@ -4,7 +4,8 @@ Newest wins: per cell for the cell's own record (build, image, versions), per ce
 CPU stages, and per cell × stage × GPU arch for the GPU stages, so that two runners that verified
 the same cell on different GPUs (one on sm_100, one on sm_120) both stay in the row. A GPU stage
 that did not run on a GPU (skipped: no GPU there) is kept only while no GPU result of that stage
-exists: it says nothing about a GPU. "Newest" is the run's `finished` time (else `started`).
+exists: it says nothing about a GPU. "Newest" is the newest time the run's cell records carry (sealed with
+them), else the run's own `finished` (else `started`).
 
 Results of one build stay together: a newer record of another image under the same cell id drops
 the older stages, unless both name the same candidate tag, which is content-addressed (a hash of
@@ -27,7 +28,13 @@ StageKey = tuple[str, str]  # (stage name, GPU arch family or "" for a stage tha
 
 
 def when(run: RunResults) -> datetime:
-    stamp = run.finished or run.started
+    """When the run's records were made: the newest time its cell records carry (inside each record's seal),
+    else the run's own (outside every seal: a run re-dated by hand must not outrank a newer sealed record)."""
+    stamps = [cell.finished for cell in run.cells if cell.finished] or [run.finished or run.started]
+    return max(_parsed(stamp, run) for stamp in stamps)
+
+
+def _parsed(stamp: str, run: RunResults) -> datetime:
     try:
         when = datetime.fromisoformat(stamp)
     except ValueError:

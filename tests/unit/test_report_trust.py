@@ -201,3 +201,23 @@ def test_a_new_gpu_run_laid_out_as_documented_shows_verified_in_the_readme(tmp_p
     for cell_id in (host.cell_id, lxc.cell_id):
         line = next(line for line in text.splitlines() if line.startswith(f"- `{cell_id}`"))
         assert "✅ verified sm_100" in line, line
+
+
+def test_a_run_re_dated_by_hand_does_not_outrank_a_newer_sealed_record(tmp_path: Path) -> None:
+    """The run's time is outside every seal: an older sealed VERIFIED run whose `finished` was moved past a
+    newer sealed FAILED run of the same image must not bring the ✅ back. The records' own times decide."""
+    ws = workspace(tmp_path)
+    the_matrix = matrix.load(ws.matrix)
+    mine = keys.trusted(ws.root, dict(os.environ))
+    good = sealed(b200_record().model_copy(update={"finished": "2026-12-01T10:00:00+00:00"}), matrix_digest=DIGEST)
+    failing = [s.model_copy(update={"status": results.Status.FAILED}) if s.name == "server" else s
+               for s in b200_record().stages]
+    bad = sealed(finish(b200_record(), stages=failing).model_copy(update={"finished": "2026-12-01T12:00:00+00:00"}),
+                 matrix_digest=DIGEST)
+    older = RunResults(run_id="older", started="2026-12-01T09:00:00+00:00", finished="2026-12-02T00:00:00+00:00",
+                       matrix_digest=DIGEST, cells=[good])      # re-dated by hand past the newer run
+    newer = RunResults(run_id="newer", started="2026-12-01T11:00:00+00:00", finished="2026-12-01T12:00:00+00:00",
+                       matrix_digest=DIGEST, cells=[bad])
+    shown = weigh.weigh_runs([older, newer], the_matrix, mine)
+    cell = next(c for c in shown.run.cells if c.cell_id == PIP)
+    assert cell.verdict is not Verdict.VERIFIED, cell.verdict_reason
