@@ -177,7 +177,7 @@ def ci_job(run_id: str, runner: str, finished: str, cells: dict[str, list[StageR
         cell = make_cell(kind)
         if gpu_stages is not None:
             cell = finish(cell, stages=cpu_passed() + gpu_stages)
-        made.append(sealed(cell, matrix_digest=matrix_digest))
+        made.append(sealed(cell.model_copy(update={"finished": finished}), matrix_digest=matrix_digest))
     return RunResults(run_id=run_id, started=finished, finished=finished, runner=runner, matrix="matrix.yaml",
                       matrix_digest=matrix_digest, cells=made)
 

@@ -28,9 +28,10 @@ StageKey = tuple[str, str]  # (stage name, GPU arch family or "" for a stage tha
 
 
 def when(run: RunResults) -> datetime:
-    """When the run's records were made: the newest time its cell records carry (inside each record's seal),
-    else the run's own (outside every seal: a run re-dated by hand must not outrank a newer sealed record)."""
-    stamps = [cell.finished for cell in run.cells if cell.finished] or [run.finished or run.started]
+    """When the run's records were made: the newest time its sealed cell records carry (inside their seals),
+    else the run's own (outside every seal: a run re-dated by hand must not outrank a newer sealed record; an
+    unsealed record's own time is worth no more than the run's)."""
+    stamps = [cell.finished for cell in run.cells if cell.finished and cell.seal] or [run.finished or run.started]
     return max(_parsed(stamp, run) for stamp in stamps)
 
 

@@ -210,12 +210,3 @@ def trusted(root: Path, env: Mapping[str, str], extra: Sequence[Path] = ()) -> l
         unique.setdefault(key.keyid, key)
     return list(unique.values())
 
-
-def reachable(env: Mapping[str, str]) -> list[str]:
-    """The signing keys this process's user can reach (the CI secret in its environment, a key file, this
-    machine's key): what code run as this user could read too."""
-    found = [f"${name}" for name in (KEY_ENV, KEY_FILE_ENV) if env.get(name) or os.environ.get(name)]
-    local = key_dir(env) / LOCAL_KEY
-    if os.path.lexists(local) and os.access(local, os.R_OK):
-        found.append(str(local))
-    return found

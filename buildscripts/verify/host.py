@@ -26,6 +26,9 @@ from .runner import VERIFY_ENV, Options, Outcome
 from .tinymodel import TinyModel
 
 
+IMPORT_PATH_S = 20   # an interpreter says its import path in well under a second; one that stalls only waits this
+
+
 def marker() -> str:
     """NAME=VALUE that this verification's probe (and the server it starts) carry in their environment."""
     return f"{VERIFY_ENV}={uuid.uuid4().hex}"
@@ -81,7 +84,7 @@ class HostRunner:
         says can only make a verifier's own folder shared, so a lie does not help it)."""
         argv = [self.python, "-c", "import json, sys; print(json.dumps(sys.path))"]
         done = proc.run(self.sandbox.command(argv) if self.sandbox else argv, env=self.environment({}),
-                        inherit_env=False, timeout=120)
+                        inherit_env=False, timeout=IMPORT_PATH_S)
         try:
             found = json.loads(done.output.strip().splitlines()[-1]) if done.ok else []
         except (ValueError, IndexError):

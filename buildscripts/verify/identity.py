@@ -11,12 +11,13 @@ processes behind for later. So:
   for the run, with no supplementary groups and no new privileges (a setuid program does not raise it), in a
   network namespace of its own with only loopback up (no route out; NCCL and the server use loopback), its
   HOME a folder of its own. It cannot read root's files, /proc/PID/environ or memory, nor signal or trace the
-  verifier. When the probe has ended, every process of that uid is killed (`reap`) before anything is sealed.
-- **Not as root** there is no other identity to give: the run goes ahead only while no signing key is within
-  that user's reach (trust/keys.reachable), and its record is saved unsealed.
+  verifier. When the probe has ended, every process of that uid is killed (`reap`) before anything is sealed,
+  and nothing it made is left as its own (`disown`).
+- **Not as root** there is no other identity to give, and host mode is refused (verify/command.py): the code
+  under test could read this user's keys, or plant one where a verifier would later take it.
 - **The verifier's own environment is never the one under test**: code importable by the verifier runs in it
   (a `.pth` file or a sitecustomize runs at every start), so a run whose interpreter is the verifier's own,
-  or that hands the code under test the verifier's own import path, is saved unsealed, with the reason.
+  or that imports from a folder the verifier imports from, is saved unsealed, with the reason.
 """
 
 from __future__ import annotations

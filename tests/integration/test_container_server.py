@@ -61,7 +61,7 @@ def test_the_host_observes_the_server_in_the_container(client: docker.DockerClie
                      stage_timeout=60)
     stages = {s.name: s for s in ladder.verify_image(
         client, stand_in_image, plan, log_file=tmp_path / "probe.log", run_id=run_id, handed=Handed((H200,)),
-        options={"environment": {"FAKE_OUTPUT_IDS": json.dumps(ids)}, **network}, cut_problem=cut_problem)}
+        options={"environment": {"SGLANG_TEST_OUTPUT_IDS": json.dumps(ids)}, **network}, cut_problem=cut_problem)}
     assert container.leftovers(client, run_id) == []
     visible = stages["gpu-visible"]
     assert visible.status is Status.PASSED and visible.where == "container: NVIDIA H200 (sm_90)"

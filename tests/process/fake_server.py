@@ -5,7 +5,7 @@ MODE: slow (listens after SECONDS, then 200), crash (prints a traceback, exits 1
 hang (accepts connections, never answers), flaky (503 for the first 3 requests, then 200),
 die-later (answers 503, then exits 3 after SECONDS), forks (like slow, plus a child process that
 would outlive a careless stop), sglang (SGLang's API: ready after 1 s, /generate answers the token
-ids of FAKE_OUTPUT_IDS (a JSON list), /v1/models and /v1/chat/completions answer as SGLang does).
+ids of SGLANG_TEST_OUTPUT_IDS (a JSON list), /v1/models and /v1/chat/completions answer as SGLang does).
 SECONDS is 2 unless given: the tests pass less, so that they wait no longer than the behaviour needs.
 """
 
@@ -41,7 +41,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if self.path == "/generate":
-            ids = json.loads(os.environ.get("FAKE_OUTPUT_IDS", "[]"))
+            ids = json.loads(os.environ.get("SGLANG_TEST_OUTPUT_IDS", "[]"))
             meta = {"prompt_tokens": len(asked.get("input_ids", [])), "e2e_latency": 0.01}
             self.answer(200, json.dumps({"text": "x", "output_ids": ids, "meta_info": meta}).encode())
         elif self.path == "/v1/chat/completions":

@@ -43,7 +43,7 @@ def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch)
     made = model()
     monkeypatch.setattr(tinymodel, "make", lambda model="llama": made)   # this model's tokens, known to the stand-in
     env = {"PYTHONPATH": str(STAND_IN), "PATH": f"{STAND_IN / 'bin'}{os.pathsep}{os.environ['PATH']}",
-           "FAKE_OUTPUT_IDS": json.dumps(answer)}
+           "SGLANG_TEST_OUTPUT_IDS": json.dumps(answer)}
     stages = verify(HostRunner(sys.executable, env, tmp_path / "work"),
                     Options(plan=PLAN, log_file=tmp_path / "probe.log", handed=Handed((H200,))))
     return {s.name: s for s in stages}

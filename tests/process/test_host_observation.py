@@ -59,7 +59,7 @@ def fake(tmp_path: Path) -> Iterator[object]:
         port = server.free_port()
         argv = [sys.executable, FAKE, mode, str(port)]
         found = subprocess.Popen([sys.executable, NETCUT, "--", *argv] if cut else argv, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.STDOUT, env={**os.environ, "FAKE_OUTPUT_IDS": json.dumps(ids),
+                                 stderr=subprocess.STDOUT, env={**os.environ, "SGLANG_TEST_OUTPUT_IDS": json.dumps(ids),
                                                                 "HV_MARK": "this-run"})
         started.append(found)
         return port, found

@@ -65,15 +65,6 @@ def test_a_configured_key_file_readable_by_others_is_refused(tmp_path: Path) -> 
         keys.signing_key({keys.KEY_FILE_ENV: str(path)})
 
 
-def test_reachable_names_every_key_this_user_could_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(keys.KEY_ENV, raising=False)
-    monkeypatch.delenv(keys.KEY_FILE_ENV, raising=False)
-    assert keys.reachable({keys.KEY_DIR_ENV: str(tmp_path)}) == []
-    planted(tmp_path)
-    assert keys.reachable({keys.KEY_DIR_ENV: str(tmp_path), keys.KEY_ENV: "x"}) == \
-        [f"${keys.KEY_ENV}", str(tmp_path / keys.LOCAL_KEY)]
-
-
 def host_args(python: str = "/usr/bin/python3") -> argparse.Namespace:
     return argparse.Namespace(host=True, python=python, lxc=None, lxc_name=None, lxc_path=None)
 

@@ -1,4 +1,4 @@
-"""A stand-in for `python -m sglang.launch_server`: SGLang's HTTP API on CPU, answering FAKE_OUTPUT_IDS."""
+"""A stand-in for `python -m sglang.launch_server`: SGLang's HTTP API on CPU, answering SGLANG_TEST_OUTPUT_IDS."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ model = Path(args.model_path)
 for name in ("config.json", "model.safetensors", "tokenizer.json"):
     if not (model / name).is_file():
         sys.exit(f"no {name} in {model}")
-OUTPUT = json.loads(os.environ.get("FAKE_OUTPUT_IDS", "[]"))
+OUTPUT = json.loads(os.environ.get("SGLANG_TEST_OUTPUT_IDS", "[]"))
 print("loading weights", flush=True)
 time.sleep(1)
 READY_AT = time.monotonic() + 1.0
