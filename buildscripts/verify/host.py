@@ -25,7 +25,6 @@ from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
 from .tinymodel import TinyModel
 
-
 IMPORT_PATH_S = 20   # an interpreter says its import path in well under a second; one that stalls only waits this
 
 
