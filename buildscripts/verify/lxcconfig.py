@@ -73,6 +73,13 @@ class LxcConfig:
     def values(self, key: str) -> list[str]:
         return [v for k, v in self.lines if k == key]
 
+    def listed(self, key: str) -> list[str]:
+        """The values of a list key as LXC ends up with them: an empty value clears what came before it
+        (`lxc.idmap =` empties the map, and the container then runs privileged)."""
+        found = self.values(key)
+        cleared = max((i for i, v in enumerate(found) if not v.strip()), default=-1)
+        return found[cleared + 1:]
+
     def first(self, key: str) -> str | None:
         found = self.values(key)
         return found[-1] if found else None    # LXC keeps the last value of a single-valued key
@@ -80,10 +87,11 @@ class LxcConfig:
     @property
     def idmap(self) -> IdMap | None:
         """The container's idmap; None when it has none (privileged: its root is the host's root)."""
-        ranges = tuple(r for v in self.values("lxc.idmap") if (r := _range(v)))
+        ranges = tuple(r for v in self.listed("lxc.idmap") if (r := _range(v)))
         if ranges:
             return IdMap(ranges)
-        if self.tool == "pct" and self.first("unprivileged") == "1":
+        cleared = len(self.listed("lxc.idmap")) < len(self.values("lxc.idmap"))
+        if self.tool == "pct" and self.first("unprivileged") == "1" and not cleared:
             return IdMap(PVE_DEFAULT)
         return None
 
@@ -141,7 +149,7 @@ def load(path: Path, tool: str, read: Read = read_file) -> LxcConfig | None:
 def mount_entries(config: LxcConfig) -> Sequence[tuple[str, str, str]]:
     """(source, target, options) of each lxc.mount.entry."""
     found = []
-    for value in config.values("lxc.mount.entry"):
+    for value in config.listed("lxc.mount.entry"):
         parts = value.split()
         if len(parts) >= 4:
             found.append((parts[0], parts[1], parts[3]))
