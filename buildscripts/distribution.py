@@ -15,6 +15,8 @@ Every read of a registry (skopeo's and cosign's) has one deadline, `deadline(env
 SGLANG_IMAGES_REGISTRY_TIMEOUT says more; a registry that takes connections and never answers is named
 (`no_answer`) instead of waiting for the tools' own minutes. Copies, which move gigabytes, keep their own
 limit: every copy here follows a read of the same registry, which a registry that does not answer fails first.
+The engine's pull (`verify REPO@sha256:…`) has no limit on its size, only on silence: it fails when the engine
+reports no progress for the deadline.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import queue
 import re
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,18 +329,64 @@ def check_repository(repository: str, flag: str) -> str:
 # ---------------------------------------------------------------- the engine
 
 
-def pull(client: docker.DockerClient, ref: str) -> str:
-    """Pull `ref` (`repo:tag` or `repo@sha256:...`) into the engine and return the local image id."""
+def pull(client: docker.DockerClient, ref: str, stall_s: float = DEADLINE_S) -> str:
+    """Pull `ref` (`repo:tag` or `repo@sha256:...`) into the engine and return the local image id.
+
+    The engine reports progress as it goes (waiting, downloading, extracting, every few hundred ms while bytes
+    move): a pull that reports nothing for `stall_s` fails, naming the registry, as every other read of a
+    registry does. A pull's size has no limit; a registry that stops sending has."""
     import docker.errors
+    import requests.exceptions
 
     pinned = by_digest(ref)
+    if pinned:
+        repository, tag = pinned
+    else:
+        name, sep, tag = ref.rpartition(":")
+        repository, tag = (name, tag) if sep and "/" not in tag else (ref, "latest")
     try:
-        if pinned:
-            image = client.images.pull(pinned[0], tag=pinned[1])
-        else:
-            repository, sep, tag = ref.rpartition(":")
-            repo, tag = (repository, tag) if sep and "/" not in tag else (ref, "latest")
-            image = client.images.pull(repo, tag=tag)
+        stream = client.api.pull(repository, tag=tag, stream=True, decode=True)
+        error = _watch(stream, stall_s)
+    except docker.errors.APIError as exc:
+        raise failure(PULL, ref, str(exc.explanation or exc)) from None
+    except requests.exceptions.RequestException as exc:   # the engine's connection broke mid-pull
+        raise failure(PULL, ref, f"the engine's answer broke off: {exc}") from None
+    except TimeoutError:
+        raise no_answer(PULL, ref, stall_s) from None
+    if error:
+        raise failure(PULL, ref, error)
+    try:
+        image = client.images.get(f"{repository}@{tag}" if pinned else f"{repository}:{tag}")
     except docker.errors.APIError as exc:
         raise failure(PULL, ref, str(exc.explanation or exc)) from None
     return str(image.id)
+
+
+def _watch(stream: Any, stall_s: float) -> str | None:
+    """Drain the engine's progress messages of a pull; the error it ended with, if any. TimeoutError when
+    no message came for `stall_s`: the stalled read is left to its thread, and the engine cancels the pull
+    when this process ends and the connection closes."""
+    messages: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
+
+    def drain() -> None:
+        try:
+            for message in stream:
+                messages.put(message)
+        except BaseException as exc:   # handed to the caller's thread, raised there
+            messages.put(exc)
+        messages.put(None)
+
+    threading.Thread(target=drain, name="pull-progress", daemon=True).start()
+    error = None
+    while True:
+        try:
+            message = messages.get(timeout=stall_s)
+        except queue.Empty:
+            raise TimeoutError from None
+        if message is None:
+            return error
+        if isinstance(message, BaseException):
+            raise message
+        if isinstance(message, dict) and message.get("error"):
+            error = str(message.get("error"))
+
