@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import proc, strictjson
+from . import platforms, proc, strictjson
 from .errors import ConfigError, RegistryError
 from .refs import REFERENCE, repository_problem
 
@@ -169,12 +169,18 @@ class Manifest:
         return str(config.get("digest")) if isinstance(config, dict) and config.get("digest") else None
 
     def platform(self, os: str, architecture: str) -> str | None:
-        """The digest of this index's manifest for `os`/`architecture` (None: not an index, or none there)."""
-        for entry in self.data.get("manifests") or []:
-            wanted = entry.get("platform") or {}
-            if wanted.get("os") == os and wanted.get("architecture") == architecture:
-                return str(entry.get("digest"))
-        return None
+        """The digest of this index's manifest for `os`/`architecture` as the engine picks it (platforms.py:
+        `x86_64` is amd64); None: not an index, or none there. AmbiguousManifest when two entries are that
+        platform, since which one an engine pulls then depends on its own rules."""
+        asked = f"{os}/{architecture}"
+        entries = [e for e in self.data.get("manifests") or [] if isinstance(e, dict)]
+        named = [(platforms.of_entry(e), str(e.get("digest"))) for e in entries]
+        found = {digest for platform, digest in named if platform and platforms.matches(platform, asked)}
+        if len(found) > 1:
+            msg = (f"{self.ref} is an index with {len(found)} manifests for {asked} ({', '.join(sorted(found))}): "
+                   "which one an engine pulls depends on its own rules")
+            raise AmbiguousManifest(msg, hint="the index is not one this project wrote; do not use it")
+        return found.pop() if found else None
 
     def children(self) -> list[str]:
         return [str(e.get("digest")) for e in self.data.get("manifests") or [] if e.get("digest")]

@@ -13,7 +13,6 @@ Registry verdicts come from cosign's attachments of REPO@DIGEST; an archive's tr
 
 from __future__ import annotations
 
-import platform as host_platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .. import distribution, engine
+from .. import distribution, engine, platforms
 from ..errors import CannotCheck, ConfigError, EngineError, NotVerified, RegistryError, ToolMissingError
 from . import carried, cosign, verdicts
 from .keys import PublicKey
@@ -31,13 +30,6 @@ SOURCE_KEY = "sglang-images-source"   # in a container's config: the image it wa
 SOURCE_LINE = re.compile(rf"{SOURCE_KEY}:\s*(\S+)")
 
 
-PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?")
-# Spellings of architectures that Docker and containerd take for another (containerd's platforms.Normalize).
-ARCHITECTURES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64", "i386": "386", "i686": "386",
-                 "armhf": "arm", "armel": "arm"}
-ARM_VARIANTS = {"armhf": "v7", "armel": "v6"}
-DEFAULT_VARIANTS = {("amd64", "v1"): "", ("arm64", ""): "v8", ("arm64", "8"): "v8", ("arm64", "v8.0"): "v8",
-                    ("arm", ""): "v7", ("arm", "5"): "v5", ("arm", "6"): "v6", ("arm", "7"): "v7", ("arm", "8"): "v8"}
 ANY_PLATFORM = "any platform (the index entry names none)"
 
 
@@ -55,39 +47,17 @@ class Source:
 Judged = list[tuple[Source, verdicts.Judgement]]
 
 
-def machine_platform() -> str:
-    """This machine's platform as an index names it (`linux/amd64`): what Docker would pull here."""
-    machine = host_platform.machine().lower()
-    return f"linux/{ARCHITECTURES.get(machine, machine)}"
-
-
-def platform_problem(value: str) -> str | None:
-    return None if PLATFORM.fullmatch(value) else f"{value!r} is not OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64"
-
-
 def normalised(platform: str) -> str:
-    """`platform` as Docker and containerd read it (`Linux/x86_64` is linux/amd64, `linux/aarch64` is
-    linux/arm64/v8): an index entry spelled otherwise is still the one they pull for that platform."""
-    if platform == ANY_PLATFORM:
-        return platform
-    os, architecture, variant = [*platform.lower().split("/", 2), "", ""][:3]
-    variant = ARM_VARIANTS.get(architecture, variant)
-    architecture = ARCHITECTURES.get(architecture, architecture)
-    variant = DEFAULT_VARIANTS.get((architecture, variant), variant)
-    return "/".join(part for part in (os, architecture, variant) if part)
+    """`platform` as Docker and containerd read it (platforms.py); an entry that names none stays as it is."""
+    return platform if platform == ANY_PLATFORM else platforms.normalised(platform)
 
 
 def matches(found: str | None, asked: str) -> bool:
-    """`found` is a platform Docker takes for `asked`, both read as Docker reads them (`normalised`: an arm64
-    entry without variant is v8); an index entry that names no platform may be taken for any."""
+    """`found` is a platform Docker takes for `asked` (platforms.py); an index entry that names no platform may
+    be taken for any."""
     if found is None:
         return False
-    if found == ANY_PLATFORM:
-        return True
-    f, a = normalised(found).split("/"), normalised(asked).split("/")
-    if f[:2] != a[:2]:
-        return False
-    return len(asked.split("/")) < 3 or f[2:] == a[2:]
+    return found == ANY_PLATFORM or platforms.matches(found, asked)
 
 
 def ambiguous(judged: Judged) -> str | None:
@@ -149,8 +119,7 @@ def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Ma
             continue   # an attestation manifest (buildx): no engine pulls it to run
         # An entry that names no os or architecture is one an engine may take for any platform (containerd
         # then reads its config): it is checked as matching every platform.
-        name = "/".join(str(wanted[k]) for k in ("os", "architecture", "variant") if wanted.get(k)) \
-            if wanted.get("os") and wanted.get("architecture") else ANY_PLATFORM
+        name = (platforms.of_entry(entry) if isinstance(entry, dict) else None) or ANY_PLATFORM
         child = str(entry.get("digest") if isinstance(entry, dict) else None)
         found.append(Source(f"{shown} -> {name} {child}", child, tuple(cosign.download(f"{repository}@{child}", env)),
                             name, digest))
@@ -193,7 +162,7 @@ def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
     one of several that match (amd64 micro-architecture variants, an entry naming no platform) by its own
     preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other
     manifest as it is (an archive's only when its platform is the one asked)."""
-    asked = platform or machine_platform()
+    asked = platform or platforms.machine()
     groups: dict[str, Judged] = {}
     for source, judgement in judged:
         if source.index is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
+from buildscripts import distribution, platforms
 from buildscripts.errors import CannotCheck, ConfigError, NotVerified
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
 from buildscripts.trust import carried, dsse, keys, ociarchive, policy, sources, statement, verdicts
@@ -140,7 +140,7 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
     # an entry that names no platform is one an engine may take for any: it must be verified too
     assert not sources.summary("r:t", judged(("linux/amd64", True), (sources.ANY_PLATFORM, False)), "linux/amd64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
-    assert sources.platform_problem("linux") and not sources.platform_problem("linux/arm64/v8")
+    assert platforms.problem("linux") and not platforms.problem("linux/arm64/v8")
 
 
 @pytest.mark.parametrize(("spelled", "docker"), [
