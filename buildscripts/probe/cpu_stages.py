@@ -165,6 +165,8 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
     lacking: List[str] = []
     off_target: Dict[str, List[str]] = {}
+    at_start: Dict[str, List[str]] = {}
+    runs: Dict[str, Dict[str, str]] = {a: {} for a in archs}
     rewritten = pruned.libraries()
     for lib in LIBRARIES:
         spec = util.find_spec(lib)
@@ -189,14 +191,27 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         if not entries:
             ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
             ev["libraries"][lib]["per_arch"] = {a: "jit" for a in archs}
+            for arch in archs:
+                runs[arch][lib] = "no compiled GPU code (JIT-compiled when used)"
             continue
-        missing = [a for a, c in cover.items() if c["status"] == "missing"]
-        lacking += [f"{lib} has no code for {a}" for a in missing if a in ctx.archs]
-        for arch in missing:
-            if arch not in ctx.archs:
-                off_target.setdefault(arch, []).append(lib)
+        # What each GPU would run, by CUDA's rules: not the arch's name in the file (sm_121 runs sm_120 SASS).
+        what = {a: fatbin.what_runs(entries, a) for a in archs}
+        ev["libraries"][lib]["runs"] = {a: {"code": r.code, "uses": r.uses} for a, r in what.items()}
+        for arch, run in what.items():
+            runs[arch][lib] = run.says()
+            if run.code == fatbin.PTX_JIT:
+                at_start.setdefault(arch, []).append(f"{lib} ({run.uses})")
+            elif run.code == fatbin.NOTHING and arch in ctx.archs:
+                lacking.append(f"{lib} has no code for {arch}{_carried(run, arch)}")
+            elif run.code == fatbin.NOTHING:
+                off_target.setdefault(arch, []).append(f"{lib}{_carried(run, arch)}")
+    ev["runs"] = runs
+    ev["summary"] = [_run_line(arch, runs[arch], arch in ctx.archs) for arch in archs]
     # What a GPU the image is not built for would lack, and what the build took away from it: said, never failing.
-    said = [f"{arch} is not a target arch; no code for it in {', '.join(libs)}" for arch, libs in off_target.items()]
+    said = [f"{arch} is not a target arch; no code it can run in {', '.join(libs)}"
+            for arch, libs in off_target.items()]
+    said += [f"{arch} would JIT-compile PTX at start (slow first start) in {', '.join(libs)}; it has no SASS that "
+             "runs there" for arch, libs in at_start.items()]
     for arch in ctx.also_archs:
         removed = _pruned_for(arch, rewritten)
         if removed:
@@ -221,6 +236,26 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev
+
+
+def _carried(run: fatbin.Runs, arch: str) -> str:
+    """What a library carries that `arch` cannot run, e.g. ` (it has sm_90a, sm_120a; `a` code runs on its own
+    arch alone)`."""
+    if not run.present:
+        return ""
+    number = fatbin.parse_arch(arch)[0]
+    specific = [n for n in run.present if n.endswith("a") and fatbin.parse_arch(n)[0] // 10 == number // 10]
+    why = f"; {', '.join(specific)} is arch-specific and runs on its own arch alone" if specific else ""
+    return f" (it has {', '.join(run.present)}{why})"
+
+
+def _run_line(arch: str, runs: Dict[str, str], target: bool) -> str:
+    """One arch, what it runs of each library: `sm_121a (audited): sm_120 SASS (older minor) in sgl_kernel, torch`."""
+    by_code: Dict[str, List[str]] = {}
+    for lib, says in runs.items():
+        by_code.setdefault(says, []).append(lib)
+    said = "; ".join(f"{says} in {', '.join(libs)}" for says, libs in by_code.items()) or "no library with GPU code"
+    return f"{arch} ({'target' if target else 'audited, not a target'}): {said}"
 
 
 def _pruned_for(arch: str, rewritten: Dict[str, Dict[str, Any]]) -> List[str]:
