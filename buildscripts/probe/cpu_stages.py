@@ -98,7 +98,8 @@ def _import_one(name: str, deadline: cudatools.Deadline) -> Dict[str, Any]:
     error = cudatools.error_line(out)
     if not _gpu_present() and NEEDS_DRIVER.search(out) and not OTHER_LOAD_ERROR.search(out):
         return {"status": core.SKIPPED, "summary": f"skipped: needs a GPU ({error})", "log": out}
-    return {"status": core.FAILED, "summary": f"failed: {error}", "log": out}
+    other = cudatools.other_majors(out)   # libcudart.so.12 asked for where the image has CUDA 13: say so
+    return {"status": core.FAILED, "summary": f"failed: {error}" + (f" ({other})" if other else ""), "log": out}
 
 
 @core.stage("import")

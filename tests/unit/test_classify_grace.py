@@ -6,8 +6,12 @@ nearby texts that must not be taken for these classes."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from buildscripts.probe import core, cpu_stages, cudatools
 from buildscripts.verify import classify
 
 
@@ -62,3 +66,29 @@ def test_gb10_without_code_is_told_what_it_runs() -> None:
 ])
 def test_nearby_failures_are_not_taken_for_these_classes(text: str, not_this: str) -> None:
     assert classify.classify(text).id != not_this
+
+
+def test_the_import_stage_names_the_other_major_the_image_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel library asking for libcudart.so.12 in an image of CUDA 13: the probe's reason says which major the
+    image has (site-packages/nvidia/cu13/lib), and that is what names the class on this project's own ladder."""
+    cu13 = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    cu13.mkdir(parents=True)
+    (cu13 / "libcudart.so.13").write_bytes(b"")
+    (cu13 / "libnvrtc.so.13").write_bytes(b"")
+    log = ("Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n"
+           "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory")
+    assert cudatools.other_majors(log, [str(tmp_path / "site")]) == (
+        f"the image has libcudart.so.13 ({cu13}): another CUDA major than libcudart.so.12")
+    assert cudatools.other_majors(log.replace(".so.12", ".so.13"), [str(tmp_path / "site")]) is None
+    assert cudatools.other_majors("ImportError: libfoo.so.1: cannot open shared object file", []) is None
+
+    monkeypatch.setattr(cudatools, "library_dirs", lambda roots=None: [str(cu13)])
+    monkeypatch.setattr("buildscripts.probe.cpu_stages.util.find_spec", lambda name: object())
+    monkeypatch.setattr(core, "python_snippet", lambda code, timeout: subprocess.CompletedProcess([], 1, stdout=log))
+    monkeypatch.setattr(cpu_stages, "_gpu_present", lambda: True)
+    found = cpu_stages._import_one("sgl_kernel", cudatools.Deadline(60))
+    assert found["status"] == core.FAILED
+    assert found["summary"].endswith("(the image has libcudart.so.13 (" + str(cu13) + "): another CUDA major than "
+                                     "libcudart.so.12)")
+    match = classify.classify(f"sgl_kernel: {found['summary'][len('failed: '):]}\n{log}", "import")
+    assert (match.id, match.captured["present"]) == ("cuda-soname-other-major", "libcudart.so.13")
