@@ -240,18 +240,21 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
 
 
 def _carried(run: fatbin.Runs, arch: str) -> str:
-    """What a library carries that `arch` cannot run, e.g. ` (it has sm_90a, sm_120a; `a` code runs on its own
-    arch alone)`."""
+    """What a library carries that `arch` cannot run, e.g. ` (it has sm_90a, sm_120a; sm_120a is arch-specific and
+    runs on its own arch alone)` for sm_121a."""
     if not run.present:
         return ""
     number = fatbin.parse_arch(arch)[0]
     specific = [n for n in run.present if n.endswith("a") and fatbin.parse_arch(n)[0] // 10 == number // 10]
-    why = f"; {', '.join(specific)} is arch-specific and runs on its own arch alone" if specific else ""
+    said = "is arch-specific and runs on its own arch" if len(specific) == 1 else \
+        "are arch-specific and run on their own arch"
+    why = f"; {', '.join(specific)} {said} alone" if specific else ""
     return f" (it has {', '.join(run.present)}{why})"
 
 
 def _run_line(arch: str, runs: Dict[str, str], target: bool) -> str:
-    """One arch, what it runs of each library: `sm_121a (audited): sm_120 SASS (older minor) in sgl_kernel, torch`."""
+    """One arch, what it runs of each library: `sm_121a (audited, not a target): sm_120 SASS (older minor) in
+    sgl_kernel, torch; nothing (has sm_120a) in flashinfer`."""
     by_code: Dict[str, List[str]] = {}
     for lib, says in runs.items():
         by_code.setdefault(says, []).append(lib)

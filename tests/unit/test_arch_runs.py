@@ -142,3 +142,11 @@ def test_the_record_and_the_html_report_say_what_each_arch_runs(kernels: Path) -
     page = html.render(vouched(RunResults(run_id="r", started="2026-12-02T01:00:00+00:00", cells=[seen])))
     assert "sm_121a (audited, not a target) runs" in page and "sm_120 SASS (older minor) in kernels" in page
     assert common.verdict_of(seen) == common.verdict_of(cell)   # no warning: nothing to add to the verdict's reason
+
+
+def test_arch_specific_ptx_of_the_older_minor_does_not_jit_to_gb10_either(kernels: Path) -> None:
+    result = audit(kernels, ["sm_121a"], [], entry(SASS, 120, 0x11 | ARCH_SPECIFIC),
+                   entry(PTX, 120, 0x11 | ARCH_SPECIFIC, ptx=(8, 7)))
+    assert result["status"] == core.FAILED
+    assert result["reason"] == ("kernels has no code for sm_121a (it has compute_120a, sm_120a; compute_120a, sm_120a "
+                                "are arch-specific and run on their own arch alone)")
