@@ -98,7 +98,8 @@ def _import_one(name: str, deadline: cudatools.Deadline) -> Dict[str, Any]:
     error = cudatools.error_line(out)
     if not _gpu_present() and NEEDS_DRIVER.search(out) and not OTHER_LOAD_ERROR.search(out):
         return {"status": core.SKIPPED, "summary": f"skipped: needs a GPU ({error})", "log": out}
-    return {"status": core.FAILED, "summary": f"failed: {error}", "log": out}
+    other = cudatools.other_majors(out)   # libcudart.so.12 asked for where the image has CUDA 13: say so
+    return {"status": core.FAILED, "summary": f"failed: {error}" + (f" ({other})" if other else ""), "log": out}
 
 
 @core.stage("import")
@@ -165,6 +166,8 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
     lacking: List[str] = []
     off_target: Dict[str, List[str]] = {}
+    at_start: Dict[str, List[str]] = {}
+    runs: Dict[str, Dict[str, str]] = {a: {} for a in archs}
     rewritten = pruned.libraries()
     for lib in LIBRARIES:
         spec = util.find_spec(lib)
@@ -189,14 +192,27 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
         if not entries:
             ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
             ev["libraries"][lib]["per_arch"] = {a: "jit" for a in archs}
+            for arch in archs:
+                runs[arch][lib] = "no compiled GPU code (JIT-compiled when used)"
             continue
-        missing = [a for a, c in cover.items() if c["status"] == "missing"]
-        lacking += [f"{lib} has no code for {a}" for a in missing if a in ctx.archs]
-        for arch in missing:
-            if arch not in ctx.archs:
-                off_target.setdefault(arch, []).append(lib)
+        # What each GPU would run, by CUDA's rules: not the arch's name in the file (sm_121 runs sm_120 SASS).
+        what = {a: fatbin.what_runs(entries, a) for a in archs}
+        ev["libraries"][lib]["runs"] = {a: {"code": r.code, "uses": r.uses} for a, r in what.items()}
+        for arch, run in what.items():
+            runs[arch][lib] = run.says()
+            if run.code == fatbin.PTX_JIT:
+                at_start.setdefault(arch, []).append(f"{lib} ({run.uses})")
+            elif run.code == fatbin.NOTHING and arch in ctx.archs:
+                lacking.append(f"{lib} has no code for {arch}{_carried(run, arch)}")
+            elif run.code == fatbin.NOTHING:
+                off_target.setdefault(arch, []).append(f"{lib}{_carried(run, arch)}")
+    ev["runs"] = runs
+    ev["summary"] = [_run_line(arch, runs[arch], arch in ctx.archs) for arch in archs]
     # What a GPU the image is not built for would lack, and what the build took away from it: said, never failing.
-    said = [f"{arch} is not a target arch; no code for it in {', '.join(libs)}" for arch, libs in off_target.items()]
+    said = [f"{arch} is not a target arch; no code it can run in {', '.join(libs)}"
+            for arch, libs in off_target.items()]
+    said += [f"{arch} would JIT-compile PTX at start (slow first start) in {', '.join(libs)}; it has no SASS that "
+             "runs there" for arch, libs in at_start.items()]
     for arch in ctx.also_archs:
         removed = _pruned_for(arch, rewritten)
         if removed:
@@ -221,6 +237,29 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     if lacking:
         raise core.StageFailed("; ".join(lacking), ev)
     return ev
+
+
+def _carried(run: fatbin.Runs, arch: str) -> str:
+    """What a library carries that `arch` cannot run, e.g. ` (it has sm_90a, sm_120a; sm_120a is arch-specific and
+    runs on its own arch alone)` for sm_121a."""
+    if not run.present:
+        return ""
+    number = fatbin.parse_arch(arch)[0]
+    specific = [n for n in run.present if n.endswith("a") and fatbin.parse_arch(n)[0] // 10 == number // 10]
+    said = "is arch-specific and runs on its own arch" if len(specific) == 1 else \
+        "are arch-specific and run on their own arch"
+    why = f"; {', '.join(specific)} {said} alone" if specific else ""
+    return f" (it has {', '.join(run.present)}{why})"
+
+
+def _run_line(arch: str, runs: Dict[str, str], target: bool) -> str:
+    """One arch, what it runs of each library: `sm_121a (audited, not a target): sm_120 SASS (older minor) in
+    sgl_kernel, torch; nothing (has sm_120a) in flashinfer`."""
+    by_code: Dict[str, List[str]] = {}
+    for lib, says in runs.items():
+        by_code.setdefault(says, []).append(lib)
+    said = "; ".join(f"{says} in {', '.join(libs)}" for says, libs in by_code.items()) or "no library with GPU code"
+    return f"{arch} ({'target' if target else 'audited, not a target'}): {said}"
 
 
 def _pruned_for(arch: str, rewritten: Dict[str, Dict[str, Any]]) -> List[str]:

@@ -19,6 +19,9 @@ RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
 CAUSE_LINE_RE = re.compile(r"fatal|cannot|not found|No such file|undefined|Unsupported|Assertion|Error:")
 ERROR_LINE_RE = re.compile(r"error|failed", re.I)
 BARE_EXCEPTION_RE = re.compile(r"^\w+(Error|Exception)$")
+# A CUDA library of one major that a loader could not open (libcudart.so.12 where the image has CUDA 13).
+CUDA_LIBRARIES = r"lib(?:cudart|nvrtc|cublas(?:Lt)?|cufft|curand|cusparse|cusolver|nvJitLink)"
+MISSING_SONAME_RE = re.compile(r"\b(" + CUDA_LIBRARIES + r")\.so\.(\d+): cannot open shared object file")
 
 
 class Deadline:
@@ -43,6 +46,39 @@ def find_cuda_home(env: Dict[str, str]) -> Tuple[Optional[str], str]:
     if os.path.exists("/usr/local/cuda"):
         return "/usr/local/cuda", "/usr/local/cuda exists"
     return None, "CUDA_HOME and CUDA_PATH unset, no nvcc on PATH, no /usr/local/cuda"
+
+
+def library_dirs(roots: Optional[Iterable[str]] = None) -> List[str]:
+    """Where CUDA runtime libraries live in an image: pip's site-packages/nvidia/*/lib (cu12 wheels one folder per
+    library, cu13 wheels nvidia/cu13/lib) under `roots` (sys.path), and, when `roots` is not given, the CUDA home's,
+    /usr/local/cuda*'s and the system's library folders."""
+    dirs = [d for entry in (sys.path if roots is None else roots)
+            for d in glob.glob(os.path.join(entry, "nvidia", "*", "lib"))]
+    if roots is None:
+        home, _ = find_cuda_home(dict(os.environ))
+        homes = ([home] if home else []) + glob.glob("/usr/local/cuda*")
+        dirs += [os.path.join(h, sub) for h in homes for sub in ("lib64", "lib")] + glob.glob("/usr/lib/*-linux-gnu")
+    return sorted({d for d in dirs if os.path.isdir(d)})
+
+
+def other_majors(log: str, roots: Optional[Iterable[str]] = None) -> Optional[str]:
+    """When `log` says a CUDA library of one major cannot be opened, the same library of another major that the
+    image has, e.g. `the image has libcudart.so.13 (/venv/.../nvidia/cu13/lib): another CUDA major than
+    libcudart.so.12`; None when the log says nothing of the kind or the image has no other major of it."""
+    missing = MISSING_SONAME_RE.search(log)
+    if missing is None:
+        return None
+    lib, major = missing.group(1), missing.group(2)
+    found: Dict[str, str] = {}
+    for folder in library_dirs(roots):
+        for path in sorted(glob.glob(os.path.join(folder, lib + ".so.*"))):
+            other = re.match(re.escape(lib) + r"\.so\.(\d+)", os.path.basename(path))
+            if other and other.group(1) != major:
+                found.setdefault(f"{lib}.so.{other.group(1)}", folder)
+    if not found:
+        return None
+    said = ", ".join(f"{name} ({folder})" for name, folder in sorted(found.items()))
+    return f"the image has {said}: another CUDA major than {lib}.so.{major}"
 
 
 def stray_nvccs() -> List[str]:

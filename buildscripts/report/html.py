@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..results import CellResult
-from ..results.notes import measured
+from ..results.notes import arch_code, measured
 from . import common, grid, html_marks, html_matrix, weigh
 from .common import Shown
 from .weigh import Weighed
@@ -118,6 +118,7 @@ def _detail(cell: CellResult, shown: Shown) -> str:
         ("expected", _expected(cell)),
         ("excluded", cell.excluded),
         ("GPU archs", "; ".join(grid.arch_provenance(cell, vouched=not shown.marks))),
+        *arch_code(cell),
         *measured(cell),
         ("run", " · ".join(p for p in (cell.run_id, cell.runner, cell.finished) if p)),
     ]

@@ -18,6 +18,20 @@ def warnings(cell: CellResult) -> list[tuple[str, str]]:
     return list(dict.fromkeys(found))
 
 
+def arch_code(cell: CellResult) -> list[tuple[str, str]]:
+    """(what an arch runs, of which library) as the arch audit found it, one row per target or audited arch:
+    ("sm_121a (target) runs", "sm_120 SASS (older minor) in sgl_kernel, torch; compute_90 PTX (JIT at start) in
+    flashinfer"). Empty for a record made before the audit said it."""
+    rows = []
+    for stage in (s for s in cell.stages if s.name == "arch-audit"):
+        lines = stage.evidence.get("summary")
+        for line in lines if isinstance(lines, list) else []:
+            if isinstance(line, str) and ": " in line:
+                arch, said = line.split(": ", 1)
+                rows.append((f"{arch} runs", said))
+    return list(dict.fromkeys(rows))
+
+
 def measured(cell: CellResult) -> list[tuple[str, str]]:
     """(what, value) the probe measured where it ran: /dev/shm (facts) and the GPU memory free when the GPU
     stages began (gpu-visible, per GPU arch)."""
