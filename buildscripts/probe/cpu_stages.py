@@ -21,7 +21,20 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, coupled, cudatools, extensions, fatbin, jitcompile, pruned, shm, sitesize, toolchain, warmcheck
+from . import (
+    core,
+    coupled,
+    cudatools,
+    extensions,
+    fatbin,
+    gpuruns,
+    jitcompile,
+    pruned,
+    shm,
+    sitesize,
+    toolchain,
+    warmcheck,
+)
 
 # module -> (distributions that provide it, required). Optional modules that are not installed
 # are reported as absent; an installed module that fails to import fails the stage.
@@ -196,15 +209,15 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
                 runs[arch][lib] = "no compiled GPU code (JIT-compiled when used)"
             continue
         # What each GPU would run, by CUDA's rules: not the arch's name in the file (sm_121 runs sm_120 SASS).
-        what = {a: fatbin.what_runs(entries, a) for a in archs}
+        what = {a: gpuruns.what_runs(entries, a) for a in archs}
         ev["libraries"][lib]["runs"] = {a: {"code": r.code, "uses": r.uses} for a, r in what.items()}
         for arch, run in what.items():
             runs[arch][lib] = run.says()
-            if run.code == fatbin.PTX_JIT:
+            if run.code == gpuruns.PTX_JIT:
                 at_start.setdefault(arch, []).append(f"{lib} ({run.uses})")
-            elif run.code == fatbin.NOTHING and arch in ctx.archs:
+            elif run.code == gpuruns.NOTHING and arch in ctx.archs:
                 lacking.append(f"{lib} has no code for {arch}{_carried(run, arch)}")
-            elif run.code == fatbin.NOTHING:
+            elif run.code == gpuruns.NOTHING:
                 off_target.setdefault(arch, []).append(f"{lib}{_carried(run, arch)}")
     ev["runs"] = runs
     ev["summary"] = [_run_line(arch, runs[arch], arch in ctx.archs) for arch in archs]
@@ -239,7 +252,7 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     return ev
 
 
-def _carried(run: fatbin.Runs, arch: str) -> str:
+def _carried(run: gpuruns.Runs, arch: str) -> str:
     """What a library carries that `arch` cannot run, e.g. ` (it has sm_90a, sm_120a; sm_120a is arch-specific and
     runs on its own arch alone)` for sm_121a."""
     if not run.present:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts.probe import core, cpu_stages, fatbin, pruned
+from buildscripts.probe import core, cpu_stages, fatbin, gpuruns, pruned
 from buildscripts.report import common, html
 from buildscripts.results import RunResults, notes
 from tests.results_factory import make_cell, vouched
@@ -25,19 +25,19 @@ def library(tmp_path: Path, *entries: bytes) -> Path:
     return path
 
 
-def runs(tmp_path: Path, target: str, *entries: bytes) -> fatbin.Runs:
-    return fatbin.what_runs(fatbin.read_file(str(library(tmp_path, *entries))), target)
+def runs(tmp_path: Path, target: str, *entries: bytes) -> gpuruns.Runs:
+    return gpuruns.what_runs(fatbin.read_file(str(library(tmp_path, *entries))), target)
 
 
 def test_gb10_runs_plain_sm_120_sass(tmp_path: Path) -> None:
     found = runs(tmp_path, "sm_121a", entry(SASS, 90, 0x11 | ARCH_SPECIFIC), entry(SASS, 120))
-    assert found == fatbin.Runs(fatbin.OLDER_MINOR, "sm_120", ("sm_90a", "sm_120"))
+    assert found == gpuruns.Runs(gpuruns.OLDER_MINOR, "sm_120", ("sm_90a", "sm_120"))
     assert found.says() == "sm_120 SASS (older minor)"
 
 
 def test_gb10_runs_no_arch_specific_sm_120a_code(tmp_path: Path) -> None:
     found = runs(tmp_path, "sm_121a", entry(SASS, 120, 0x11 | ARCH_SPECIFIC))
-    assert found.code == fatbin.NOTHING
+    assert found.code == gpuruns.NOTHING
     assert found.says() == "nothing (has sm_120a)"
 
 
@@ -47,19 +47,19 @@ def test_family_code_runs_on_the_newer_minor(tmp_path: Path) -> None:
 
 def test_only_older_ptx_is_jit_compiled_at_start(tmp_path: Path) -> None:
     found = runs(tmp_path, "sm_121a", entry(PTX, 80, ptx=(8, 0)), entry(PTX, 90, ptx=(8, 4)), entry(SASS, 90))
-    assert (found.code, found.uses) == (fatbin.PTX_JIT, "compute_90")
+    assert (found.code, found.uses) == (gpuruns.PTX_JIT, "compute_90")
     assert found.says() == "compute_90 PTX (JIT at start)"
 
 
 def test_b300_runs_sm_100_sass_and_prefers_its_own(tmp_path: Path) -> None:
     assert runs(tmp_path, "sm_103a", entry(SASS, 100)).says() == "sm_100 SASS (older minor)"
     own = runs(tmp_path, "sm_103a", entry(SASS, 100), entry(SASS, 103, 0x11 | ARCH_SPECIFIC), entry(PTX, 100))
-    assert (own.code, own.uses) == (fatbin.EXACT, "sm_103a")
-    assert runs(tmp_path, "sm_103a", entry(SASS, 100, 0x11 | ARCH_SPECIFIC)).code == fatbin.NOTHING
+    assert (own.code, own.uses) == (gpuruns.EXACT, "sm_103a")
+    assert runs(tmp_path, "sm_103a", entry(SASS, 100, 0x11 | ARCH_SPECIFIC)).code == gpuruns.NOTHING
 
 
 def test_sass_of_another_major_is_never_run(tmp_path: Path) -> None:
-    assert runs(tmp_path, "sm_120a", entry(SASS, 100), entry(SASS, 90)).code == fatbin.NOTHING
+    assert runs(tmp_path, "sm_120a", entry(SASS, 100), entry(SASS, 90)).code == gpuruns.NOTHING
 
 
 @pytest.fixture
