@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import docker
 import docker.errors
@@ -24,6 +25,7 @@ from docker.models.images import Image
 from .. import log, proc
 from ..errors import BaseBuildError, ConfigError, ToolMissingError
 from ..matrix.schema import Base
+from . import emulation
 
 BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
@@ -160,11 +162,17 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
     debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
     boot = base.debootstrap
     packages = ",".join((*BASE_PACKAGES, *boot.include))
-    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} (a few minutes, once)")
+    # Another CPU's base is bootstrapped the same way: its second stage runs the packages' own scripts, through
+    # QEMU user emulation (a few minutes more).
+    emulation.require(base.cpu)
+    emulated = " under emulation" if emulation.needed(base.cpu) else ""
+    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} for {base.cpu.oci}{emulated} "
+             "(a few minutes, once)")
     with tempfile.TemporaryDirectory(prefix="sglang-base-") as tmp:
         root = Path(tmp) / "rootfs"
         done = proc.run(
-            [debootstrap, f"--variant={boot.variant}", f"--include={packages}", boot.suite, str(root), mirror],
+            [debootstrap, f"--arch={base.cpu.debian}", f"--variant={boot.variant}", f"--include={packages}",
+             boot.suite, str(root), mirror],
             log=logs / "base" / f"{name}.log", timeout=1800,
         )
         if not done.ok:
@@ -180,11 +188,21 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
             image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
             changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
             changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            # The engine answers with its raw JSON status line: the id is read back from the image instead.
-            client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
+            _import(client, fh, tag=f"{name}-{digest}", changes=changes, platform=base.cpu.oci)
     image = client.images.get(ref)
     log.info(f"base {ref} = {image.id}")
     return BaseImage(ref, str(image.id), digest, built=True)
+
+
+def _import(client: docker.DockerClient, data: BinaryIO, *, tag: str, changes: list[str], platform: str) -> None:
+    """`docker import` of a rootfs tar as `platform`'s image (docker-py's import_image_from_data has no platform:
+    the engine would call an arm64 rootfs amd64). The engine answers with its raw JSON status line: the id is
+    read back from the image instead."""
+    api = client.api
+    params = {"fromSrc": "-", "repo": BASE_REPOSITORY, "tag": tag, "changes": changes, "platform": platform}
+    response = api._post(api._url("/images/create"), data=data, params=params,  # noqa: SLF001
+                         headers={"Content-Type": "application/tar"}, timeout=None)
+    api._raise_for_status(response)  # noqa: SLF001
 
 
 def _trim(root: Path) -> None:

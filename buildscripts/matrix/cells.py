@@ -36,6 +36,12 @@ class Cell:
         return f"sglang{self.sglang.version}-{self.lane.id}-{self.toolkit_name}-{self.base_name}"
 
     @property
+    def platform(self) -> str:
+        """The OCI platform of the cell's image (linux/amd64, linux/arm64): its base's CPU. The id shows it
+        through the base's name (an arm64 base is named so, e.g. bookworm-arm64)."""
+        return self.base.cpu.oci
+
+    @property
     def sglang_layer_id(self) -> str:
         """Cells differing only in toolkit share this layer (and its lockfile)."""
         return f"sglang{self.sglang.version}-{self.lane.id}-{self.base_name}"
@@ -92,9 +98,10 @@ def expand(spec: MatrixFile) -> Iterable[Cell]:
     for (base_name, base), lane, sgl, (tk_name, toolkit) in itertools.product(
         spec.bases.items(), spec.torch_lanes, spec.sglang, spec.toolkits.items()
     ):
+        targets = spec.targets(base.cpu.oci)   # each platform its own GPU targets
         cell = Cell(
             base_name=base_name, base=base, lane=lane, sglang=sgl,
-            toolkit_name=tk_name, toolkit=toolkit, archs=spec.archs, also_audit=spec.also_audit,
+            toolkit_name=tk_name, toolkit=toolkit, archs=targets.archs, also_audit=targets.also_audit,
         )
         reason = _excluded_because(cell, spec)
         expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)

@@ -79,7 +79,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
     plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
                      lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
                      stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name,
-                     also_archs=cell.also_audit if cell else matrix.spec.also_audit if matrix else ())
+                     also_archs=cell.also_audit if cell else matrix.spec.targets().also_audit if matrix else ())
     found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
                          cell_id=cell_id, options=options, handed=handed, cut_problem=cut_problem, keep=keep,
                          facts=local)
