@@ -200,9 +200,11 @@ def _import(client: docker.DockerClient, data: BinaryIO, *, tag: str, changes: l
     read back from the image instead."""
     api = client.api
     params = {"fromSrc": "-", "repo": BASE_REPOSITORY, "tag": tag, "changes": changes, "platform": platform}
-    response = api._post(api._url("/images/create"), data=data, params=params,  # noqa: SLF001
-                         headers={"Content-Type": "application/tar"}, timeout=None)
-    api._raise_for_status(response)  # noqa: SLF001
+    url = f"{api.base_url}/v{api.api_version}/images/create"
+    response = api.post(url, data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None)
+    if not response.ok:
+        msg = f"the engine refused to import the base as {platform}: {response.status_code} {response.text[:300]}"
+        raise BaseBuildError(msg, hint="an engine older than API 1.32 cannot import for another platform")
 
 
 def _trim(root: Path) -> None:
