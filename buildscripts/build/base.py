@@ -16,7 +16,6 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import docker
 import docker.errors
@@ -44,6 +43,7 @@ DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 # OWNER_LABEL=that name, so that it can remove exactly what it made and nothing of anyone else's.
 OWNER_ENV = "SGLANG_IMAGES_OWNER"
 OWNER_LABEL = "io.sglang-images.owner"
+BASE_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -179,32 +179,41 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
             msg = f"debootstrap of base {name!r} failed (exit {done.returncode})"
             raise BaseBuildError(msg, hint=f"see {logs / 'base' / (name + '.log')}\n{done.tail(15)}")
         _trim(root)
-        tar = proc.run(["tar", "-C", str(root), "-cf", str(Path(tmp) / "rootfs.tar"), "."],
-                       log=logs / "base" / f"{name}.log", timeout=600)
+        packed = Path(tmp) / "context" / "rootfs.tar"
+        packed.parent.mkdir()
+        tar = proc.run(["tar", "-C", str(root), "-cf", str(packed), "."], log=logs / "base" / f"{name}.log",
+                       timeout=600)
         if not tar.ok:
             msg = f"packing the base rootfs failed: {tar.tail(5)}"
             raise BaseBuildError(msg)
-        with (Path(tmp) / "rootfs.tar").open("rb") as fh:
-            image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
-            changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
-            changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            _import(client, fh, tag=f"{name}-{digest}", changes=changes, platform=base.cpu.oci)
+        image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
+        if emulation.needed(base.cpu):
+            _import_as(base.cpu.oci, packed, ref=ref, labels=image_labels, log=logs / "base" / f"{name}.log")
+        else:
+            with packed.open("rb") as fh:
+                changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
+                changes.append(f"ENV {BASE_ENV}")
+                # The engine answers with its raw JSON status line: the id is read back from the image instead.
+                client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}",
+                                                  changes=changes)
     image = client.images.get(ref)
     log.info(f"base {ref} = {image.id}")
     return BaseImage(ref, str(image.id), digest, built=True)
 
 
-def _import(client: docker.DockerClient, data: BinaryIO, *, tag: str, changes: list[str], platform: str) -> None:
-    """`docker import` of a rootfs tar as `platform`'s image (docker-py's import_image_from_data has no platform:
-    the engine would call an arm64 rootfs amd64). The engine answers with its raw JSON status line: the id is
-    read back from the image instead."""
-    api = client.api
-    params = {"fromSrc": "-", "repo": BASE_REPOSITORY, "tag": tag, "changes": changes, "platform": platform}
-    url = f"{api.base_url}/v{api.api_version}/images/create"
-    response = api.post(url, data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None)
-    if not response.ok:
-        msg = f"the engine refused to import the base as {platform}: {response.status_code} {response.text[:300]}"
-        raise BaseBuildError(msg, hint="an engine older than API 1.32 cannot import for another platform")
+def _import_as(platform: str, packed: Path, *, ref: str, labels: Mapping[str, str], log: Path) -> None:
+    """The rootfs tar as an image of another CPU's `platform`. `docker import` cannot say so: Docker 20.10 records
+    the engine's own CPU whatever `--platform` says (only the OS is taken), so BuildKit makes it instead, from
+    scratch: ADD unpacks the tar, nothing runs (no emulation needed)."""
+    dockerfile = packed.parent / "Dockerfile"
+    dockerfile.write_text("FROM scratch\nADD rootfs.tar /\n" + f"ENV {BASE_ENV}\n"
+                          + "".join(f"LABEL {k}={json.dumps(v)}\n" for k, v in labels.items()))
+    done = proc.run(["docker", "buildx", "build", "--progress=plain", "--platform", platform, "--tag", ref,
+                     "--file", str(dockerfile), str(packed.parent)],
+                    log=log, timeout=1800, env={"DOCKER_BUILDKIT": "1"})
+    if not done.ok:
+        msg = f"making the {platform} base image from its rootfs failed (buildx exited {done.returncode})"
+        raise BaseBuildError(msg, hint=f"see {log}\n{done.tail(10)}")
 
 
 def _trim(root: Path) -> None:

@@ -188,6 +188,9 @@ class PlatformTargets(Strict):
 
     archs: Annotated[ArchList, Field(min_length=1)]
     also_audit: ArchList = Field(default=(), description="archs audited and compiled for, never failing")
+    opt_in: str | None = Field(
+        default=None, description="why this platform's cells are built only when a selection names them (`--only`): "
+                                  "they are locked and checked all the same, and left out of a run of the whole matrix")
 
     @model_validator(mode="after")
     def _audited_only(self) -> PlatformTargets:

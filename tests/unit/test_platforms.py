@@ -201,3 +201,21 @@ def test_subtract_keeps_only_the_layers_own_pins(tmp_path: Path, capsys: pytest.
     assert module.main(["subtract.py", str(lock), str(lower)]) == 0
     assert capsys.readouterr().out.split("\n") == [
         "SGLang==0.5.23 \\", "    --hash=sha256:cc", "nvidia_cuda_nvcc==13.0.2 \\", "    --hash=sha256:dd", ""]
+
+
+def test_an_opt_in_platform_is_built_only_when_named() -> None:
+    m = matrix.load(ROOT / "matrix.yaml", {})
+    everything = {c.id for c in matrix.select(m.cells)}
+    assert AMD64 in everything and ARM64 not in everything
+    assert [c.id for c in matrix.select(m.cells, ["*-bookworm-arm64"])] == [ARM64]
+    assert ARM64 in {c.id for c in matrix.select(m.cells, ["sglang0.5.23-*"])}
+    # locking and `matrix -- --all` take them all the same
+    assert ARM64 in {c.id for c in matrix.select(m.cells, include_opt_in=True)}
+    assert "QEMU" in (next(c for c in m.cells if c.id == ARM64).opt_in or "")
+
+
+def test_without_opt_in_arm64_cells_join_the_whole_matrix() -> None:
+    data = yaml.safe_load(DEFAULT)
+    data["platforms"]["linux/arm64"].pop("opt_in")
+    m = parse(yaml.safe_dump(data, sort_keys=False))
+    assert ARM64 in {c.id for c in matrix.select(m.cells)}
