@@ -2,14 +2,18 @@
 
 Every stage that needs no GPU runs for real, inside the image, on its own binaries (its Python, its nvcc), only
 slower; the record says so (each such stage's `where` reads "under emulation", and the facts stage's evidence
-names the platforms). This host's GPUs are not handed to it: their driver libraries are this CPU's, which the
-image cannot load, so every GPU stage is SKIPPED with that reason, never passed. On a host of the image's own
-CPU nothing here applies.
+names the platforms). QEMU 7.2 (Debian bookworm) shows a foreign process the host's /proc/cpuinfo: an x86_64 one,
+which the cpuinfo library inside torch cannot parse for an arm64 CPU (`import torch` dies of SIGSEGV in
+cpuinfo_arm_linux_init, pytorch/pytorch#188255), so the container sees an arm64 one instead
+(data/cpuinfo-aarch64: two Neoverse V2 cores, Grace's). This host's GPUs are not handed to it: their driver
+libraries are this CPU's, which the image cannot load, so every GPU stage is SKIPPED with that reason, never
+passed. On a host of the image's own CPU nothing here applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..build import emulation
@@ -18,6 +22,7 @@ from ..results import StageResult, Status
 from .gpus import NO_GPU_ENV, Handed
 
 MARK = "under emulation"
+CPUINFO = {"linux/arm64": Path(__file__).resolve().parent.parent / "data" / "cpuinfo-aarch64"}
 
 
 def image_cpu(attrs: Mapping[str, Any]) -> Cpu | None:
@@ -40,6 +45,9 @@ def no_gpu(cpu: Cpu, options: Mapping[str, Any] | None, machine: str | None = No
     kept = {k: v for k, v in (options or {}).items() if k not in ("device_requests", "runtime", "ulimits")}
     kept["environment"] = {**{k: v for k, v in dict(kept.get("environment") or {}).items()
                               if k != "NVIDIA_DRIVER_CAPABILITIES"}, NO_GPU_ENV: why}
+    cpuinfo = CPUINFO.get(cpu.oci)
+    if cpuinfo is not None:
+        kept["volumes"] = [*kept.get("volumes", []), (str(cpuinfo), "/proc/cpuinfo", "ro")]
     return kept, Handed(why_none=why)
 
 

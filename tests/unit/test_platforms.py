@@ -178,6 +178,9 @@ def test_emulated_stages_say_so_and_gpus_stay_out() -> None:
     assert "device_requests" not in options and options["shm_size"] == "1g"
     assert not handed.gpus and "no linux/arm64 GPU here" in handed.why_none
     assert options["environment"]["A"] == "1"
+    # an arm64 /proc/cpuinfo: QEMU 7.2 shows the host's, on which `import torch` crashes
+    (cpuinfo, target, mode), = options["volumes"]
+    assert (target, mode) == ("/proc/cpuinfo", "ro") and "CPU implementer\t: 0x41" in Path(cpuinfo).read_text()
     stages = [StageResult(name="facts", status=Status.PASSED), StageResult(name="import", status=Status.PASSED),
               StageResult(name="server", status=Status.SKIPPED, reason="needs a GPU")]
     marked = emulated.mark(stages, arm, "x86_64")
