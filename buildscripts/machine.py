@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hostenv, log, proc
+from .build import emulation
 from .errors import EngineError, ToolMissingError
+from .matrix import load
 from .workspace import Workspace
 
 NO_SETUP_ENV = "SGLANG_IMAGES_NO_SETUP"
@@ -116,7 +118,7 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
     purpose = ap.parse_args(list(argv)).purpose
     lacking = missing(NEEDS[purpose])
     if not lacking:
-        return 0
+        return _emulation(ws, env) if purpose == "build" else 0
     names = ", ".join(need.what for need in lacking)
     installer = ws.root / ".ci" / "install-engine"
     refused = can_install(env)
@@ -128,7 +130,7 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
             if not done.ok:   # it installs more than one command needs: what failed is not needed here
                 log.warn(f"{ws.shown(installer)} exited {done.returncode}, but `nox -s {purpose}` has all it "
                          f"needs (its output: {ws.shown(ws.runs / 'setup.log')})")
-            return 0
+            return _emulation(ws, env) if purpose == "build" else 0
         names = ", ".join(need.what for need in lacking)
         refused = f"{ws.shown(installer)} exited {done.returncode}"
         if purpose == "tests" and env.get("CI") != "true":
@@ -150,3 +152,24 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
         return 0
     error = EngineError if all(need.engine for need in lacking) else ToolMissingError
     raise error(msg, hint=fix)
+
+
+def _emulation(ws: Workspace, env: Mapping[str, str]) -> int:
+    """QEMU user emulation for every CPU of the matrix's buildable cells that is not this machine's (an arm64 cell
+    on x86_64): registered here on Debian as root, saying what it does; elsewhere the fix, before any work."""
+    if not ws.matrix.is_file():
+        return 0
+    cpus = {c.base.cpu.oci: c.base.cpu for c in load(ws.matrix).buildable() if emulation.needed(c.base.cpu)}
+    for cpu in cpus.values():
+        problem = emulation.handler_problem(cpu)
+        if problem is None:
+            continue
+        refused = can_install(env)
+        if refused is None:
+            log.info(f"the matrix holds {cpu.oci} cells and {problem}: setting up QEMU user emulation")
+            problem = emulation.register(cpu, log.info, ws.runs / "setup.log")
+        if problem:
+            msg = f"the matrix holds {cpu.oci} cells, which this machine builds only under emulation: {problem}"
+            why = f" (it installs nothing here: {refused})" if refused else ""
+            raise ToolMissingError(msg + why, hint=emulation.FIX.format(qemu=cpu.qemu))
+    return 0

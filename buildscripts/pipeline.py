@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from . import arguments, distribution, engine, hostenv, log, report, results
 from .build import base as base_images
-from .build import buildx, cache, footprint
+from .build import buildx, cache, footprint, native
 from .errors import ConfigError, LockError, RunFailed
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix, load, select
@@ -88,6 +88,12 @@ class Context:
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
     handed: gpus.Handed = field(default_factory=gpus.Handed)   # the GPU container_options give (the GPU facts)
     cut_problem: str | None = None      # why verification containers keep a network, when they do
+    # base of another platform's cells -> the build machine's base their wheels are installed on (build/native.py)
+    natives: dict[str, str] = field(default_factory=dict)
+
+    def native_of(self, cell: Cell) -> base_images.BaseImage | None:
+        name = self.natives.get(cell.base_name)
+        return self.bases[name] if name else None
 
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
@@ -247,16 +253,17 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
                "so it cannot build on a debootstrapped base")
         raise ConfigError(msg, hint="configure a shared build cache (`cache.ref` in matrix.yaml or --cache-ref): "
                                     "the base is shared through it; or build with the engine's own builder")
+    natives = native.native_bases(matrix.spec, buildable)
     bases = {name: base_images.ensure(name, matrix.spec.bases[name], client=client, logs=run_dir,
                                       shared=partial(shared.base_ref, name) if shared else None,
                                       push=bool(shared and shared.exports),
                                       labels=base_images.owner_labels(opts.env))
-             for name in sorted({c.base_name for c in buildable})}
+             for name in sorted({c.base_name for c in buildable} | set(natives.values()))}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
     key = keys.signing_key(opts.env)
     ctx = Context(client, given.discovery, given.options, given.network, bases, buildx.Recipe.of(opts.ws), history,
                   builder, shared, key, keys.trusted(opts.ws.root, opts.env), handed=given.handed,
-                  cut_problem=given.cut_problem)
+                  cut_problem=given.cut_problem, natives=natives)
     ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
     return ctx
 
@@ -284,7 +291,8 @@ def related_cells(cell: Cell, matrix: Matrix) -> list[str]:
 
 def candidate(cell: Cell, matrix: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
     """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed."""
-    inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe)
+    inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe,
+                                ctx.native_of(cell))
     return inputs, tags.candidate_tag(cell, inputs, matrix.spec.tags)
 
 
@@ -324,7 +332,8 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
         build, image = buildx.build_cell(cell, base, locks, ctx.recipe, tag=tag, inputs=inputs, client=ctx.client,
-                                         log_file=build_log, env=opts.env, extra_args=extra)
+                                         log_file=build_log, env=opts.env, extra_args=extra,
+                                         native=ctx.native_of(cell))
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
     stages: list[StageResult] = []

@@ -24,6 +24,7 @@ from docker.models.images import Image
 from .. import log, proc
 from ..errors import BaseBuildError, ConfigError, ToolMissingError
 from ..matrix.schema import Base
+from . import emulation
 
 BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
@@ -42,6 +43,7 @@ DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 # OWNER_LABEL=that name, so that it can remove exactly what it made and nothing of anyone else's.
 OWNER_ENV = "SGLANG_IMAGES_OWNER"
 OWNER_LABEL = "io.sglang-images.owner"
+BASE_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -160,31 +162,58 @@ def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Pa
     debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
     boot = base.debootstrap
     packages = ",".join((*BASE_PACKAGES, *boot.include))
-    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} (a few minutes, once)")
+    # Another CPU's base is bootstrapped the same way: its second stage runs the packages' own scripts, through
+    # QEMU user emulation (a few minutes more).
+    emulation.require(base.cpu)
+    emulated = " under emulation" if emulation.needed(base.cpu) else ""
+    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} for {base.cpu.oci}{emulated} "
+             "(a few minutes, once)")
     with tempfile.TemporaryDirectory(prefix="sglang-base-") as tmp:
         root = Path(tmp) / "rootfs"
         done = proc.run(
-            [debootstrap, f"--variant={boot.variant}", f"--include={packages}", boot.suite, str(root), mirror],
+            [debootstrap, f"--arch={base.cpu.debian}", f"--variant={boot.variant}", f"--include={packages}",
+             boot.suite, str(root), mirror],
             log=logs / "base" / f"{name}.log", timeout=1800,
         )
         if not done.ok:
             msg = f"debootstrap of base {name!r} failed (exit {done.returncode})"
             raise BaseBuildError(msg, hint=f"see {logs / 'base' / (name + '.log')}\n{done.tail(15)}")
         _trim(root)
-        tar = proc.run(["tar", "-C", str(root), "-cf", str(Path(tmp) / "rootfs.tar"), "."],
-                       log=logs / "base" / f"{name}.log", timeout=600)
+        packed = Path(tmp) / "context" / "rootfs.tar"
+        packed.parent.mkdir()
+        tar = proc.run(["tar", "-C", str(root), "-cf", str(packed), "."], log=logs / "base" / f"{name}.log",
+                       timeout=600)
         if not tar.ok:
             msg = f"packing the base rootfs failed: {tar.tail(5)}"
             raise BaseBuildError(msg)
-        with (Path(tmp) / "rootfs.tar").open("rb") as fh:
-            image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
-            changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
-            changes.append("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            # The engine answers with its raw JSON status line: the id is read back from the image instead.
-            client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}", changes=changes)
+        image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
+        if emulation.needed(base.cpu):
+            _import_as(base.cpu.oci, packed, ref=ref, labels=image_labels, log=logs / "base" / f"{name}.log")
+        else:
+            with packed.open("rb") as fh:
+                changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
+                changes.append(f"ENV {BASE_ENV}")
+                # The engine answers with its raw JSON status line: the id is read back from the image instead.
+                client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}",
+                                                  changes=changes)
     image = client.images.get(ref)
     log.info(f"base {ref} = {image.id}")
     return BaseImage(ref, str(image.id), digest, built=True)
+
+
+def _import_as(platform: str, packed: Path, *, ref: str, labels: Mapping[str, str], log: Path) -> None:
+    """The rootfs tar as an image of another CPU's `platform`. `docker import` cannot say so: Docker 20.10 records
+    the engine's own CPU whatever `--platform` says (only the OS is taken), so BuildKit makes it instead, from
+    scratch: ADD unpacks the tar, nothing runs (no emulation needed)."""
+    dockerfile = packed.parent / "Dockerfile"
+    dockerfile.write_text("FROM scratch\nADD rootfs.tar /\n" + f"ENV {BASE_ENV}\n"
+                          + "".join(f"LABEL {k}={json.dumps(v)}\n" for k, v in labels.items()))
+    done = proc.run(["docker", "buildx", "build", "--progress=plain", "--platform", platform, "--tag", ref,
+                     "--file", str(dockerfile), str(packed.parent)],
+                    log=log, timeout=1800, env={"DOCKER_BUILDKIT": "1"})
+    if not done.ok:
+        msg = f"making the {platform} base image from its rootfs failed (buildx exited {done.returncode})"
+        raise BaseBuildError(msg, hint=f"see {log}\n{done.tail(10)}")
 
 
 def _trim(root: Path) -> None:

@@ -27,6 +27,7 @@ from .. import hostenv, proc
 from ..errors import ConfigError
 from ..lock import LockPaths
 from ..matrix import Cell
+from ..matrix.platforms import DEFAULT as DEFAULT_PLATFORM
 from ..matrix.schema import LABEL_PREFIX
 from ..results import BuildResult, ImageInfo, Status
 from ..workspace import Workspace
@@ -47,6 +48,8 @@ class Recipe:
     cell_files: Path
     lean: tuple[Path, ...] = ()  # what keeps every install layer lean: removals, fatbin pruner, bytecode
     warm: Path | None = None     # images/warm: bake.py and one recorded manifest per SGLang version
+    # Another platform's image (linux/arm64): its Dockerfile and the scripts of its native install stages
+    cross: tuple[Path, ...] = ()
 
     @classmethod
     def of(cls, ws: Workspace) -> Recipe:
@@ -61,12 +64,19 @@ class Recipe:
                          ws.root / "buildscripts" / "probe" / "fatbin.py",
                          ws.root / "buildscripts" / "probe" / "pruned.py", ws.images / "bytecode.py",
                          ws.images / "toolkit" / "dpkg-excludes"),
-                   warm=ws.images / "warm")
+                   warm=ws.images / "warm",
+                   cross=(ws.images / "Dockerfile.cross", ws.images / "cross" / "install-layer.sh",
+                          ws.images / "cross" / "subtract.py"))
+
+    def dockerfile_for(self, cell: Cell) -> Path:
+        """linux/amd64's images come from images/Dockerfile; another platform's from images/Dockerfile.cross, whose
+        installs run natively on the build machine (the amd64 path, and so its cache, stays as it was)."""
+        return self.dockerfile if cell.platform == DEFAULT_PLATFORM or not self.cross else self.cross[0]
 
     def warm_manifest(self, cell: Cell) -> Path | None:
         """The recorded start-up kernels of the cell's SGLang, when its toolkit bakes them and a start of at
         least one of its warm profiles was recorded; otherwise the image has no warm layer (and no claim)."""
-        if not cell.toolkit.warm or self.warm is None:
+        if not cell.toolkit.warm or self.warm is None or warm_skipped(cell):
             return None
         path = self.warm / f"sglang-{cell.sglang.version}.json"
         if not path.is_file():
@@ -80,13 +90,27 @@ class Recipe:
         return path if any(p in recorded for p in cell.toolkit.warm_profiles) else None
 
 
-def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe) -> str:
-    """Content hash of everything the cell's image is built from: its candidate tag."""
+def warm_skipped(cell: Cell) -> str | None:
+    """Why the cell's image bakes no kernel caches although its toolkit asks for them (None: nothing stops it)."""
+    if cell.toolkit.warm and cell.platform != DEFAULT_PLATFORM:
+        return (f"no baked kernel caches for {cell.platform} yet: compiling them under emulation takes too long, "
+                "so the first server start compiles them")
+    return None
+
+
+def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe,
+                native: BaseImage | None = None) -> str:
+    """Content hash of everything the cell's image is built from: its candidate tag. `native`: the build machine's
+    base that another platform's install stages run on (its id is an input of those layers)."""
     h = hashlib.sha256()
     manifest = recipe.warm_manifest(cell)
     warm = (manifest, manifest.parent / "bake.py") if manifest else ()
-    for path in (recipe.dockerfile, recipe.toolkit_script, recipe.lxc_init, recipe.bootstrap_lock, locks.lane,
-                 locks.sglang, locks.toolkit or recipe.empty_lock, *recipe.lean, *warm):
+    dockerfile = recipe.dockerfile_for(cell)
+    cross = recipe.cross[1:] if dockerfile != recipe.dockerfile else ()
+    if native is not None and cross:
+        h.update(b"native\0" + native.id.encode() + b"\0")
+    for path in (dockerfile, recipe.toolkit_script, recipe.lxc_init, recipe.bootstrap_lock, locks.lane,
+                 locks.sglang, locks.toolkit or recipe.empty_lock, *recipe.lean, *warm, *cross):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(json.dumps(cell_metadata(cell, base, ""), sort_keys=True).encode())
     # pip recipe and cuda_home, not only apt; of the pip recipes only the cell's own flavour's, so that a recipe
@@ -100,6 +124,8 @@ def cell_metadata(cell: Cell, base: BaseImage, inputs: str) -> dict[str, str]:
     meta = {f"{LABEL_PREFIX}.{k}": v for k, v in cell.axes().items()}
     meta[f"{LABEL_PREFIX}.base.id"] = base.id
     meta[f"{LABEL_PREFIX}.toolkit.apt"] = " ".join(cell.toolkit.apt)
+    if cell.platform != DEFAULT_PLATFORM:   # amd64's labels (and so its inputs) predate the platform axis
+        meta[f"{LABEL_PREFIX}.platform"] = cell.platform
     if inputs:
         meta[f"{LABEL_PREFIX}.inputs"] = inputs
         meta["org.opencontainers.image.title"] = f"SGLang {cell.sglang.version} ({cell.id})"
@@ -124,7 +150,8 @@ def build_secrets(env: Mapping[str, str]) -> Iterator[list[str]]:
         yield ["--secret", f"id=ca,src={ca_file}", "--secret", f"id=index,src={index_env}"]
 
 
-def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, recipe: Recipe) -> list[str]:
+def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, recipe: Recipe,
+               native: BaseImage | None = None) -> list[str]:
     def rel(path: Path) -> str:
         return str(path.resolve().relative_to(recipe.context))
 
@@ -139,6 +166,12 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
         "CUDA_HOME_MODE": "true" if cell.toolkit.cuda_home else "false",
         "CELL_JSON": rel(cell_json),
     }
+    if recipe.dockerfile_for(cell) != recipe.dockerfile:
+        if native is None:
+            msg = f"{cell.id} is a {cell.platform} cell: its install stages need the build machine's own base"
+            raise ConfigError(msg, hint="add a base of this machine's platform to matrix.yaml `bases:`")
+        args.update({"NATIVE_IMAGE": native.ref, "WHEEL_PLATFORM": cell.base.platform,
+                     "PYTHON_VERSION": cell.base.python})
     manifest = recipe.warm_manifest(cell)
     if manifest is not None:
         args.update({"WARM_MODE": "true", "WARM_MANIFEST": rel(manifest), "WARM_ARCHS": ",".join(cell.archs),
@@ -149,10 +182,11 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
 def build_cell(
     cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe, *, tag: str, inputs: str,
     client: docker.DockerClient, log_file: Path, env: Mapping[str, str], timeout: float = 3600,
-    extra_args: Sequence[str] = (),
+    extra_args: Sequence[str] = (), native: BaseImage | None = None,
 ) -> tuple[BuildResult, ImageInfo]:
     """Build one cell's image under its candidate `tag` (skipped when that tag already exists).
-    `extra_args`: the builder and shared-cache flags (build/cache.py)."""
+    `extra_args`: the builder and shared-cache flags (build/cache.py). `native`: the build machine's own base,
+    for another platform's cell (its installs run there)."""
     try:
         image = client.images.get(tag)
         return BuildResult(status=Status.PASSED, cached=True, reason="candidate tag exists: inputs unchanged",
@@ -164,10 +198,12 @@ def build_cell(
     cell_json.parent.mkdir(parents=True, exist_ok=True)
     cell_json.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
     started = time.monotonic()
+    platform = [] if cell.platform == DEFAULT_PLATFORM else ["--platform", cell.platform]
     with build_secrets(env) as secrets:
         argv = [
-            "docker", "buildx", "build", "--progress=plain", "--target", "cell", "--tag", tag,
-            "--file", str(recipe.dockerfile), *secrets, *build_args(cell, base, locks, cell_json, recipe), *extra_args,
+            "docker", "buildx", "build", "--progress=plain", *platform, "--target", "cell", "--tag", tag,
+            "--file", str(recipe.dockerfile_for(cell)), *secrets,
+            *build_args(cell, base, locks, cell_json, recipe, native), *extra_args,
             *(x for k, v in sorted({**labels, **owner_labels(env)}.items()) for x in ("--label", f"{k}={v}")),
             str(recipe.context),
         ]
@@ -180,7 +216,7 @@ def build_cell(
                            log=str(log_file), layers=layers), ImageInfo()
     image = client.images.get(tag)
     return BuildResult(status=Status.PASSED, duration_s=duration, log=str(log_file), layers=layers,
-                       cached=all(v == 0 for v in layers.values())), image_info(image, tag)
+                       cached=all(v == 0 for v in layers.values()), reason=warm_skipped(cell)), image_info(image, tag)
 
 
 def image_info(image: Image, tag: str) -> ImageInfo:

@@ -45,7 +45,8 @@ def main(argv: list[str], ws: Workspace | None = None, env: Mapping[str, str] | 
     args = parser.parse_args(argv)
     ws = dataclasses.replace(ws, matrix=args.matrix)
     matrix = matrix_mod.load(ws.matrix, dict(env or {}))
-    cells = matrix_mod.select(matrix.cells, args.only, args.skip)
+    # opt-in cells too: their locks are kept current (and checked) for whoever selects them
+    cells = matrix_mod.select(matrix.cells, args.only, args.skip, include_opt_in=True)
     if args.check:
         return check(matrix, cells, ws)
     everything = not args.only and not args.skip

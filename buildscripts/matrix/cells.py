@@ -29,11 +29,18 @@ class Cell:
     archs: tuple[str, ...]
     also_audit: tuple[str, ...] = ()  # audited and compiled for too, never failing; not an input of the image
     excluded: str | None = None  # reason, when a rule or SGLang's torch pin rules the cell out
+    opt_in: str | None = None    # reason, when its platform is built only when a selection names the cell
     expected: Expectation | None = field(default=None, compare=False)
 
     @property
     def id(self) -> str:
         return f"sglang{self.sglang.version}-{self.lane.id}-{self.toolkit_name}-{self.base_name}"
+
+    @property
+    def platform(self) -> str:
+        """The OCI platform of the cell's image (linux/amd64, linux/arm64): its base's CPU. The id shows it
+        through the base's name (an arm64 base is named so, e.g. bookworm-arm64)."""
+        return self.base.cpu.oci
 
     @property
     def sglang_layer_id(self) -> str:
@@ -92,9 +99,11 @@ def expand(spec: MatrixFile) -> Iterable[Cell]:
     for (base_name, base), lane, sgl, (tk_name, toolkit) in itertools.product(
         spec.bases.items(), spec.torch_lanes, spec.sglang, spec.toolkits.items()
     ):
+        targets = spec.targets(base.cpu.oci)   # each platform its own GPU targets
         cell = Cell(
             base_name=base_name, base=base, lane=lane, sglang=sgl,
-            toolkit_name=tk_name, toolkit=toolkit, archs=spec.archs, also_audit=spec.also_audit,
+            toolkit_name=tk_name, toolkit=toolkit, archs=targets.archs, also_audit=targets.also_audit,
+            opt_in=targets.opt_in,
         )
         reason = _excluded_because(cell, spec)
         expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)
@@ -117,13 +126,16 @@ def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:
 
 
 def select(
-    cells: Sequence[Cell], only: Sequence[str] = (), skip: Sequence[str] = (), *, include_excluded: bool = False
+    cells: Sequence[Cell], only: Sequence[str] = (), skip: Sequence[str] = (), *, include_excluded: bool = False,
+    include_opt_in: bool = False,
 ) -> list[Cell]:
-    """Cells whose id matches any `only` glob (all when empty) and no `skip` glob.
+    """Cells whose id matches any `only` glob (all when empty) and no `skip` glob. A cell of an opt-in platform
+    is among them only when an `only` glob matches it (or `include_opt_in`: locking, listing everything).
 
     A selection that matches nothing is an error, naming the patterns and a few ids that exist.
     """
-    pool = [c for c in cells if include_excluded or c.excluded is None]
+    pool = [c for c in cells if (include_excluded or c.excluded is None)
+            and (include_opt_in or c.opt_in is None or any(fnmatch.fnmatchcase(c.id, p) for p in only))]
     chosen = [c for c in pool if selected(c.id, only, skip)]
     if not chosen:
         wanted = " ".join(f"--only {p!r}" for p in only) + " ".join(f" --skip {p!r}" for p in skip)

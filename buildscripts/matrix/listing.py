@@ -48,7 +48,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if a.build_runner:
         print(json.dumps(list(matrix.spec.runners.build), separators=(",", ":")))
         return 0
-    cells = select(matrix.cells, a.only, a.skip, include_excluded=a.all)
+    cells = select(matrix.cells, a.only, a.skip, include_excluded=a.all, include_opt_in=a.all)
     if a.github:
         jobs = github_jobs(cells, matrix.spec.runners)
         if a.staged:
@@ -57,7 +57,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         print(json.dumps({"include": jobs}, separators=(",", ":")))
         return 0
     if a.json:
-        rows = [{**c.axes(), "id": c.id, "excluded": c.excluded,
+        rows = [{**c.axes(), "id": c.id, "excluded": c.excluded, "opt_in": c.opt_in,
                  "expected_failure": c.expected.model_dump(by_alias=True) if c.expected else None} for c in cells]
         print(json.dumps(rows, indent=2))
         return 0
@@ -68,6 +68,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     table = Table("cell", "status", title=f"{len(cells)} cell(s) from {escape(a.matrix.name)}")
     for cell in cells:
         status = f"[yellow]excluded:[/] {escape(cell.excluded)}" if cell.excluded else "[green]buildable[/]"
+        if cell.opt_in and not cell.excluded:
+            status += f" [cyan]opt-in (--only):[/] {escape(cell.opt_in)}"
         if cell.expected and not cell.excluded:
             status += f" [dim](expected to fail at {escape(' or '.join(cell.expected.stages))})[/]"
         table.add_row(escape(cell.id), status)

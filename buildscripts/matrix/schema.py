@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..refs import reference_problem, repository_problem
+from .platforms import DEFAULT as DEFAULT_PLATFORM
+from .platforms import OCI_NAMES, WHEEL_PLATFORM_RE, Cpu, of_wheel_platform
 from .tagtemplates import template_problems
 
 # A day: the longest wait a server or stage may ask for (waits refuse far larger numbers, and none is meant).
@@ -69,8 +71,9 @@ class Base(Strict):
         default=None, description="registry reference, e.g. debian:bookworm-slim")
     python: Version = Field(description="the Python that the image's Debian packages provide")
     platform: str = Field(
-        pattern=r"^x86_64-manylinux_2_[0-9]+$",
-        description="wheel platform that the base's glibc supports, used for locking",
+        pattern=WHEEL_PLATFORM_RE,
+        description="wheel platform that the base's glibc and CPU support, used for locking; its CPU "
+                    "(x86_64, aarch64) is the platform the base's images are built for",
     )
 
     @model_validator(mode="after")
@@ -79,6 +82,11 @@ class Base(Strict):
             msg = "give exactly one of `debootstrap` or `image`"
             raise ValueError(msg)
         return self
+
+    @property
+    def cpu(self) -> Cpu:
+        """The CPU of the base's images (linux/amd64 for x86_64 wheels, linux/arm64 for aarch64)."""
+        return of_wheel_platform(self.platform)
 
 
 def flavour_version(flavour: str) -> str | None:
@@ -162,6 +170,47 @@ class Toolkit(Strict):
         if self.warm is True:
             return ("default",)
         return self.warm or ()
+
+
+def _arch_list(value: tuple[str, ...]) -> tuple[str, ...]:
+    for arch in value:
+        problem = arch_problem(arch)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+ArchList = Annotated[tuple[str, ...], AfterValidator(_arch_list)]
+
+
+class PlatformTargets(Strict):
+    """The GPU targets of one platform's images: built and audited for `archs`, audited for `also_audit`."""
+
+    archs: Annotated[ArchList, Field(min_length=1)]
+    also_audit: ArchList = Field(default=(), description="archs audited and compiled for, never failing")
+    opt_in: str | None = Field(
+        default=None, description="why this platform's cells are built only when a selection names them (`--only`): "
+                                  "they are locked and checked all the same, and left out of a run of the whole matrix")
+
+    @model_validator(mode="after")
+    def _audited_only(self) -> PlatformTargets:
+        for arch in self.also_audit:
+            if arch in self.archs:
+                msg = f"{arch!r} is a target arch already (under `archs:`); list it in one of the two"
+                raise ValueError(msg)
+        return self
+
+
+def _platform_name(value: str) -> str:
+    if value not in OCI_NAMES:
+        close = difflib.get_close_matches(value, OCI_NAMES, n=1)
+        fix = f"did you mean {close[0]!r}? " if close else ""
+        msg = f"{value!r} is not a platform this project builds for; {fix}known: {', '.join(OCI_NAMES)}"
+        raise ValueError(msg)
+    return value
+
+
+PlatformName = Annotated[str, AfterValidator(_platform_name)]
 
 
 class Rule(Strict):
@@ -268,7 +317,10 @@ class Runners(Strict):
 class MatrixFile(Strict):
     schema_version: Literal[1] = Field(alias="schema")
     bases: dict[Name, Base]
-    archs: tuple[str, ...]
+    # Either `platforms:` (targets per platform) or the shorthand `archs:`/`also_audit:` (linux/amd64's alone).
+    platforms: dict[PlatformName, PlatformTargets] = Field(
+        default_factory=dict, description="per platform (linux/amd64, linux/arm64): its GPU targets")
+    archs: tuple[str, ...] = ()
     also_audit: tuple[str, ...] = Field(default=(), description="archs audited and compiled for, never failing")
     cuda: dict[FlavourName, CudaFlavour] = Field(description="the CUDA flavours lanes and toolkit recipes may name")
     torch_lanes: tuple[TorchLane, ...]
@@ -306,7 +358,7 @@ class MatrixFile(Strict):
                 raise ValueError(msg)
         return value
 
-    @field_validator("bases", "toolkits", "archs", "cuda", "torch_lanes", "sglang")
+    @field_validator("bases", "toolkits", "cuda", "torch_lanes", "sglang")
     @classmethod
     def _not_empty(cls, value: object) -> object:
         if not value:
@@ -314,11 +366,44 @@ class MatrixFile(Strict):
             raise ValueError(msg)
         return value
 
+    @model_validator(mode="after")
+    def _targets_once(self) -> MatrixFile:
+        if self.platforms and (self.archs or self.also_audit):
+            msg = ("give the GPU targets once: under `platforms:` (per platform) or as the top-level `archs:` "
+                   "(linux/amd64's alone), not both")
+            raise ValueError(msg)
+        if not self.platforms and not self.archs:
+            msg = "no GPU targets: give `platforms:` (e.g. linux/amd64: {archs: [sm_90a]}) or a top-level `archs:`"
+            raise ValueError(msg)
+        for name, base in self.bases.items():
+            if base.cpu.oci not in self.targets_by_platform:
+                msg = (f"base {name!r} is {base.cpu.oci} (platform {base.platform}) but `platforms:` names only "
+                       f"{', '.join(self.targets_by_platform)}: add {base.cpu.oci} there with its archs")
+                raise ValueError(msg)
+        return self
+
+    @property
+    def targets_by_platform(self) -> dict[str, PlatformTargets]:
+        """Every platform's GPU targets (the shorthand `archs:` is linux/amd64's)."""
+        if self.platforms:
+            return dict(self.platforms)
+        return {DEFAULT_PLATFORM: PlatformTargets(archs=self.archs, also_audit=self.also_audit)}
+
+    def targets(self, platform: str = DEFAULT_PLATFORM) -> PlatformTargets:
+        """The GPU targets of `platform`'s images (none when the matrix has no such platform)."""
+        return self.targets_by_platform.get(platform) or PlatformTargets.model_construct(archs=(), also_audit=())
+
+    @property
+    def all_archs(self) -> tuple[str, ...]:
+        """Every target arch of any platform, in file order."""
+        return tuple(dict.fromkeys(a for t in self.targets_by_platform.values() for a in t.archs))
+
     @field_validator("runners")
     @classmethod
     def _runner_archs_are_matrix_archs(cls, value: Runners, info: ValidationInfo) -> Runners:
-        archs = info.data.get("archs")
-        if archs is None:  # `archs:` itself is invalid; that error is reported on its own
+        archs = info.data.get("archs") or tuple(
+            dict.fromkeys(a for t in (info.data.get("platforms") or {}).values() for a in t.archs))
+        if not archs:  # the targets themselves are invalid or missing; that error is reported on its own
             return value
         for arch in value.archs:
             if arch not in archs:

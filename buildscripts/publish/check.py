@@ -107,7 +107,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     ws, env = ws or Workspace.at(), env or {}
     a = parse(argv)
     if a.write_policies:
-        for path in policy.write(ws.root, load(ws.matrix).spec.archs):
+        for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
     judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch)

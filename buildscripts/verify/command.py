@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .. import arguments, disk, distribution, engine, log, results
 from ..errors import ConfigError, RunFailed
-from ..matrix import Matrix, load
+from ..matrix import Matrix, load, platforms
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
@@ -137,7 +137,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     # vouches for nothing (host mode with no boundary between the code under test and the keys)
     signing = None if unsealed else keys.signing_key(env)
     if a.host:
-        cell, shared = _verify_host(a, run_dir, run_id, archs, stages, profile, env, matrix.spec.also_audit)
+        here = matrix.spec.targets(_host_platform()).also_audit
+        cell, shared = _verify_host(a, run_dir, run_id, archs, stages, profile, env, here)
         unsealed = unsealed or shared
     elif a.lxc is not None or a.lxc_name is not None:
         cell = _verify_lxc(a, run_dir, run_id, archs, stages, profile, matrix)
@@ -229,6 +230,12 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     return cell, shared
 
 
+def _host_platform() -> str:
+    """The platform of this host (in place, host and LXC runs are this machine's platform)."""
+    here = platforms.host()
+    return here.oci if here else platforms.DEFAULT
+
+
 def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[str] | None,
                 stages: list[str] | None, profile: Profile, matrix: Matrix) -> CellResult:
     """In place, in a running LXC container: its own Python, the environment a login shell has there, its GPU
@@ -239,7 +246,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
                      stages=stages, stage_timeout=stage_timeout(profile, a.stage_timeout), profile=profile,
-                     profile_name=a.profile, also_archs=matrix.spec.also_audit)
+                     profile_name=a.profile, also_archs=matrix.spec.targets(_host_platform()).also_audit)
     image_cell = labels.get(f"{LABEL_PREFIX}.cell", "")
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")

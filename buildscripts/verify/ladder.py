@@ -16,11 +16,13 @@ from typing import Any
 import docker
 from docker.errors import ImageNotFound
 
+from ..build import emulation
 from ..build.buildx import image_info
 from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX, Profile
 from ..matrix.tagtemplates import AXIS_FIELDS
 from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, cell_record
+from . import emulated
 from .container import ContainerRunner
 from .gpus import Handed
 from .output import failed
@@ -37,6 +39,13 @@ def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
     return image_info(found, image)
 
 
+def _attrs(client: docker.DockerClient, image: str) -> Mapping[str, Any]:
+    try:
+        return dict(client.images.get(image).attrs)
+    except ImageNotFound:
+        return {}
+
+
 def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_file: Path, run_id: str = "manual",
                  cell_id: str = "adhoc", options: Mapping[str, Any] | None = None, handed: Handed | None = None,
                  cut_problem: str | None = None, keep: bool = False,
@@ -50,9 +59,15 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
         return [failed("image", f"image {image} not found in the local engine", "image-missing")]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(f"# image {image} ({info.id}), cell {cell_id}, run {run_id}\n")
+    cpu = emulated.foreign(_attrs(client, image))
+    if cpu is not None:   # another CPU's image: its CPU stages under QEMU, no GPU of this host (verify/emulated.py)
+        emulation.require(cpu)
+        options, handed = emulated.no_gpu(cpu, options)
     stages = verify(ContainerRunner(image, options, cut_problem=cut_problem),
                     Options(plan=plan, log_file=log_file, handed=handed or Handed(), run_id=run_id, cell_id=cell_id,
                             keep=keep))
+    if cpu is not None:
+        stages = emulated.mark(stages, cpu)
     image_evidence = info.model_dump(exclude_none=True)
     return [s.model_copy(update={"evidence": {**s.evidence, "image": image_evidence}}) if s.name == "facts" else s
             for s in stages]
@@ -79,7 +94,7 @@ def check_image(client: docker.DockerClient, image: str, *, logs: Path, cell: Ce
     plan = Plan.make(archs=archs or (cell.archs if cell else None) or label_archs or DEFAULT_ARCHS,
                      lane_cuda=lane_cuda or (cell.lane.cuda_version if cell else None) or label_lane,
                      stages=stages, stage_timeout=stage_timeout, profile=profile, profile_name=profile_name,
-                     also_archs=cell.also_audit if cell else matrix.spec.also_audit if matrix else ())
+                     also_archs=cell.also_audit if cell else matrix.spec.targets().also_audit if matrix else ())
     found = verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
                          cell_id=cell_id, options=options, handed=handed, cut_problem=cut_problem, keep=keep,
                          facts=local)

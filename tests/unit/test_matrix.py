@@ -41,7 +41,7 @@ def test_default_matrix_is_valid_and_has_the_required_cells() -> None:
     # PyPI's CUDA 12 nvcc wheels have no nvcc driver: the cu128 pip toolkit is excluded, with why.
     cu128_pip = next(c for c in m.cells if c.id == "sglang0.5.10-torch2.9.1-cu128-pip-bookworm")
     assert cu128_pip.excluded and "no nvcc driver" in cu128_pip.excluded
-    assert {"sm_90a", "sm_100a", "sm_120a"} <= set(m.spec.archs)
+    assert {"sm_90a", "sm_100a", "sm_120a"} <= set(m.spec.targets("linux/amd64").archs)
 
 
 def test_cells_whose_sglang_pins_another_torch_are_excluded_with_the_reason() -> None:
