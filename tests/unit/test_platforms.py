@@ -170,9 +170,10 @@ def test_unmounted_binfmt_says_so_and_require_names_the_setup(tmp_path: Path, mo
 
 def test_emulated_stages_say_so_and_gpus_stay_out() -> None:
     arm = platforms.by_oci("linux/arm64")
-    assert emulated.foreign({"Architecture": "arm64"}, "x86_64") == arm
-    assert emulated.foreign({"Architecture": "arm64"}, "aarch64") is None
-    assert emulated.foreign({"Architecture": "amd64"}, "x86_64") is None
+    label = "io.sglang-images.platform"
+    assert emulated.foreign({label: "linux/arm64"}, "x86_64") == arm
+    assert emulated.foreign({label: "linux/arm64"}, "aarch64") is None
+    assert emulated.foreign({}, "x86_64") is None
     options, handed = emulated.no_gpu(arm, {"device_requests": ["gpu"], "shm_size": "1g",
                                             "environment": {"A": "1"}}, "x86_64")
     assert "device_requests" not in options and options["shm_size"] == "1g"
