@@ -13,6 +13,7 @@ passed. On a host of the image's own CPU nothing here applies.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,12 @@ from ..matrix.platforms import CPUS, Cpu, host
 from ..matrix.schema import LABEL_PREFIX
 from ..results import StageResult, Status
 from .gpus import NO_GPU_ENV, Handed
+from .plan import Plan
 
 MARK = "under emulation"
+# How much longer a stage may take under emulation: measured on the 2-core x86_64 builder, `import sglang` took
+# 794 s in the arm64 image against ~8 s for the whole import stage in the amd64 one (benchmarks/arm64-results.md).
+SLOWDOWN = 4
 PLATFORM_LABEL = f"{LABEL_PREFIX}.platform"
 CPUINFO = {"linux/arm64": Path(__file__).resolve().parent.parent / "data" / "cpuinfo-aarch64"}
 
@@ -63,3 +68,8 @@ def mark(stages: Sequence[StageResult], cpu: Cpu, machine: str | None = None) ->
             update["evidence"] = {**s.evidence, "emulation": note}
         marked.append(s.model_copy(update=update) if update else s)
     return marked
+
+
+def slower(plan: Plan) -> Plan:
+    """The plan with each stage's deadline stretched for emulation (the stages themselves are the same)."""
+    return replace(plan, stage_timeout=plan.stage_timeout * SLOWDOWN)

@@ -56,6 +56,7 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
     if cpu is not None:   # another CPU's image: its CPU stages under QEMU, no GPU of this host (verify/emulated.py)
         emulation.require(cpu)
         options, handed = emulated.no_gpu(cpu, options)
+        plan = emulated.slower(plan)
     stages = verify(ContainerRunner(image, options, cut_problem=cut_problem),
                     Options(plan=plan, log_file=log_file, handed=handed or Handed(), run_id=run_id, cell_id=cell_id,
                             keep=keep))

@@ -5,7 +5,6 @@ records by one rule; `--stages` is checked one way by `build` and `verify`; the 
 from __future__ import annotations
 
 import fnmatch
-
 import os
 import shutil
 from pathlib import Path

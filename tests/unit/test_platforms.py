@@ -17,7 +17,7 @@ from buildscripts.lock import paths_for
 from buildscripts.lock.state import cell_inputs
 from buildscripts.matrix import platforms
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import emulated
+from buildscripts.verify import emulated, plan
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,3 +223,9 @@ def test_without_opt_in_arm64_cells_join_the_whole_matrix() -> None:
     data["platforms"]["linux/arm64"].pop("opt_in")
     m = parse(yaml.safe_dump(data, sort_keys=False))
     assert ARM64 in {c.id for c in matrix.select(m.cells)}
+
+
+def test_emulated_stages_get_longer_deadlines() -> None:
+    planned = plan.Plan.make(archs=["sm_90a"], lane_cuda="13.0", stage_timeout=900.0)
+    assert emulated.slower(planned).stage_timeout == 900.0 * emulated.SLOWDOWN
+    assert emulated.slower(planned).stages == planned.stages
