@@ -353,8 +353,10 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
             with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
                 stages = _verify(image, tag, cell, plan, ctx, opts, run_dir / cell.id)
             for stage in stages:
+                said = stage.failure_class or stage.reason or ""
+                emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
                 log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
-                         stage.failure_class or stage.reason or "")
+                         "; ".join(x for x in (emulated, said) if x))
     record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
                          reused_from=reused.origin() if reused else None, **facts)
     if opts.stage and record.verdict in staging.STAGED_VERDICTS:

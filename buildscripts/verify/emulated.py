@@ -13,27 +13,30 @@ passed. On a host of the image's own CPU nothing here applies.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..build import emulation
 from ..matrix.platforms import CPUS, Cpu, host
+from ..matrix.schema import LABEL_PREFIX
 from ..results import StageResult, Status
 from .gpus import NO_GPU_ENV, Handed
+from .plan import Plan
 
 MARK = "under emulation"
+# How much longer a stage may take under emulation: measured on the 2-core x86_64 builder, `import sglang` took
+# 794 s in the arm64 image against ~8 s for the whole import stage in the amd64 one (benchmarks/arm64-results.md).
+SLOWDOWN = 4
+PLATFORM_LABEL = f"{LABEL_PREFIX}.platform"
 CPUINFO = {"linux/arm64": Path(__file__).resolve().parent.parent / "data" / "cpuinfo-aarch64"}
 
 
-def image_cpu(attrs: Mapping[str, Any]) -> Cpu | None:
-    """The CPU a local image is for, from the engine's `Architecture` (amd64, arm64); None when unknown."""
-    arch = str(attrs.get("Architecture") or "")
-    return next((c for c in CPUS if c.debian == arch), None)
-
-
-def foreign(attrs: Mapping[str, Any], machine: str | None = None) -> Cpu | None:
-    """The image's CPU when this host runs it only under emulation, else None."""
-    cpu = image_cpu(attrs)
+def foreign(labels: Mapping[str, str], machine: str | None = None) -> Cpu | None:
+    """The CPU of an image this host runs only under emulation, from the platform label this project's builds
+    put on every image of a platform but linux/amd64 (buildx.cell_metadata); None for this host's own."""
+    platform = labels.get(PLATFORM_LABEL)
+    cpu = next((c for c in CPUS if c.oci == platform), None)
     return cpu if cpu is not None and emulation.needed(cpu, machine) else None
 
 
@@ -65,3 +68,8 @@ def mark(stages: Sequence[StageResult], cpu: Cpu, machine: str | None = None) ->
             update["evidence"] = {**s.evidence, "emulation": note}
         marked.append(s.model_copy(update=update) if update else s)
     return marked
+
+
+def slower(plan: Plan) -> Plan:
+    """The plan with each stage's deadline stretched for emulation (the stages themselves are the same)."""
+    return replace(plan, stage_timeout=plan.stage_timeout * SLOWDOWN)

@@ -39,13 +39,6 @@ def image_facts(client: docker.DockerClient, image: str) -> ImageInfo:
     return image_info(found, image)
 
 
-def _attrs(client: docker.DockerClient, image: str) -> Mapping[str, Any]:
-    try:
-        return dict(client.images.get(image).attrs)
-    except ImageNotFound:
-        return {}
-
-
 def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_file: Path, run_id: str = "manual",
                  cell_id: str = "adhoc", options: Mapping[str, Any] | None = None, handed: Handed | None = None,
                  cut_problem: str | None = None, keep: bool = False,
@@ -59,10 +52,11 @@ def verify_image(client: docker.DockerClient, image: str, plan: Plan, *, log_fil
         return [failed("image", f"image {image} not found in the local engine", "image-missing")]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_text(f"# image {image} ({info.id}), cell {cell_id}, run {run_id}\n")
-    cpu = emulated.foreign(_attrs(client, image))
+    cpu = emulated.foreign(info.labels)
     if cpu is not None:   # another CPU's image: its CPU stages under QEMU, no GPU of this host (verify/emulated.py)
         emulation.require(cpu)
         options, handed = emulated.no_gpu(cpu, options)
+        plan = emulated.slower(plan)
     stages = verify(ContainerRunner(image, options, cut_problem=cut_problem),
                     Options(plan=plan, log_file=log_file, handed=handed or Handed(), run_id=run_id, cell_id=cell_id,
                             keep=keep))

@@ -49,7 +49,8 @@ def test_the_watch_reports_what_the_local_index_holds(tmp_path: Path, index: str
         ("0.5.26", None, None, "its metadata asks for `torch>=2.14`, not one torch version "
                                "(sglang-0.5.26-cp311-cp311-manylinux_2_34_x86_64.whl): no lane can be chosen for it"),
         ("0.5.27", None, None, "base bookworm: no wheel for cp311 on x86_64-manylinux_2_36; there are: "
-                               "cp313-manylinux_2_34_x86_64"),
+                               "cp313-manylinux_2_34_x86_64; base bookworm-arm64: no wheel for cp311 on "
+                               "aarch64-manylinux_2_36; there are: cp313-manylinux_2_34_x86_64"),
     ]
     assert found["skipped"] == [{"package": "sglang", "version": "0.5.25",
                                  "reason": "yanked (the kernels crash at start)"}]

@@ -18,26 +18,32 @@ from tests.unit.test_fatbin import ARCH_SPECIFIC, elf_with_sections, entry, fatb
 from tests.unit.test_matrix import ROOT, edited, error_of, parse
 
 
-def test_the_default_matrix_audits_b300_and_gb10_beside_its_targets() -> None:
+def test_the_default_matrix_audits_b300_beside_its_amd64_targets() -> None:
+    """GB10 (sm_121a) is arm64 only: amd64 images audit B300 (sm_103a) alone (docs/platforms.md)."""
     default = matrix.load(ROOT / "matrix.yaml", {})
-    assert default.spec.archs == ("sm_90a", "sm_100a", "sm_120a")
-    assert default.spec.also_audit == ("sm_103a", "sm_121a")
+    assert default.spec.targets("linux/amd64").archs == ("sm_90a", "sm_100a", "sm_120a")
+    assert default.spec.targets("linux/amd64").also_audit == ("sm_103a",)
     cell = default.buildable()[0]
-    assert cell.also_audit == ("sm_103a", "sm_121a")
+    assert cell.also_audit == ("sm_103a",)
     assert "sm_103a" not in cell.axes()["archs"]   # not an input of the image: no rebuild, no tag changes
 
 
+def amd64_audits(archs: list[str]) -> str:
+    return edited({"platforms": {"linux/amd64": {"archs": ["sm_90a", "sm_100a", "sm_120a"], "also_audit": archs},
+                                 "linux/arm64": {"archs": ["sm_90a"]}}})
+
+
 def test_an_audited_arch_must_be_an_arch_and_not_a_target() -> None:
-    assert "is a target arch already" in error_of(edited({"also_audit": ["sm_100a"]}))
-    assert "not a known GPU target" in error_of(edited({"also_audit": ["sm_104a"]}))
-    assert parse(edited({"also_audit": []})).spec.also_audit == ()
+    assert "is a target arch already" in error_of(amd64_audits(["sm_100a"]))
+    assert "not a known GPU target" in error_of(amd64_audits(["sm_104a"]))
+    assert parse(amd64_audits([])).spec.targets("linux/amd64").also_audit == ()
 
 
 def test_the_plan_passes_them_to_the_probe_and_into_the_reuse_key() -> None:
     cell = matrix.load(ROOT / "matrix.yaml", {}).buildable()[0]
     planned = plan.Plan.for_cell(cell)
     args = planned.probe_args("container")
-    assert args[args.index("--also-archs") + 1] == "sm_103a,sm_121a"
+    assert args[args.index("--also-archs") + 1] == "sm_103a"
     bare = plan.Plan.make(archs=["sm_90a"], lane_cuda=None, also_archs=["sm_90a", "sm_121a", "sm_121a"])
     assert bare.also_archs == ("sm_121a",)   # a target is not audited twice
     assert "--also-archs" not in plan.Plan.make(archs=["sm_90a"], lane_cuda=None).probe_args("host")

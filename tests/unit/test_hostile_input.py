@@ -111,10 +111,10 @@ def test_impossible_timestamps_are_an_error_with_the_line(tmp_path: Path) -> Non
 
 
 def test_duplicate_keys_are_errors_with_both_lines(tmp_path: Path) -> None:
-    text = DEFAULT.replace("schema: 1\n", "schema: 1\narchs: [sm_80]\n", 1)
+    text = DEFAULT.replace("schema: 1\n", "schema: 1\nplatforms: {}\n", 1)
     message = error_of(text, tmp_path)
-    first = DEFAULT.splitlines().index("archs: [sm_90a, sm_100a, sm_120a]") + 2
-    assert "duplicate key 'archs' (first at line 5)" in message and f"matrix.yaml:{first}:" in message
+    first = DEFAULT.splitlines().index("platforms:") + 2
+    assert "duplicate key 'platforms' (first at line 5)" in message and f"matrix.yaml:{first}:" in message
 
 
 def test_nested_duplicate_keys_are_errors(tmp_path: Path) -> None:

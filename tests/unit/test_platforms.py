@@ -17,7 +17,7 @@ from buildscripts.lock import paths_for
 from buildscripts.lock.state import cell_inputs
 from buildscripts.matrix import platforms
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import emulated
+from buildscripts.verify import emulated, plan
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,9 +170,10 @@ def test_unmounted_binfmt_says_so_and_require_names_the_setup(tmp_path: Path, mo
 
 def test_emulated_stages_say_so_and_gpus_stay_out() -> None:
     arm = platforms.by_oci("linux/arm64")
-    assert emulated.foreign({"Architecture": "arm64"}, "x86_64") == arm
-    assert emulated.foreign({"Architecture": "arm64"}, "aarch64") is None
-    assert emulated.foreign({"Architecture": "amd64"}, "x86_64") is None
+    label = "io.sglang-images.platform"
+    assert emulated.foreign({label: "linux/arm64"}, "x86_64") == arm
+    assert emulated.foreign({label: "linux/arm64"}, "aarch64") is None
+    assert emulated.foreign({}, "x86_64") is None
     options, handed = emulated.no_gpu(arm, {"device_requests": ["gpu"], "shm_size": "1g",
                                             "environment": {"A": "1"}}, "x86_64")
     assert "device_requests" not in options and options["shm_size"] == "1g"
@@ -222,3 +223,9 @@ def test_without_opt_in_arm64_cells_join_the_whole_matrix() -> None:
     data["platforms"]["linux/arm64"].pop("opt_in")
     m = parse(yaml.safe_dump(data, sort_keys=False))
     assert ARM64 in {c.id for c in matrix.select(m.cells)}
+
+
+def test_emulated_stages_get_longer_deadlines() -> None:
+    planned = plan.Plan.make(archs=["sm_90a"], lane_cuda="13.0", stage_timeout=900.0)
+    assert emulated.slower(planned).stage_timeout == 900.0 * emulated.SLOWDOWN
+    assert emulated.slower(planned).stages == planned.stages

@@ -119,7 +119,8 @@ def test_the_change_declares_a_new_flavour_with_its_toolkit_recipe() -> None:
                                 'toolkits.pip.pip: cu132: ["cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.2.2"] '
                                 "(cu130's recipe, pinned to the cuda-toolkit 13.2.2 that the new torch requires)"]
     built = {c.id: c for c in change.new_cells if c.excluded is None}
-    assert sorted(built) == [f"sglang0.5.24-torch2.15.0-cu132-{t}-bookworm" for t in ("none", "pip")]
+    assert sorted(built) == [*(f"sglang0.5.24-torch2.15.0-cu132-{t}-bookworm" for t in ("none", "pip")),
+                             "sglang0.5.24-torch2.15.0-cu132-pip-bookworm-arm64"]   # arm64: opt-in, pip only
     pip = built["sglang0.5.24-torch2.15.0-cu132-pip-bookworm"]
     assert (pip.lane.cuda_version, pip.toolkit.pip["cu132"]) == (
         "13.2", ("cuda-toolkit[nvcc,crt,nvvm,cccl,cudart,nvrtc]==13.2.2",))
@@ -166,9 +167,11 @@ def test_yanked_pre_releases_and_releases_without_a_wheel_for_the_base() -> None
         ("0.5.24", "yanked (broken wheel)"), ("0.5.25rc1", "a pre-release")]
     assert [(s.version, s.problem) for s in found.sglang] == [
         ("0.5.26", "base bookworm: no wheel for cp311 on x86_64-manylinux_2_36; there are: "
-                   "cp313-manylinux_2_34_x86_64"),
+                   "cp313-manylinux_2_34_x86_64; base bookworm-arm64: no wheel for cp311 on aarch64-manylinux_2_36; "
+                   "there are: cp313-manylinux_2_34_x86_64"),
         ("0.5.27", "base bookworm: no wheel for cp311 on x86_64-manylinux_2_36; there are: "
-                   "cp311-manylinux_2_39_x86_64"),
+                   "cp311-manylinux_2_39_x86_64; base bookworm-arm64: no wheel for cp311 on aarch64-manylinux_2_36; "
+                   "there are: cp311-manylinux_2_39_x86_64"),
     ]
     assert found.proposable() == []
 
@@ -253,7 +256,8 @@ def test_the_change_keeps_the_file_and_carries_expectations_over() -> None:
         "at import; pip's nvcc is not discoverable\"",
     ]
     buildable = [c.id for c in change.new_cells if c.excluded is None]
-    assert buildable == ["sglang0.5.30-torch2.14.1-cu130-none-bookworm", "sglang0.5.30-torch2.14.1-cu130-pip-bookworm"]
+    assert buildable == ["sglang0.5.30-torch2.14.1-cu130-none-bookworm", "sglang0.5.30-torch2.14.1-cu130-pip-bookworm",
+                         "sglang0.5.30-torch2.14.1-cu130-pip-bookworm-arm64"]
     none_cell = next(c for c in change.new_cells if c.id == buildable[0])
     assert none_cell.expected is not None and none_cell.expected.failure_class == "cuda-home-missing"
 
@@ -336,7 +340,7 @@ def test_the_report_renders_the_record() -> None:
     assert record["title"] == "watch: propose sglang 0.5.24 (torch 2.14.1)"
     assert "Nothing is promoted before this pull request merges" in text
     assert "| `sglang0.5.24-torch2.14.1-cu130-pip-bookworm` | ok | not built |" in text
-    assert "4 new cell(s) excluded" in text
+    assert "9 new cell(s) excluded" in text   # 12 new (two bases); buildable: amd64's none and pip, arm64's pip
     assert "sglang 0.5.23 → 0.5.24, torch 2.14.1" in text
     assert "`nox -s build -- --only sglang0.5.24-torch2.14.1-cu130-none-bookworm --only " in text
 
