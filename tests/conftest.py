@@ -23,7 +23,7 @@ import pytest
 
 from buildscripts.trust import keys
 from tests import needs
-from tests.session import owner_label
+from tests.session import ENGINE_USED, owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_KEY = keys.key_dir({}) / keys.LOCAL_KEY   # this machine's verifier key: never made by a test
@@ -52,18 +52,26 @@ def _images_of_this_session() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[None]:
-    """The engine, for integration/e2e tests; at the session's end, the images this session made go
-    (children first: `rmi -f` of a parent with children fails, so repeat while anything goes)."""
+def docker_engine() -> None:
+    """The engine, for integration/e2e tests; the images this session made go at its end (pytest_sessionfinish)."""
     problem = _engine_problem()
     if problem is not None:
         needs.unavailable(problem, ".ci/install-engine installs and starts it")
-    yield
+    ENGINE_USED.touch()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The images this session made go, once every worker is done (children first: `rmi -f` of a parent with
+    children fails, so repeat while anything goes). Run by the process that started the session: pytest itself,
+    or xdist's controller, not by each of its workers."""
+    if hasattr(session.config, "workerinput") or not ENGINE_USED.exists():
+        return
     for _ in range(5):
         made = _images_of_this_session()
         if not made:
-            return
+            break
         subprocess.run(["docker", "rmi", "-f", *made], capture_output=True, check=False)
+    ENGINE_USED.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)
