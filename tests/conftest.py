@@ -38,6 +38,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, marker))
 
 
+# Files that each hold 10-20 GB of disk while they run (a registry's copy and a second engine's of a real cell; the
+# OCI archives and LXC root file systems of two; `docker save` of two, which the engine writes out whole first). On
+# an 80 GB machine after the main job, two of them side by side would not fit: `nox -s tests` hands them to one
+# worker, one after another, while the other workers take the rest (pytest_xdist_make_scheduler).
+ONE_AFTER_ANOTHER = ("tests/e2e/test_build_once.py", "tests/e2e/test_lxc_cells.py", "tests/e2e/test_cell_secrets.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's `--dist loadfile` (a file to a worker), but the ONE_AFTER_ANOTHER files are one unit of work."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type information
+        def _split_scope(self, nodeid: str) -> str:
+            scope = str(super()._split_scope(nodeid))
+            return "disk-heavy e2e files" if scope in ONE_AFTER_ANOTHER else scope
+
+    return Scheduling(config, log)
+
+
 def _engine_problem() -> str | None:
     if shutil.which("docker") is None:
         return "the docker CLI"
