@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         def _split_scope(self, nodeid: str) -> str:
             scope = str(super()._split_scope(nodeid))
             return "disk-heavy e2e files" if scope in ONE_AFTER_ANOTHER else scope
+
+        def _reschedule(self, node: Any) -> None:
+            # xdist hands a worker its next file once 2 of its tests are left; a worker runs a test only when it
+            # knows the next one, so 1 is the least. With 2 a file waited behind the last two LXC tests (minutes
+            # each) of the disk-heavy unit while the other workers had nothing left to do.
+            if node.shutting_down or not self.workqueue or self._pending_of(self.assigned_work[node]) <= 1:
+                super()._reschedule(node)
 
     return Scheduling(config, log)
 
