@@ -1,4 +1,5 @@
-"""Where `nox -s tests` spends its time, per tier, file and test (results go to benchmarks/suite-results.json and .md).
+"""Where `nox -s tests` spends its time, per tier, file and test (results go to benchmarks/suite-runs.json and .md;
+what was read from them is benchmarks/suite-results.md).
 
   python benchmarks/suite_time.py run LABEL [--note TEXT] [-- PYTEST_ARGS]
       `nox -s tests` once, after the main job as CI runs it (.ci/run), with --junitxml and --durations=0
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "suite-results.json"
+OUT = ROOT / "benchmarks" / "suite-runs.json"
 SUMMARY = re.compile(r"^=+ (?P<counts>[^=]*?) in (?P<seconds>[0-9.]+)s", re.MULTILINE)
 DURATION = re.compile(r"^(?P<secs>[0-9.]+)s (?P<when>setup|call|teardown) +(?P<test>\S.*)$", re.MULTILINE)
 TOP = 25
