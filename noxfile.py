@@ -114,12 +114,20 @@ def preflight(session: nox.Session) -> None:
     _cli(session, "preflight")
 
 
+# The whole suite's tiers side by side, a file to a worker, in the order pyproject.toml's testpaths give: the longest
+# files (e2e: pushes, exports and LXC containers of 10 GB images) first, so that none is left to run alone at the
+# end. Most of the suite waits (on the engine, a registry, skopeo, LXC, servers in containers) rather than computes:
+# a worker more than the 2 cores of CI's machine keeps them busy while one waits (benchmarks/suite-results.md).
+# `-- -n 0 ...` runs in one process: arguments after `--` come later and win.
+SUITE_PARALLEL = ["-n", "3", "--dist", "loadfile", "--no-loadscope-reorder"]
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images)."""
+    """Run the test suite: unit, integration (real Docker engine) and end-to-end (real SGLang images), in parallel."""
     _install_for_tests(session)
     _machine(session, "tests")
-    session.run("pytest", *session.posargs, env=WRITE_BYTECODE)
+    session.run("pytest", *SUITE_PARALLEL, *session.posargs, env=WRITE_BYTECODE)
 
 
 # The tiers that need no Docker and no GPU (docs/contributing.md): what to run while you work. Coverage is of the

@@ -18,12 +18,13 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from buildscripts.trust import keys
 from tests import needs
-from tests.session import owner_label
+from tests.session import ENGINE_USED, owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_KEY = keys.key_dir({}) / keys.LOCAL_KEY   # this machine's verifier key: never made by a test
@@ -36,6 +37,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = FOLDER_MARKERS.get(parts[0]) if len(parts) > 1 else None
         if marker:
             item.add_marker(getattr(pytest.mark, marker))
+
+
+# Files that each hold 10-20 GB of disk while they run (a registry's copy and a second engine's of a real cell; the
+# OCI archives and LXC root file systems of two; `docker save` of two, which the engine writes out whole first). On
+# an 80 GB machine after the main job, two of them side by side would not fit: `nox -s tests` hands them to one
+# worker, one after another, while the other workers take the rest (pytest_xdist_make_scheduler).
+ONE_AFTER_ANOTHER = ("tests/e2e/test_build_once.py", "tests/e2e/test_lxc_cells.py", "tests/e2e/test_cell_secrets.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's `--dist loadfile` (a file to a worker), but the ONE_AFTER_ANOTHER files are one unit of work."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type information
+        def _split_scope(self, nodeid: str) -> str:
+            scope = str(super()._split_scope(nodeid))
+            return "disk-heavy e2e files" if scope in ONE_AFTER_ANOTHER else scope
+
+        def _reschedule(self, node: Any) -> None:
+            # xdist hands a worker its next file once 2 of its tests are left; a worker runs a test only when it
+            # knows the next one, so 1 is the least. With 2 a file waited behind the last two LXC tests (minutes
+            # each) of the disk-heavy unit while the other workers had nothing left to do.
+            if node.shutting_down or not self.workqueue or self._pending_of(self.assigned_work[node]) <= 1:
+                super()._reschedule(node)
+
+    return Scheduling(config, log)
 
 
 def _engine_problem() -> str | None:
@@ -52,18 +82,26 @@ def _images_of_this_session() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[None]:
-    """The engine, for integration/e2e tests; at the session's end, the images this session made go
-    (children first: `rmi -f` of a parent with children fails, so repeat while anything goes)."""
+def docker_engine() -> None:
+    """The engine, for integration/e2e tests; the images this session made go at its end (pytest_sessionfinish)."""
     problem = _engine_problem()
     if problem is not None:
         needs.unavailable(problem, ".ci/install-engine installs and starts it")
-    yield
+    ENGINE_USED.touch()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The images this session made go, once every worker is done (children first: `rmi -f` of a parent with
+    children fails, so repeat while anything goes). Run by the process that started the session: pytest itself,
+    or xdist's controller, not by each of its workers."""
+    if hasattr(session.config, "workerinput") or not ENGINE_USED.exists():
+        return
     for _ in range(5):
         made = _images_of_this_session()
         if not made:
-            return
+            break
         subprocess.run(["docker", "rmi", "-f", *made], capture_output=True, check=False)
+    ENGINE_USED.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,9 @@
 """Results reuse on the real cells: a second `build` with nothing changed starts no container and reuses the
-saved stages; a changed stage list or `--reverify` verifies again."""
+saved stages; a changed stage list or `--reverify` verifies again.
+
+The first build is this module's own, in a runs folder of its own, sealed by this test process's key (the main
+job's records, which the rest of the tier reads, carry another verifier's seal, which a test build does not
+trust): it verifies both cells, as `nox -s build` does."""
 
 from __future__ import annotations
 
@@ -10,17 +14,18 @@ import time
 from pathlib import Path
 
 import docker
+import pytest
 
 from buildscripts.results import RunResults, Verdict
-from buildscripts.verify.container import LABEL_CELL
+from buildscripts.verify.container import LABEL_CELL, LABEL_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-CELLS = "sglang0.5.16-torch2.11.0-cu130-*"     # the cells the session's `run` fixture built (e2e/conftest.py)
+CELLS = "sglang0.5.16-torch2.11.0-cu130-*"     # the e2e tier's cells (e2e/conftest.py)
 PIP_CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 
 
 def build(runs: Path, run_id: str, *args: str) -> tuple[RunResults, int]:
-    """`build` again on the session's images: (its results, verification containers it created)."""
+    """`build` on the tier's images: (its results, the verification containers it created)."""
     client = docker.from_env()
     since = int(time.time()) - 1
     done = subprocess.run([sys.executable, "-m", "buildscripts", "build", "--runs", str(runs), "--run-id", run_id,
@@ -28,30 +33,40 @@ def build(runs: Path, run_id: str, *args: str) -> tuple[RunResults, int]:
     print(done.stdout[-4000:], done.stderr[-2000:])
     assert done.returncode == 0, done.stderr[-2000:]
     events = client.events(since=since, until=int(time.time()) + 1, decode=True,
-                           filters={"type": "container", "event": "create", "label": LABEL_CELL})
+                           filters={"type": "container", "event": "create",
+                                    "label": [LABEL_CELL, f"{LABEL_RUN}={run_id}"]})   # not other tests' beside it
     created = sum(1 for _ in events)
     results = RunResults.model_validate(json.loads((runs / run_id / "results.json").read_text()))
     return results, created
 
 
-def test_nothing_changed_nothing_is_verified_again(run: RunResults, runs: Path) -> None:
+@pytest.fixture(scope="module")
+def first(run: RunResults, runs: Path) -> RunResults:
+    """Both cells built (the tier's `run` made sure their images exist: nothing is built again) and verified in
+    `runs`, as run e2e."""
+    done, created = build(runs, "e2e", "--only", CELLS)
+    assert created == 2 and all(c.reused_from is None for c in done.cells), created
+    return done
+
+
+def test_nothing_changed_nothing_is_verified_again(first: RunResults, runs: Path) -> None:
     again, created = build(runs, "again", "--only", CELLS)
     assert created == 0
-    built = [c for c in run.cells if c.image.id]
-    assert built, "the session's run built no image"
-    for first in built:
-        second = again.cell(first.cell_id)
+    built = [c for c in first.cells if c.image.id]
+    assert len(built) == 2, "the first run built no image"
+    for one in built:
+        second = again.cell(one.cell_id)
         assert second is not None
         assert second.build is not None and second.build.cached
         assert second.reused_from is not None and second.reused_from.startswith("run e2e of ")
-        assert second.verification_key == first.verification_key
-        assert second.verdict is first.verdict
-        assert [(s.name, s.status) for s in second.stages] == [(s.name, s.status) for s in first.stages]
+        assert second.verification_key == one.verification_key
+        assert second.verdict is one.verdict
+        assert [(s.name, s.status) for s in second.stages] == [(s.name, s.status) for s in one.stages]
         assert {s.run_id for s in second.stages} == {"e2e"}   # each reused stage says where it really ran
 
 
-def test_a_changed_stage_list_or_reverify_verifies_again(run: RunResults, runs: Path) -> None:
-    assert run.cell(PIP_CELL) is not None
+def test_a_changed_stage_list_or_reverify_verifies_again(first: RunResults, runs: Path) -> None:
+    assert first.cell(PIP_CELL) is not None
     fewer, created = build(runs, "fewer-stages", "--only", PIP_CELL, "--stages", "facts,import")
     assert created == 1
     cell = fewer.cell(PIP_CELL)
@@ -62,4 +77,4 @@ def test_a_changed_stage_list_or_reverify_verifies_again(run: RunResults, runs: 
     assert created == 1
     cell = forced.cell(PIP_CELL)
     assert cell is not None and cell.reused_from is None
-    assert cell.verdict is run.cell(PIP_CELL).verdict  # type: ignore[union-attr]
+    assert cell.verdict is first.cell(PIP_CELL).verdict  # type: ignore[union-attr]

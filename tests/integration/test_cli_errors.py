@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -15,13 +17,29 @@ from buildscripts.build import base
 from buildscripts.errors import DiskSpaceError, EngineError, ToolMissingError
 from buildscripts.matrix import schema as config
 from tests.cli import cli as run_cli
+from tests.session import OWNER
 
 ROOT = Path(__file__).resolve().parents[2]
 cli = partial(run_cli, timeout=120)  # every error here is answered within seconds
 
 
-def images() -> set[str]:
-    return {str(i.id) for i in docker.from_env().images.list()}
+def owner() -> dict[str, str]:
+    """A name of its own for what one command builds: everything `build` makes carries it (build/base.py)."""
+    return {base.OWNER_ENV: f"{OWNER}-{uuid.uuid4().hex[:8]}"}
+
+
+def images_of(made_by: dict[str, str]) -> list[str]:
+    """The images that carry `made_by`'s owner label. Not a diff of the engine's whole list: other tests build
+    and remove images beside these (`nox -s tests` runs the tiers in parallel)."""
+    with closing(docker.from_env()) as client:
+        return sorted(str(i.id) for i in client.images.list(
+            filters={"label": f"{base.OWNER_LABEL}={made_by[base.OWNER_ENV]}"}))
+
+
+def bases_named(name: str) -> list[str]:
+    with closing(docker.from_env()) as client:
+        return [t for i in client.images.list(name=base.BASE_REPOSITORY) for t in i.tags
+                if t.startswith(f"{base.BASE_REPOSITORY}:{name}-")]
 
 
 def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -34,9 +52,9 @@ def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *nee
 def test_bad_matrix_file_builds_nothing(tmp_path: Path) -> None:
     bad = tmp_path / "matrix.yaml"
     bad.write_text((ROOT / "matrix.yaml").read_text().replace("archs: [sm_90a,", "archs: [sm_9x,"))
-    before = images()
-    assert_clean_failure(cli("build", "--matrix", str(bad)), 2, "'sm_9x' is not a GPU target", "line ")
-    assert images() == before
+    made_by = owner()
+    assert_clean_failure(cli("build", "--matrix", str(bad), env=made_by), 2, "'sm_9x' is not a GPU target", "line ")
+    assert images_of(made_by) == []
 
 
 def test_selection_matching_nothing() -> None:
@@ -68,10 +86,11 @@ def test_missing_debootstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
     spec = config.Base(debootstrap=config.Debootstrap(suite="bookworm", include=("nonexistent-pkg-for-test",)),
                        python="3.11", platform="x86_64-manylinux_2_36")
-    before = images()
+    made_by = owner()
     with pytest.raises(ToolMissingError, match="'debootstrap' was not found"):
-        base.ensure("missing-tool-test", spec, client=docker.from_env(), logs=tmp_path)
-    assert images() == before
+        base.ensure("missing-tool-test", spec, client=docker.from_env(), logs=tmp_path,
+                    labels={base.OWNER_LABEL: made_by[base.OWNER_ENV]})
+    assert images_of(made_by) == [] and bases_named("missing-tool-test") == []
 
 
 def test_no_space_left(monkeypatch: pytest.MonkeyPatch) -> None:
