@@ -16,7 +16,6 @@ ALLOWED = {
     "process/test_probe_without_gpu.py": "it is about a machine without a GPU; on a GPU runner tests/gpu runs instead",
     "gpu/test_gpu_ladder.py": "the GPU tier needs a GPU and SGLang in this Python; CI's CPU runners have neither",
     "gpu/test_gpu_container.py": "the GPU tier needs an engine handing GPUs to containers; CI's CPU runners have none",
-    "e2e/test_arm64_cell.py": "it is about emulation: an arm64 runner has none; a CI runner may lack QEMU's handler",
 }
 
 
