@@ -12,6 +12,7 @@ import os
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import docker
@@ -111,10 +112,11 @@ def with_candidate(client: docker.DockerClient, cell: CellResult, cfg: Tags) -> 
     return cell.model_copy(update={"image": cell.image.model_copy(update={"ref": ref})})
 
 
-def verified(client: docker.DockerClient, image_id: str, cfg: Tags) -> CellResult:
-    """A verified cell for `image_id`, sealed and tagged like the pipeline does (candidate, then good tags)."""
+def verified(client: docker.DockerClient, image_id: str, cfg: Tags, loaded: matrix.Matrix = DEFAULT) -> CellResult:
+    """A verified cell for `image_id`, sealed for `loaded` and tagged like the pipeline does (candidate, then good
+    tags)."""
     cell = sealed(with_candidate(client, make_cell("verified", image_id=image_id), cfg),
-                  matrix_digest=results.matrix_digest(DEFAULT.spec))
+                  matrix_digest=results.matrix_digest(loaded.spec))
     return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell), cfg)})
 
 
@@ -155,31 +157,32 @@ def test_a_failed_rebuild_never_gets_or_moves_the_good_tag(
     assert {ref: client.images.get(ref).id for ref in good.tags} == before
 
 
-def forged(kind: str, image_id: str) -> CellResult:
+def forged(kind: str, image_id: str, digest: str) -> CellResult:
     """A record of the verified kind for `image_id`, forged in one way (`sealed` by this session's verifier
-    key unless the forgery is about the seal)."""
+    key unless the forgery is about the seal, for the matrix of `digest`, which its results file names)."""
+    seal_it = partial(sealed, matrix_digest=digest)
     cell = make_cell("verified", image_id=image_id)
     gpu = results.GPU_STAGES
     if kind == "hand-written":
         return cell
     if kind == "edited after sealing":  # a cpu-checked record, its GPU stages flipped to passed afterwards
-        honest = sealed(of_cell(make_cell("cpu-checked", image_id=image_id), gate(sealed(cell)).cell))
+        honest = seal_it(of_cell(make_cell("cpu-checked", image_id=image_id), gate(seal_it(cell)).cell))
         return honest.model_copy(update={"stages": cell.stages})
     if kind == "sealed by another key":
-        return sealed(cell, SigningKey("elsewhere", keys.generate()))
+        return seal_it(cell, SigningKey("elsewhere", keys.generate()))
     if kind == "no targets, arch bogus":
         stages = [s.model_copy(update={"arch": "bogus"}) if s.name in gpu else s for s in cell.stages]
-        return sealed(finish(cell, targets=[], stages=stages))
+        return seal_it(finish(cell, targets=[], stages=stages))
     if kind == "unknown cell":
-        return sealed(cell.model_copy(update={"cell_id": "sglang9.9.9-torch2.11.0-cu130-pip-bookworm"}))
+        return seal_it(cell.model_copy(update={"cell_id": "sglang9.9.9-torch2.11.0-cu130-pip-bookworm"}))
     if kind == "another cell's axes":  # 0.5.16's image under 0.5.23's tags
-        return sealed(cell.model_copy(update={"axes": make_cell("verified", sglang="0.5.23").axes}))
+        return seal_it(cell.model_copy(update={"axes": make_cell("verified", sglang="0.5.23").axes}))
     if kind == "short id":
-        return sealed(make_cell("verified", image_id=image_id[:19]))
+        return seal_it(make_cell("verified", image_id=image_id[:19]))
     assert kind == "GPU stages on no GPU"
     stages = [s.model_copy(update={"gpu": None, "where": "container (cpu)"}) if s.name in gpu else s
               for s in cell.stages]
-    return sealed(finish(cell, stages=stages))
+    return seal_it(finish(cell, stages=stages))
 
 
 FORGERIES = {  # kind -> what the refusal (or, for the last two, the skipped tag step) says
@@ -205,7 +208,7 @@ def test_a_forged_record_moves_no_tag(
     loaded = project(tmp_path, cfg)
     good = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)   # the good tags already there
     target = make_image(f"forged {uuid.uuid4()}")
-    path = save_run(forged(kind, target), tmp_path / "results.json", loaded)
+    path = save_run(forged(kind, target, results.matrix_digest(loaded.spec)), tmp_path / "results.json", loaded)
     before = repository_tags(client, cfg.repository)
     assert {ref for ref, image in before.items() if image == str(good.image.id)} >= set(good.tags)
     argv = ["--results", str(path), "--matrix", str(loaded.path)]
@@ -251,7 +254,7 @@ def test_promote_refuses_a_forged_record_before_pushing(
     tmp_path: Path,
 ) -> None:
     loaded = project(tmp_path, cfg)
-    cell = verified(client, make_image(f"forged {uuid.uuid4()}"), cfg)
+    cell = verified(client, make_image(f"forged {uuid.uuid4()}"), cfg, loaded)
     edited = cell.model_copy(update={"targets": []})   # sealed, then edited: the seal no longer fits
     path = save_run(edited, tmp_path / "results.json", loaded)
     with pytest.raises(ResultsError, match="changed after it was sealed"):
