@@ -22,7 +22,8 @@ from tests.integration import tinyimages
 def forged_images(client: docker.DockerClient) -> Iterator[dict[str, str]]:
     base = tinyimages.python_image(client)
     made = {"quiet": tinyimages.derive(client, base, {"/usr/local/bin/python3": forged.SCRIPT}),
-            "serving": tinyimages.derive(client, base, {"/usr/local/bin/python3": forged.SCRIPT}, ["ENV SGLANG_TEST_SERVE=1"])}
+            "serving": tinyimages.derive(client, base, {"/usr/local/bin/python3": forged.SCRIPT},
+                                         ["ENV SGLANG_TEST_SERVE=1"])}
     yield made
     for tag in made.values():
         client.images.remove(tag, force=True)
