@@ -209,9 +209,11 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
         run.finished = results.now()
         results.save(run, run_dir / "results.json")
         # The build's own reports weigh its records as the tag step does: sealed by this process's key, judged
-        shown = report.weigh.weigh_runs([run], matrix, ctx.trusted)
-        report.console.summary(shown)
-        report.render_all(shown, run_dir / "report", opts.env)
+        # with this matrix's facts.
+        if run.cells:   # a run stopped in its first cell has nothing to show, and must end as it was stopped
+            shown = report.weigh.weigh_runs([run], matrix, ctx.trusted)
+            report.console.summary(shown)
+            report.render_all(shown, run_dir / "report", opts.env)
     return run
 
 
