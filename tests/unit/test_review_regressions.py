@@ -1,6 +1,6 @@
 """Attacks a security review of issue 32 found open, kept as regressions: each asserts what must hold (it failed
-before its mend). Logic only, the registry and cosign faked where named; the real-parts version of the index
-attack is tests/process/test_review_regressions.py."""
+before its mend). Logic only, the registry and cosign faked where named; the index attacks with real parts are in
+tests/process/test_ambiguous_indexes.py."""
 
 from __future__ import annotations
 
