@@ -156,20 +156,27 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
 
 def _emulation(ws: Workspace, env: Mapping[str, str]) -> int:
     """QEMU user emulation for every CPU of the matrix's buildable cells that is not this machine's (an arm64 cell
-    on x86_64): registered here on Debian as root, saying what it does; elsewhere the fix, before any work."""
+    on x86_64): registered here on Debian as root, saying what it does; elsewhere the fix, before any work. Setup
+    does not know the run's selection: a CPU whose cells are all opt-in (built only when `--only` names them)
+    that cannot be emulated here is a warning, since a run of the whole matrix builds none of them."""
     if not ws.matrix.is_file():
         return 0
-    cpus = {c.base.cpu.oci: c.base.cpu for c in load(ws.matrix).buildable() if emulation.needed(c.base.cpu)}
-    for cpu in cpus.values():
+    cells = [c for c in load(ws.matrix).buildable() if emulation.needed(c.base.cpu)]
+    for oci, cpu in {c.base.cpu.oci: c.base.cpu for c in cells}.items():
         problem = emulation.handler_problem(cpu)
         if problem is None:
             continue
         refused = can_install(env)
         if refused is None:
-            log.info(f"the matrix holds {cpu.oci} cells and {problem}: setting up QEMU user emulation")
+            log.info(f"the matrix holds {oci} cells and {problem}: setting up QEMU user emulation")
             problem = emulation.register(cpu, log.info, ws.runs / "setup.log")
-        if problem:
-            msg = f"the matrix holds {cpu.oci} cells, which this machine builds only under emulation: {problem}"
-            why = f" (it installs nothing here: {refused})" if refused else ""
-            raise ToolMissingError(msg + why, hint=emulation.FIX.format(qemu=cpu.qemu))
+        if not problem:
+            continue
+        msg = f"the matrix holds {oci} cells, which this machine builds only under emulation: {problem}"
+        why = f" (it installs nothing here: {refused})" if refused else ""
+        if all(c.opt_in for c in cells if c.base.cpu.oci == oci):
+            log.warn(f"{msg}{why}; they are opt-in, so a run of the whole matrix builds none of them. "
+                     + emulation.FIX.format(qemu=cpu.qemu))
+            continue
+        raise ToolMissingError(msg + why, hint=emulation.FIX.format(qemu=cpu.qemu))
     return 0

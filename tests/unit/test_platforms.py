@@ -229,3 +229,33 @@ def test_emulated_stages_get_longer_deadlines() -> None:
     planned = plan.Plan.make(archs=["sm_90a"], lane_cuda="13.0", stage_timeout=900.0)
     assert emulated.slower(planned).stage_timeout == 900.0 * emulated.SLOWDOWN
     assert emulated.slower(planned).stages == planned.stages
+
+
+def _no_emulation_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildscripts import machine
+
+    monkeypatch.setattr(emulation, "needed", lambda cpu: cpu.oci == "linux/arm64")
+    monkeypatch.setattr(emulation, "handler_problem", lambda cpu: "no qemu-aarch64 handler is registered")
+    monkeypatch.setattr(machine, "can_install", lambda env: "not root")
+
+
+def test_setup_warns_for_an_opt_in_platform_it_cannot_emulate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from buildscripts import machine
+
+    _no_emulation_here(monkeypatch)
+    (tmp_path / "matrix.yaml").write_text(DEFAULT)
+    assert machine._emulation(Workspace.at(tmp_path), {}) == 0      # the whole matrix builds no arm64 cell
+    said = " ".join(capsys.readouterr().err.split())
+    assert "linux/arm64 cells" in said and "opt-in" in said and "qemu-user-static" in said
+
+
+def test_setup_stops_for_a_platform_the_whole_matrix_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from buildscripts import machine
+
+    _no_emulation_here(monkeypatch)
+    data = yaml.safe_load(DEFAULT)
+    data["platforms"]["linux/arm64"].pop("opt_in")
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ToolMissingError, match="linux/arm64 cells, which this machine builds only under emulation"):
+        machine._emulation(Workspace.at(tmp_path), {})
