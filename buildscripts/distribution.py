@@ -16,7 +16,8 @@ SGLANG_IMAGES_REGISTRY_TIMEOUT says more; a registry that takes connections and 
 (`no_answer`) instead of waiting for the tools' own minutes. Copies, which move gigabytes, keep their own
 limit: every copy here follows a read of the same registry, which a registry that does not answer fails first.
 The engine's pull (`verify REPO@sha256:…`) has no limit on its size, only on silence: it fails when the engine
-reports no progress for the deadline.
+reports no progress for PULL_SILENCE times the deadline (an engine busy extracting a layer of gigabytes on a loaded
+machine can be silent for more than 20 s while the registry did nothing wrong).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ ABSENT_RE = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
 SKOPEO_HINT = "install skopeo (`apt-get install skopeo`; `.ci/install-engine` does it)"
 COPY_TIMEOUT = 3 * 3600.0    # a copy between registries moves gigabytes
 DEADLINE_ENV, DEADLINE_S = "SGLANG_IMAGES_REGISTRY_TIMEOUT", 20.0
+PULL_SILENCE = 10            # the engine's silence a pull may have, in registry deadlines (200 s by default)
 GRACE_S = 10.0               # past the tool's own deadline, before the process is stopped from here
 # What skopeo and cosign say when their deadline passed, or a connection stalled.
 STALLED_RE = re.compile(r"context deadline exceeded|i/o timeout|TLS handshake timeout|Client\.Timeout", re.I)

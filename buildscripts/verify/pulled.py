@@ -35,7 +35,7 @@ def pull(client: docker.DockerClient, ref: str, env: Mapping[str, str], *, log_f
     subject = f"{repository}@{digest}"
     found = distribution.locate(subject, env, platform=engine.platform(client), log=log_file)
     with log.working(f"pulling {subject}"):
-        image_id = distribution.pull(client, subject, distribution.deadline(env))
+        image_id = distribution.pull(client, subject, distribution.PULL_SILENCE * distribution.deadline(env))
     if image_id not in found.ids:
         msg = f"the engine pulled {image_id} for {subject}, which is not the image the registry serves there"
         raise RegistryError(msg, hint="check the engine's registry mirrors (`docker info`): a mirror served "

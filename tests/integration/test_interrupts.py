@@ -102,8 +102,9 @@ def not_half_written(path: Path) -> RunResults | None:
 
 
 def good_tags(client: docker.DockerClient, repository: str) -> list[str]:
-    """Local tags in `repository` that are not candidate tags (those start with the cell id)."""
-    return sorted(t for i in client.images.list() for t in i.tags
+    """Local tags in `repository` that are not candidate tags (those start with the cell id). One listing call:
+    tests beside this one remove images meanwhile, and a listing that then inspects each image can miss one."""
+    return sorted(t for i in client.api.images() for t in i.get("RepoTags") or []
                   if t.startswith(repository + ":") and not t.split(":")[-1].startswith(tinyproject.CELL))
 
 
