@@ -73,19 +73,25 @@ def test_torch_arch_flags_cover_the_newer_minor_of_their_family() -> None:
     assert not cpu_stages.torch_covers(["sm_90"], "sm_120a")
 
 
-@pytest.fixture
-def one_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A package `kernels` whose library has sm_90a and sm_120a machine code, nothing for sm_121a."""
+def audited_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty package `kernels` that the arch audit scans alone (its library written by the caller)."""
     package = tmp_path / "kernels"
     package.mkdir()
-    blob = fatbin_blob(entry(2, 90, 0x11 | ARCH_SPECIFIC), entry(2, 120, 0x11 | ARCH_SPECIFIC))
-    (package / "ops.so").write_bytes(elf_with_sections({".nv_fatbin": blob}))
     spec = importlib.machinery.ModuleSpec("kernels", None, is_package=True)
     spec.submodule_search_locations = [str(package)]
     monkeypatch.setattr(cpu_stages, "LIBRARIES", ("kernels",))
     monkeypatch.setattr("buildscripts.probe.cpu_stages.util.find_spec",
                         lambda name: spec if name == "kernels" else None)
     monkeypatch.setattr(pruned, "libraries", dict)
+    return package
+
+
+@pytest.fixture
+def one_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package `kernels` whose library has sm_90a and sm_120a machine code, nothing for sm_121a."""
+    package = audited_alone(tmp_path, monkeypatch)
+    blob = fatbin_blob(entry(2, 90, 0x11 | ARCH_SPECIFIC), entry(2, 120, 0x11 | ARCH_SPECIFIC))
+    (package / "ops.so").write_bytes(elf_with_sections({".nv_fatbin": blob}))
     return package
 
 

@@ -4,16 +4,16 @@ Every case parses a real (synthetic) ELF file with a `.nv_fatbin` section."""
 
 from __future__ import annotations
 
-import importlib.machinery
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from buildscripts.probe import core, cpu_stages, fatbin, gpuruns, pruned
+from buildscripts.probe import core, fatbin, gpuruns
 from buildscripts.report import common, html
 from buildscripts.results import RunResults, notes
 from tests.results_factory import make_cell, vouched
+from tests.unit.test_also_audited import audited_alone
 from tests.unit.test_fatbin import ARCH_SPECIFIC, FAMILY, elf_with_sections, entry, fatbin_blob
 
 SASS, PTX = 2, 1
@@ -65,15 +65,7 @@ def test_sass_of_another_major_is_never_run(tmp_path: Path) -> None:
 @pytest.fixture
 def kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A package `kernels` (its library written by each test) that the arch audit scans alone."""
-    package = tmp_path / "kernels"
-    package.mkdir()
-    spec = importlib.machinery.ModuleSpec("kernels", None, is_package=True)
-    spec.submodule_search_locations = [str(package)]
-    monkeypatch.setattr(cpu_stages, "LIBRARIES", ("kernels",))
-    monkeypatch.setattr("buildscripts.probe.cpu_stages.util.find_spec",
-                        lambda name: spec if name == "kernels" else None)
-    monkeypatch.setattr(pruned, "libraries", dict)
-    return package
+    return audited_alone(tmp_path, monkeypatch)
 
 
 def audit(package: Path, archs: list[str], also: list[str], *entries: bytes) -> dict[str, Any]:

@@ -18,9 +18,12 @@ def parse(text: str) -> matrix.Matrix:
     return matrix.parse(text, Path("matrix.yaml"))
 
 
-def edited(change: dict[str, object]) -> str:
+def edited(change: dict[str, object], drop: tuple[str, ...] = ()) -> str:
+    """The project's matrix.yaml with top-level keys replaced (`change`) or removed (`drop`)."""
     data = yaml.safe_load(DEFAULT)
     data.update(change)
+    for key in drop:
+        data.pop(key)
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -19,29 +19,10 @@ from buildscripts.matrix import platforms
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import emulated, plan
 from buildscripts.workspace import Workspace
+from tests.unit.test_matrix import DEFAULT, ROOT, edited, error_of, parse
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = (ROOT / "matrix.yaml").read_text()
 ARM64 = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64"
 AMD64 = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm"
-
-
-def parse(text: str) -> matrix.Matrix:
-    return matrix.parse(text, Path("matrix.yaml"))
-
-
-def edited(change: dict[str, object], drop: tuple[str, ...] = ()) -> str:
-    data = yaml.safe_load(DEFAULT)
-    data.update(change)
-    for key in drop:
-        data.pop(key)
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-def error_of(text: str) -> str:
-    with pytest.raises(ConfigError) as exc:
-        parse(text)
-    return str(exc.value)
 
 
 def cells() -> dict[str, matrix.Cell]:
