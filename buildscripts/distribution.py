@@ -262,6 +262,11 @@ def _read(argv: list[str], ref: str, env: Mapping[str, str], log: Path | None) -
     raise failure(READ, ref, said(done))
 
 
+def digest_of(data: bytes) -> str:
+    """The digest of a manifest's bytes, as a registry names it."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def lookup(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Manifest | None:
     """The manifest the registry serves for `ref` (a tag or a digest) now; None when it serves none.
 
@@ -275,7 +280,7 @@ def lookup(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> Mani
         msg = f"the registry serves an ambiguous manifest for {ref} ({exc})"
         raise AmbiguousManifest(msg, hint="readers of images would disagree which image it is: push it again "
                                           "with a tool that writes plain JSON, and verify that") from None
-    digest = "sha256:" + hashlib.sha256(out).hexdigest()
+    digest = digest_of(out)
     wanted = by_digest(ref)
     if wanted and wanted[1] != digest:  # skopeo checks this too: a second look costs nothing
         raise failure(READ, ref, f"the registry served a manifest of digest {digest}")
@@ -303,6 +308,18 @@ def raw(ref: str, env: Mapping[str, str], *, config: bool = False, log: Path | N
     return out
 
 
+def config_platform(ref: str, env: Mapping[str, str], *, log: Path | None = None) -> str | None:
+    """os/architecture[/variant] as the image config of `ref`'s manifest names them (what an engine checks a
+    plain manifest's platform by); None when it names no os and architecture."""
+    try:
+        config = strictjson.loads_object(raw(ref, env, config=True, log=log))
+    except strictjson.Ambiguous as exc:
+        msg = f"the image config of {ref} is ambiguous ({exc})"
+        raise AmbiguousManifest(msg, hint="readers of images would disagree which platform it is") from None
+    os, architecture, variant = (str(config.get(k) or "") for k in ("os", "architecture", "variant"))
+    return "/".join(filter(None, (os, architecture, variant))) if os and architecture else None
+
+
 def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:
     """Copy `source` to `destination` (a tag or `@digest`) keeping the manifest digest (all platforms of an
     index); skopeo refuses rather than write another digest."""
@@ -311,6 +328,31 @@ def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | N
                      f"docker://{source}", f"docker://{destination}"], timeout=COPY_TIMEOUT, log=log, env=dict(env))
     if not done.ok:
         raise failure(COPY, destination, said(done))
+
+
+def write_index(ref: str, data: bytes, env: Mapping[str, str], *, log: Path | None = None) -> str:
+    """Write `data`, an index whose every manifest the repository of `ref` holds already, to `ref` byte for
+    byte, and return its digest. skopeo copies the index alone (`--multi-arch index-only`) from an OCI layout
+    that holds nothing but those bytes; the registry refuses an index whose manifests it lacks."""
+    media_type = str(strictjson.loads_object(data).get("mediaType") or "")
+    if media_type not in INDEX_TYPES:
+        msg = f"an index for {ref} was asked to be written with media type {media_type!r}"
+        raise RegistryError(msg, hint="this is a bug: only indexes are written here")
+    digest = digest_of(data)
+    with tempfile.TemporaryDirectory(prefix="sglang-images-index-") as scratch:
+        layout = Path(scratch)
+        (layout / "blobs" / "sha256").mkdir(parents=True)
+        (layout / "blobs" / "sha256" / digest.split(":", 1)[1]).write_bytes(data)
+        (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        top = {"schemaVersion": 2, "manifests": [{"mediaType": media_type, "digest": digest, "size": len(data)}]}
+        (layout / "index.json").write_text(json.dumps(top))
+        seconds = deadline(env)   # one manifest: a write as short as a read
+        done = proc.run([skopeo(), "--command-timeout", f"{seconds:g}s", "copy", "--multi-arch", "index-only",
+                         "--preserve-digests", "--quiet", *_access("dest-", repository_of(ref), env), f"oci:{layout}",
+                         f"docker://{ref}"], timeout=seconds + GRACE_S, log=log, env=dict(env))
+    if not done.ok:
+        raise no_answer(COPY, ref, seconds) if stalled(done) else failure(COPY, ref, said(done))
+    return digest
 
 
 def tags(repository: str, env: Mapping[str, str], *, log: Path | None = None) -> list[str]:

@@ -10,16 +10,18 @@ that name one subject (`image.repository@image.digest`) are weighed together, ac
   runner; with none given, at least one arch), each verified, and no record of that digest failed.
 
 Nothing is written before everything was checked, under the destination repository's lock
-(publish/writer.py): the registry serves the subject, and as the image each record tested (its id is the
-digest of that manifest or of its config); a good tag that serves another digest is moved only when that
-digest carries a verdict a trusted key signed (an earlier promotion); one that serves a digest nobody vouched
-for was put there by someone else and is refused, not moved back, unless `--repair`. What was promoted is read
-from the registry, never from the results file, whose `promoted` field no seal covers.
+(publish/writer.py): the registry serves the subject, as the image each record tested (its id is the
+digest of that manifest or of its config) and as an image of the cell's platform (its config says so); a good
+tag that serves another digest is moved only when that digest carries a verdict a trusted key signed (an
+earlier promotion); one that serves a digest nobody vouched for was put there by someone else and is refused,
+not moved back, unless `--repair`. What was promoted is read from the registry, never from the results file,
+whose `promoted` field no seal covers.
 Then the digest is copied into the release repository keeping its digest and its attachments (when that is
-another repository), the signed verdicts are attached to it, and each tag is pointed at the digest with
-`skopeo copy --preserve-digests` and read back. No child image, no rebuild, no new index. A tag is one
-manifest write: stopped at any point (SIGKILL included), every good tag is where it was or on the verified
-digest.
+another repository), the signed verdicts are attached to it, and each tag is pointed at it and read back. The
+linux/amd64 and linux/arm64 cells of one release render the same tags: a tag one platform holds is that
+platform's manifest itself (`skopeo copy --preserve-digests`, no child image, no rebuild); one that several
+platforms hold is an index of their verified manifests (publish/platformtags.py). A tag is one manifest write:
+stopped at any point (SIGKILL included), every good tag is where it was or where the promotion planned it.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from ..matrix import Matrix
 from ..matrix.schema import Tags
 from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
 from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
-from ..trust import cosign, verdicts
+from ..trust import verdicts
 from ..trust.keys import PublicKey
-from . import recorded, tags, trusted, writer
+from . import platformtags, recorded, tags, trusted, writer
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,18 @@ class Promotion:
     arch_tags: list[str]              # tag names, `…-verified-sm100`
     free_tags: list[str]              # the arch-free ones (empty when withheld)
     withheld: str | None = None       # why the arch-free tags were withheld
-    moves: dict[str, str | None] = field(default_factory=dict)   # tag -> digest it serves now (None: absent)
     tag_archs: dict[str, str] = field(default_factory=dict)      # per-arch tag -> its arch, as tags spell it
+    platform: str = "linux/amd64"     # the cell's (matrix.yaml)
+    manifest: str = ""                # the platform manifest verified: `digest`, or its entry when an index
 
     @property
     def tags(self) -> list[str]:
         """Per-arch tags first: an arch-free tag is never ahead of the arch tags it sums up."""
         return self.arch_tags + self.free_tags
+
+    def claim(self) -> platformtags.Claim:
+        return platformtags.Claim(self.cell_id, self.platform, self.manifest or self.digest, tuple(self.tags),
+                                  tuple(self.tag_archs.items()))
 
 
 def gather(runs: Mapping[Path, RunResults], matrix: Matrix, keys: Sequence[PublicKey],
@@ -136,7 +143,9 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: 
                      arch_tags=_names(tags.named(cfg, axes, verified, every_arch=False)),
                      free_tags=[] if withheld else _names(tags.named(cfg, axes, [], every_arch=True)),
                      withheld=withheld,
-                     tag_archs={t: a for a in verified for t in _names(tags.named(cfg, axes, [a], every_arch=False))})
+                     tag_archs={t: a for a in verified for t in _names(tags.named(cfg, axes, [a], every_arch=False))},
+                     platform=first.cell.platform,
+                     manifest=str(first.record.image.platform_digest or first.record.image.digest))
 
 
 def _names(refs: Sequence[str]) -> list[str]:
@@ -172,52 +181,13 @@ def check_subject(promotion: Promotion, env: Mapping[str, str], *, log_file: Pat
             raise RegistryError(msg, hint="use the results the verifier wrote for that digest, or verify it again")
 
 
-def plan_moves(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequence[PublicKey], *,
-               repair: bool, log_file: Path | None = None) -> None:
-    """Read what each good tag serves now; refuse one that serves a digest no trusted verdict vouches for."""
-    for tag in promotion.tags:
-        ref = f"{dest}:{tag}"
-        found = distribution.lookup(ref, env, log=log_file)
-        current = found.digest if found else None
-        if current and current != promotion.digest and not repair:
-            why = _not_vouched(f"{dest}@{current}", keys, env, promotion.cell_id, promotion.tag_archs.get(tag),
-                               log_file=log_file)
-            if why:
-                msg = (f"{promotion.cell_id}: {ref} serves {current}, which {why}: someone other than a promotion "
-                       "moved it; nothing was moved back")
-                raise RegistryError(msg, hint="promotion cannot tell a tamper from a push by hand: find out who "
-                                              "moved it; to point it at the verified digest again, promote with "
-                                              "--repair")
-        promotion.moves[tag] = current
-
-
-def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], cell_id: str, arch: str | None, *,
-                 log_file: Path | None) -> str | None:
-    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified as cell `cell_id` (on `arch`'s
-    family, for a per-arch tag), or None when one does: another cell's verified image, or this one's verified
-    on another arch only, is no earlier promotion of this tag. A verdict names the platform manifest that ran:
-    for an index, its platforms' verdicts are read."""
-    repository, digest = verdicts.split_digest_ref(ref)
-    top = distribution.lookup(ref, env, log=log_file)
-    digests = top.children() if top is not None and top.is_index else [digest]
-    findings = [f for d in digests for f in verdicts.judge(
-        cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys, [arch] if arch else ()).archs]
-    if any(f.verified and all(v.cell == cell_id for v in f.verdicts) for f in findings):
-        return None
-    if any(f.verified for f in findings):
-        named = sorted({f"{v.cell or 'no cell (an older verifier)'} on {f.arch}" for f in findings if f.verified
-                        for v in f.verdicts})
-        return f"carries passing verdicts for {', '.join(named)}, none for {cell_id}" + (f" on {arch}" if arch else "")
-    return "carries no verdict of a trusted key" if not findings else \
-        "carries no passing verdict of a trusted key (" + "; ".join(f.detail for f in findings) + ")"
-
-
 # ---------------------------------------------------------------- writing
 
 
-def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequence[PublicKey], *,
-          log_file: Path | None = None) -> dict[str, str]:
-    """Copy, attach, point the tags; return {reference: digest} of what now serves the verified digest."""
+def release(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequence[PublicKey], *,
+            log_file: Path | None = None) -> str:
+    """The verified digest in the release repository, with its attachments and signed verdicts; return
+    `dest@digest`. Tags are pointed afterwards, for all platforms at once (publish/platformtags.py)."""
     pinned = f"{dest}@{promotion.digest}"
     if dest != promotion.source:
         distribution.copy(f"{promotion.source}@{promotion.digest}", pinned, env, log=log_file)
@@ -226,18 +196,7 @@ def apply(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Sequenc
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
         verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, env=env, log_file=log_file)
-    published = {pinned: promotion.digest}
-    for tag in promotion.tags:
-        ref = f"{dest}:{tag}"
-        if promotion.moves.get(tag) != promotion.digest:
-            log.info(f"{ref}: {promotion.moves.get(tag) or 'new'} -> {promotion.digest}")
-            distribution.copy(pinned, ref, env, log=log_file)
-        served = distribution.served(ref, env, log=log_file).digest
-        if served != promotion.digest:
-            msg = f"{ref} serves {served} right after it was pointed at {promotion.digest}"
-            raise RegistryError(msg, hint="another writer moved it meanwhile; promote again, alone")
-        published[ref] = promotion.digest
-    return published
+    return pinned
 
 
 def carry_attachments(source: str, dest: str, digest: str, env: Mapping[str, str], *,
@@ -281,12 +240,17 @@ def promote(runs: Mapping[Path, RunResults], matrix: Matrix, url: str, keys: Seq
     if not chosen:
         return 0
     with writer.sole_writer(dest, env, wait_s=wait_s):
+        claims = []
         for promotion in chosen:    # every check before the first write
             check_subject(promotion, env, log_file=log_file)
-            plan_moves(promotion, dest, env, keys, repair=repair, log_file=log_file)
+            claim = promotion.claim()
+            claims.append((claim, platformtags.claimed_entry(claim, promotion.source, env, log_file=log_file)))
+        plans = platformtags.plan(claims, matrix, dest, env, keys, repair=repair, log_file=log_file)
+        pinned = {p.cell_id: release(p, dest, env, keys, log_file=log_file) for p in chosen}
+        served = {t.tag: platformtags.write(t, dest, env, log_file=log_file) for t in plans}
         for promotion in chosen:
-            published = apply(promotion, dest, env, keys, log_file=log_file)
-            record(runs, promotion, published)
+            record(runs, promotion, {pinned[promotion.cell_id]: promotion.digest,
+                                     **{f"{dest}:{t}": served[t] for t in promotion.tags}})
             detail = ", ".join(promotion.tags) + (f" (arch-free tag withheld: {promotion.withheld})"
                                                    if promotion.withheld else "")
             log.step(promotion.cell_id, "promote", "passed", detail=f"{detail} -> {promotion.digest}")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import arguments, distribution, engine, log, results
+from .. import arguments, distribution, engine, log, platforms, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix import Matrix, load
 from ..matrix.schema import Tags
@@ -71,6 +71,8 @@ def promote_cell(
     if candidate is None:
         msg = f"{cell.cell_id}: the results record no candidate tag"
         raise ResultsError(msg, hint="re-run the build with this version")
+    for local_ref in children:
+        _refuse_other_platforms(client, f"{base}:{local_ref.rsplit(':', 1)[1]}", cell.cell_id, checked.cell.platform)
 
     published: dict[str, str] = {}
     pushed_refs: list[str] = []
@@ -96,6 +98,29 @@ def promote_cell(
         for ref in pushed_refs:
             registry.untag(client, ref)
     return published
+
+
+def _refuse_other_platforms(client: docker.DockerClient, ref: str, cell_id: str, platform: str) -> None:
+    """RegistryError when the tag `ref` holds another platform's image (an index of several platforms, or a
+    manifest of another): a push from this engine would replace what that platform's verdicts put there. Tags
+    of several platforms are promoted by digest (publish/platformtags.py), where each entry is vouched for."""
+    import docker.errors
+
+    try:
+        found = client.api.inspect_distribution(ref)  # type: ignore[no-untyped-call]
+    except docker.errors.APIError as exc:
+        if distribution.ABSENT_RE.search(str(exc.explanation or exc)):
+            return
+        raise distribution.failure(distribution.READ, ref, str(exc.explanation or exc)) from None
+    media_type = str(found.get("Descriptor", {}).get("mediaType") or "")
+    held = ["/".join(filter(None, (p.get("os"), p.get("architecture"), p.get("variant"))))
+            for p in found.get("Platforms") or [] if isinstance(p, dict)]
+    if media_type in distribution.INDEX_TYPES or any(not platforms.matches(p, platform) for p in held):
+        msg = (f"{cell_id}: {ref} holds {'an index of ' if media_type in distribution.INDEX_TYPES else ''}"
+               f"{', '.join(held) or 'another platform'}; a push of this {platform} image from the engine would "
+               "replace what the other platform's verdicts put there")
+        raise RegistryError(msg, hint="promote tags of several platforms by digest: stage the build "
+                                      "(`nox -s build -- --stage REPO`), verify the digest, promote those results")
 
 
 def _announce(hook: Callable[[str], None] | None, ref: str) -> None:

@@ -109,8 +109,9 @@ def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Ma
     """The verdicts of `ref`'s manifest; for an index, of each platform manifest it lists."""
     repository, digest = verdicts.split_digest_ref(ref)
     top = top or distribution.served(f"{repository}@{digest}", env)
-    if not top.is_index:
-        return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)))]
+    if not top.is_index:   # its platform is its config's: what `check --platform` compares
+        return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)),
+                       distribution.config_platform(f"{repository}@{digest}", env))]
     found = []
     for entry in top.data.get("manifests") or []:
         found_platform = entry.get("platform") if isinstance(entry, dict) else None

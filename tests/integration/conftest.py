@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+import tarfile
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
+from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
 
 
@@ -26,3 +30,26 @@ def client() -> Iterator[docker.DockerClient]:
     found = docker.from_env()
     yield found
     found.close()
+
+
+@pytest.fixture
+def tiny(client: docker.DockerClient) -> Iterator[Callable[[], str]]:
+    """Tiny images of unique content (a one-file `docker import`); removed afterwards."""
+    made: list[str] = []
+
+    def make() -> str:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            payload = f"by digest {uuid.uuid4()}".encode()
+            info = tarfile.TarInfo("hello.txt")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        repository = f"sglang-images-bydigest-test-{uuid.uuid4().hex[:8]}"
+        client.api.import_image_from_data(data.getvalue(), repository=repository, tag="t",
+                                          changes=[owner_change()])
+        made.append(f"{repository}:t")
+        return str(client.images.get(made[-1]).id)
+
+    yield make
+    for ref in made:
+        client.images.remove(ref, force=True)

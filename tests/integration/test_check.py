@@ -137,7 +137,7 @@ def test_a_tag_moved_after_promotion_fails_the_check(world: World) -> None:
     moved = world.push("moving")
     done = world.check(f"{world.repository}:moving")
     assert done.returncode == NOT_VERIFIED
-    assert f"is not verified for {moved}: no valid signed verdict is attached" in done.stderr
+    assert f"is not verified for {moved} (linux/amd64): no valid signed verdict is attached" in done.stderr
     assert world.check(world.ref(first)).returncode == 0   # the tested digest itself still is
 
 

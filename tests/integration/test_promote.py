@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tarfile
 import uuid
@@ -33,6 +34,7 @@ from tests.results_factory import finish, make_cell, of_cell, sealed
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = matrix.load(ROOT / "matrix.yaml")
 KEYS = [keys.signing_key(os.environ).public]   # this test session's throw-away verifier key
+ENV = dict(os.environ)
 
 pytestmark = pytest.mark.registry
 
@@ -351,3 +353,31 @@ def test_a_cell_without_good_tags_is_never_pushed(
     with pytest.raises(RegistryError, match="no good tag"):
         promote.promote_cell(client, gate(cell), server.url, cfg)
     assert not any(server.url in t for i in client.images.list() for t in i.tags)
+
+
+def test_a_push_from_the_engine_never_replaces_a_tag_of_several_platforms(
+    client: docker.DockerClient, cfg: Tags, make_image: Callable[[str], str], server: RegistryServer,
+    tmp_path: Path,
+) -> None:
+    """A tag that promotion by digest made an index of the amd64 and arm64 manifests is refused to a cell
+    promoted from this engine: its push would drop the arm64 entry its own verdicts put there."""
+    from tests.integration.test_promote_platforms import push_layout
+
+    first = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
+    assert promote.promote_file(client, save_run(first, tmp_path / "a" / "results.json"), server.url, cfg,
+                                DEFAULT, KEYS) == 1
+    base = f"{server.url}/{cfg.repository}"
+    tag = first.tags[0].rsplit(":", 1)[1]
+    amd64 = distribution.served(f"{base}:{tag}", ENV)
+    arm64, _ = push_layout(f"{base}:arm64-{uuid.uuid4().hex[:8]}", "arm64")
+    entry = {"mediaType": amd64.media_type, "digest": amd64.digest,
+             "size": len(distribution.raw(f"{base}@{amd64.digest}", ENV))}
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {**entry, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm64,
+         "size": len(distribution.raw(f"{base}@{arm64}", ENV)), "platform": {"os": "linux", "architecture": "arm64"}}]}
+    both = distribution.write_index(f"{base}:{tag}", json.dumps(index).encode(), ENV)
+    second = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
+    with pytest.raises(RegistryError, match="holds an index of linux/amd64, linux/arm64"):
+        promote.promote_file(client, save_run(second, tmp_path / "b" / "results.json"), server.url, cfg, DEFAULT, KEYS)
+    assert distribution.served(f"{base}:{tag}", ENV).digest == both   # nothing replaced it

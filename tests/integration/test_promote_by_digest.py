@@ -7,17 +7,14 @@ Every test checks the registry itself (`skopeo inspect`) for where each good tag
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -31,7 +28,6 @@ from buildscripts.trust import cosign, keys, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
 from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
-from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -39,29 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ)
 ARCH_TAG, FREE_TAG = "0.5.16-torch2.11.0-cu130-pip-verified-{}", "0.5.16-torch2.11.0-cu130-pip"
 STAGING = "sglang-images-staging"
-
-
-@pytest.fixture
-def tiny(client: docker.DockerClient) -> Iterator[Callable[[], str]]:
-    """Tiny images of unique content (a one-file `docker import`); removed afterwards."""
-    made: list[str] = []
-
-    def make() -> str:
-        data = io.BytesIO()
-        with tarfile.open(fileobj=data, mode="w") as tar:
-            payload = f"by digest {uuid.uuid4()}".encode()
-            info = tarfile.TarInfo("hello.txt")
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-        repository = f"sglang-images-bydigest-test-{uuid.uuid4().hex[:8]}"
-        client.api.import_image_from_data(data.getvalue(), repository=repository, tag="t",
-                                          changes=[owner_change()])
-        made.append(f"{repository}:t")
-        return str(client.images.get(made[-1]).id)
-
-    yield make
-    for ref in made:
-        client.images.remove(ref, force=True)
 
 
 class Staged:

@@ -12,9 +12,9 @@ import pytest
 
 from buildscripts import distribution
 from buildscripts.errors import RegistryError
-from buildscripts.publish import bydigest
+from buildscripts.publish import platformtags
 from buildscripts.trust import cosign, dsse, keys, statement, verdicts
-from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
+from tests.results_factory import cpu_passed, finish, gpu_passed, kinds_matrix, make_cell
 
 CURRENT, OURS = "sha256:" + "b" * 64, "sha256:" + "a" * 64
 TAG = "x-verified-sm100"
@@ -31,15 +31,29 @@ def _verdict(key: keys.SigningKey, arch: str, cell_id: str | None) -> dict[str, 
     return dsse.sign(json.dumps(document).encode(), dsse.IN_TOTO, key)
 
 
-def _plan(monkeypatch: pytest.MonkeyPatch, served: list[dict[str, Any]], key: keys.SigningKey,
-          arch: str | None = "sm100") -> bydigest.Promotion:
+def fake_registry(monkeypatch: pytest.MonkeyPatch, served: dict[str, str], verdicts_served: list[dict[str, Any]],
+                  platform: str = "linux/amd64") -> None:
+    """A registry whose refs in `served` name plain manifests of `platform`, each carrying `verdicts_served`."""
+    manifest = b'{"mediaType": "application/vnd.oci.image.manifest.v1+json"}'
+    os, architecture = platform.split("/")
+
+    def raw(ref: str, env: Any, *, config: bool = False, log: Any = None) -> bytes:
+        return json.dumps({"os": os, "architecture": architecture}).encode() if config else manifest
+
     monkeypatch.setattr(distribution, "lookup", lambda ref, env, log=None: distribution.Manifest(
-        ref, CURRENT, {"mediaType": "application/vnd.oci.image.manifest.v1+json"}))
-    monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: served)
-    promotion = bydigest.Promotion("cell-a", "staging", OURS, [], [TAG], [],
-                                   tag_archs={TAG: arch} if arch else {})
-    bydigest.plan_moves(promotion, "dest", {}, [key.public], repair=False)
-    return promotion
+        ref, served[ref], json.loads(manifest)) if ref in served else None)
+    monkeypatch.setattr(distribution, "raw", raw)
+    monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: verdicts_served)
+
+
+def _plan(monkeypatch: pytest.MonkeyPatch, served: list[dict[str, Any]], key: keys.SigningKey,
+          arch: str | None = "sm100") -> platformtags.TagPlan:
+    """Promotion of cell-a's manifest OURS to TAG, which serves CURRENT now."""
+    fake_registry(monkeypatch, {f"dest:{TAG}": CURRENT, f"dest@{CURRENT}": CURRENT}, served)
+    claim = platformtags.Claim("cell-a", "linux/amd64", OURS, (TAG,), ((TAG, arch),) if arch else ())
+    entry = platformtags.Entry("linux/amd64", OURS, platformtags.OCI_MANIFEST, 100)
+    [plan] = platformtags.plan([(claim, entry)], kinds_matrix(), "dest", {}, [key.public], repair=False)
+    return plan
 
 
 @pytest.fixture
@@ -49,7 +63,8 @@ def key() -> keys.SigningKey:
 
 def test_a_verdict_of_this_cell_on_the_tags_arch_is_an_earlier_promotion(monkeypatch: pytest.MonkeyPatch,
                                                                          key: keys.SigningKey) -> None:
-    assert _plan(monkeypatch, [_verdict(key, "sm_100a", "cell-a")], key).moves == {TAG: CURRENT}
+    plan = _plan(monkeypatch, [_verdict(key, "sm_100a", "cell-a")], key)
+    assert (plan.current, plan.target, plan.index) == (CURRENT, OURS, None)
 
 
 @pytest.mark.parametrize(("arch", "cell_id", "said"), [
@@ -66,7 +81,7 @@ def test_another_cells_or_another_archs_verdict_is_a_tamper(monkeypatch: pytest.
 
 def test_an_arch_free_tag_takes_this_cells_verdict_on_any_arch(monkeypatch: pytest.MonkeyPatch,
                                                                key: keys.SigningKey) -> None:
-    assert _plan(monkeypatch, [_verdict(key, "sm_90a", "cell-a")], key, arch=None).moves == {TAG: CURRENT}
+    assert _plan(monkeypatch, [_verdict(key, "sm_90a", "cell-a")], key, arch=None).target == OURS
     with pytest.raises(RegistryError, match="none for cell-a"):
         _plan(monkeypatch, [_verdict(key, "sm_90a", "cell-b")], key, arch=None)
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import RegistryError
-from buildscripts.publish import bydigest
-from buildscripts.trust import cosign, dsse, keys, statement
+from buildscripts.publish import platformtags
+from buildscripts.trust import dsse, keys, statement
 from buildscripts.verify import lxcconfig
 from buildscripts.verify.identity import handed_environment
-from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
+from tests.results_factory import cpu_passed, finish, gpu_passed, kinds_matrix, make_cell
+from tests.unit.test_promotion_vouching import fake_registry
 
 
 def test_an_emptied_idmap_is_a_privileged_container() -> None:
@@ -48,13 +48,12 @@ def test_a_tag_moved_to_a_digest_verified_for_another_arch_is_not_taken_for_a_pr
     this tag and moves on silently instead of refusing as a tamper (`_not_vouched` asks for any passing arch)."""
     key = keys.SigningKey("verifier", keys.generate())
     other = "sha256:" + "b" * 64
-    served = {f"dest:{'cell-verified-sm100'}": other, f"dest@{other}": other}
-    monkeypatch.setattr(distribution, "lookup", lambda ref, env, log=None: distribution.Manifest(
-        ref, served[ref], {"mediaType": "application/vnd.oci.image.manifest.v1+json"}))
-    monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: [_verdict_for(other, "sm_90a", key)])
-    promotion = bydigest.Promotion("cell", "staging", "sha256:" + "a" * 64, [], ["cell-verified-sm100"], [])
+    fake_registry(monkeypatch, {"dest:cell-verified-sm100": other, f"dest@{other}": other},
+                  [_verdict_for(other, "sm_90a", key)])
+    claim = platformtags.Claim("cell", "linux/amd64", "sha256:" + "a" * 64, ("cell-verified-sm100",), ())
+    entry = platformtags.Entry("linux/amd64", claim.digest, platformtags.OCI_MANIFEST, 100)
     with pytest.raises(RegistryError):
-        bydigest.plan_moves(promotion, "dest", {}, [key.public], repair=False)
+        platformtags.plan([(claim, entry)], kinds_matrix(), "dest", {}, [key.public], repair=False)
 
 
 def test_a_re_dated_older_run_does_not_outvote_the_judges_newest_word() -> None:
