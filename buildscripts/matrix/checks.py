@@ -1,7 +1,8 @@
 """Checks across entries of matrix.yaml that one field's schema cannot make: repeated torch lanes and SGLang
 releases, cell ids that collide, `expect` entries naming a stage or failure class that does not exist,
-toolkits baking a server profile that `profiles:` does not define, and CUDA flavours that `cuda:` does not
-declare (or declares with a version its name does not spell).
+toolkits baking a server profile that `profiles:` does not define, CUDA flavours that `cuda:` does not
+declare (or declares with a version its name does not spell), and CI runners keyed by an arch or platform the
+matrix does not build, or whose labels ask for another CPU than their platform's.
 
 Each problem is (YAML path, message); `load` adds the line. The names an expectation may use come from
 below this package on purpose (the import layers put `matrix` under `verify`): the stages from the
@@ -19,6 +20,9 @@ from typing import Any
 from ..results import LADDER
 from . import yamlfile
 from .cells import Cell
+from .cijobs import labels_cpus
+from .platforms import DEFAULT as DEFAULT_PLATFORM
+from .platforms import by_oci
 from .schema import FLAVOUR_HINT, MatrixFile, flavour_version
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
@@ -27,7 +31,72 @@ Problem = tuple[tuple[str | int, ...], str]
 
 def problems(spec: MatrixFile) -> list[Problem]:
     return [*_flavour_versions(spec), *_undeclared_flavours(spec), *_repeated_lanes(spec), *_repeated_sglang(spec),
-            *_unknown_expectations(spec), *_unknown_warm_profiles(spec)]
+            *_unknown_expectations(spec), *_unknown_warm_profiles(spec), *_runner_problems(spec)]
+
+
+def _runner_problems(spec: MatrixFile) -> list[Problem]:
+    """`runners:` keyed by what the matrix builds, each label set of a platform asking for that platform's CPU."""
+    runners = spec.runners
+    found: list[Problem] = []
+    built = list(spec.targets_by_platform)
+    amd64 = spec.targets(DEFAULT_PLATFORM).archs
+    for arch in runners.archs:
+        if arch not in amd64:
+            fix = (f"did you mean {close[0]!r}? " if (close := difflib.get_close_matches(arch, amd64, n=1)) else "")
+            found.append((("runners", "archs", arch), (
+                f"unknown arch {arch!r} under runners.archs, the GPU runners of linux/amd64 (its archs: "
+                f"{', '.join(amd64) or 'none: the matrix builds no linux/amd64 cell'}); {fix}key per-arch labels "
+                "by an arch of linux/amd64, or add the arch there (another platform's go under "
+                "runners.platforms.PLATFORM.archs)")))
+    for platform, theirs in runners.platforms.items():
+        where: tuple[str | int, ...] = ("runners", "platforms", platform)
+        if platform == DEFAULT_PLATFORM:
+            found.append((where, f"{platform}'s runners are the top-level runners.default and runners.archs "
+                                 "(and runners.build): give them there"))
+            continue
+        if platform not in built:
+            found.append((where, f"the matrix builds no {platform} cell (its platforms: {', '.join(built)}): add "
+                                 f"{platform} under `platforms:`, or drop its runners"))
+            continue
+        archs = spec.targets(platform).archs
+        for arch in theirs.archs:
+            if arch not in archs:
+                close = difflib.get_close_matches(arch, archs, n=1)
+                fix = f"; did you mean {close[0]!r}?" if close else ""
+                found.append(((*where, "archs", arch), f"unknown arch {arch!r} for {platform} (its archs: "
+                                                       f"{', '.join(archs)}){fix}"))
+    return found + _runner_cpus(spec)
+
+
+def _runner_cpus(spec: MatrixFile) -> list[Problem]:
+    """Each GPU (and per-platform build or CPU) label set names its platform's CPU, so that a runner of another CPU
+    with the same GPU never takes the job: an amd64 sm_90a job must not land on a GH200 (arm64, sm_90a)."""
+    runners = spec.runners
+    sets: list[tuple[tuple[str | int, ...], str, tuple[str, ...]]] = [
+        (("runners", "default"), DEFAULT_PLATFORM, runners.default),
+        *((("runners", "archs", a), DEFAULT_PLATFORM, labels) for a, labels in runners.archs.items())]
+    for platform, theirs in runners.platforms.items():
+        where = ("runners", "platforms", platform)
+        sets += [((*where, key), platform, labels) for key, labels in
+                 (("build", theirs.build), ("default", theirs.default), ("cpu", theirs.cpu)) if labels]
+        sets += [((*where, "archs", a), platform, labels) for a, labels in theirs.archs.items()]
+    found: list[Problem] = []
+    for loc, platform, labels in sets:
+        if platform not in spec.targets_by_platform:
+            continue   # said above, or a matrix without amd64 cells: its top-level GPU runners are never used
+        cpu, asked = by_oci(platform), labels_cpus(labels)
+        if len(asked) > 1:
+            found.append((loc, f"these labels name two CPUs ({', '.join(labels)}): no runner carries them all; keep "
+                               f"{cpu.runner.lower()} ({platform})"))
+        elif asked and asked[0] != cpu:
+            found.append((loc, f"these labels ask for a {asked[0].oci} runner ({', '.join(labels)}) but the jobs are "
+                               f"of {platform} cells: give them a {platform} runner's labels "
+                               f"({cpu.runner.lower()}, or GitHub's {cpu.hosted})"))
+        elif not asked and any(label.casefold() == "self-hosted" for label in labels):
+            found.append((loc, f"a self-hosted runner's labels must name its CPU, so that a runner of another CPU "
+                               f"with the same GPU never takes a {platform} job: add {cpu.runner.lower()} "
+                               f"(GitHub gives every self-hosted runner its architecture's label)"))
+    return found
 
 
 def _flavour_versions(spec: MatrixFile) -> list[Problem]:

@@ -20,11 +20,21 @@ class Cpu:
     debian: str     # arm64: debootstrap --arch, dpkg
     wheel: str      # aarch64: the start of a wheel platform tag (aarch64-manylinux_2_36)
     qemu: str       # aarch64: the binfmt_misc handler that runs it elsewhere (qemu-aarch64)
+    # GitHub Actions: the architecture label every self-hosted runner of this CPU carries (matched in any case),
+    # and the label of GitHub's own hosted Linux runner of this CPU.
+    runner: str     # ARM64
+    hosted: str     # ubuntu-24.04-arm
+
+    @property
+    def machine(self) -> str:
+        """What `uname -m` says on a machine of this CPU (aarch64): the wheel platform's CPU is spelled so."""
+        return self.wheel
 
 
 CPUS = (
-    Cpu(oci="linux/amd64", debian="amd64", wheel="x86_64", qemu="x86_64"),
-    Cpu(oci="linux/arm64", debian="arm64", wheel="aarch64", qemu="aarch64"),
+    Cpu(oci="linux/amd64", debian="amd64", wheel="x86_64", qemu="x86_64", runner="X64", hosted="ubuntu-24.04"),
+    Cpu(oci="linux/arm64", debian="arm64", wheel="aarch64", qemu="aarch64", runner="ARM64",
+        hosted="ubuntu-24.04-arm"),
 )
 OCI_NAMES = tuple(c.oci for c in CPUS)
 WHEEL_PLATFORM_RE = r"^(x86_64|aarch64)-manylinux_2_[0-9]+$"

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from ..refs import reference_problem, repository_problem
 from .platforms import DEFAULT as DEFAULT_PLATFORM
-from .platforms import OCI_NAMES, WHEEL_PLATFORM_RE, Cpu, of_wheel_platform
+from .platforms import OCI_NAMES, WHEEL_PLATFORM_RE, Cpu, by_oci, of_wheel_platform
 from .tagtemplates import template_problems
 
 # A day: the longest wait a server or stage may ask for (waits refuse far larger numbers, and none is meant).
@@ -303,15 +303,57 @@ def _some_labels(value: tuple[str, ...]) -> tuple[str, ...]:
 Labels = Annotated[tuple[Annotated[str, AfterValidator(_runner_label)], ...], AfterValidator(_some_labels)]
 
 
+class PlatformRunners(Strict):
+    """The CI runners of one platform's cells other than linux/amd64's (`runners.platforms: linux/arm64:`), so that
+    a runner of one CPU is never asked for another's cell: an H200 and a GH200 are both sm_90a, and their labels
+    live under different keys (checks.py also wants each self-hosted label set to name its CPU)."""
+
+    build: Labels | None = Field(
+        default=None, description="a build runner of this platform's CPU: its cells are built there natively; "
+                                  "without it, on the `build` runner under QEMU emulation")
+    default: Labels | None = Field(
+        default=None, description="a GPU job per cell on any runner with these labels (when `archs` is empty)")
+    archs: dict[str, Labels] = Field(default_factory=dict, description="arch of this platform -> labels")
+    cpu: Labels | Literal[False] | None = Field(
+        default=None, description="with no GPU runner: a CPU-only verify job on a runner of this CPU with these "
+                                  "labels (default: GitHub's hosted runner of the CPU, e.g. ubuntu-24.04-arm); "
+                                  "false: no job")
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.archs) or self.default is not None
+
+
 class Runners(Strict):
-    """The CI runners a cell's GPU job asks for (`nox -s matrix -- --github`): labels, all of which
-    a runner must carry. Without per-arch labels a cell runs once on any runner with the default
-    labels; with them, once per listed arch, each on a runner whose labels name that GPU. The build
-    job (`nox -s build -- --stage REPO`) runs on a runner with the `build` labels: no GPU needed."""
+    """The CI runners a cell's jobs ask for (`nox -s matrix -- --github`): labels, all of which a runner must carry.
+    `default` and `archs` are linux/amd64's GPU runners: without per-arch labels a cell runs once on any runner with
+    the default labels; with them, once per listed arch, each on a runner whose labels name that GPU. Another
+    platform's runners are under `platforms:`. The build job (`nox -s build -- --stage REPO`) runs on a runner with
+    the `build` labels (no GPU needed); so do the cells of a platform that has no build runner of its own."""
 
     default: Labels = ("self-hosted", "linux", "x64", "gpu")
     build: Labels = ("self-hosted", "linux", "x64", "build")
-    archs: dict[str, Labels] = Field(default_factory=dict, description="arch from `archs:` -> labels")
+    archs: dict[str, Labels] = Field(default_factory=dict, description="linux/amd64 arch -> labels")
+    platforms: dict[PlatformName, PlatformRunners] = Field(
+        default_factory=dict, description="another platform (linux/arm64) -> its runners")
+
+    def of(self, platform: str) -> PlatformRunners:
+        """`platform`'s runners: linux/amd64's are the top-level `default` and `archs` (and no CPU-only job)."""
+        if platform == DEFAULT_PLATFORM:
+            return PlatformRunners.model_construct(build=None, default=self.default, archs=self.archs, cpu=False)
+        return self.platforms.get(platform) or PlatformRunners()
+
+    def build_labels(self, platform: str) -> tuple[str, ...]:
+        """Where `platform`'s cells are built: its own build runner, else the `build` runner (under emulation)."""
+        return self.of(platform).build or self.build
+
+    def cpu_labels(self, platform: str) -> tuple[str, ...] | None:
+        """The runner of a CPU-only verify job of `platform`'s cells (None: no such job): only where no GPU runner
+        is given, on the given labels or GitHub's hosted runner of the platform's CPU."""
+        runners = self.of(platform)
+        if runners.gpu or runners.cpu is False:
+            return None
+        return runners.cpu or (by_oci(platform).hosted,)
 
 
 class MatrixFile(Strict):
@@ -398,21 +440,6 @@ class MatrixFile(Strict):
         """Every target arch of any platform, in file order."""
         return tuple(dict.fromkeys(a for t in self.targets_by_platform.values() for a in t.archs))
 
-    @field_validator("runners")
-    @classmethod
-    def _runner_archs_are_matrix_archs(cls, value: Runners, info: ValidationInfo) -> Runners:
-        archs = info.data.get("archs") or tuple(
-            dict.fromkeys(a for t in (info.data.get("platforms") or {}).values() for a in t.archs))
-        if not archs:  # the targets themselves are invalid or missing; that error is reported on its own
-            return value
-        for arch in value.archs:
-            if arch not in archs:
-                close = difflib.get_close_matches(arch, archs, n=1)
-                fix = f"did you mean {close[0]!r}? " if close else ""
-                msg = (f"unknown arch {arch!r} under runners.archs (this matrix's archs: {', '.join(archs)}); "
-                       f"{fix}key per-arch labels by an arch from the top-level `archs:`, or add the arch there")
-                raise ValueError(msg)
-        return value
 
 def arch_problem(arch: str) -> str | None:
     """Why `arch` is not a GPU target this project builds for, or None."""

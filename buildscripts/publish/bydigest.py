@@ -6,7 +6,7 @@ that name one subject (`image.repository@image.digest`) are weighed together, ac
 
 - an arch is verified when the newest record whose GPU stages ran on it says so (`Trusted.archs`), and
   its per-arch tag (`…-verified-sm100`) then points at the digest;
-- the arch-free tag needs every arch the CI verifies the cell on (its targets that `runners.archs` gives a
+- the arch-free tag needs every arch the CI verifies the cell on (its targets that its platform's `archs` gives a
   runner; with none given, at least one arch), each verified, and no record of that digest failed.
 
 Nothing is written before everything was checked, under the destination repository's lock
@@ -96,7 +96,8 @@ def gather(runs: Mapping[Path, RunResults], matrix: Matrix, keys: Sequence[Publi
 
 def required_archs(cell_archs: Sequence[str], runner_archs: Sequence[str]) -> list[str]:
     """The archs the arch-free tag needs verified: the cell's targets that the CI verifies on a runner of
-    their own (`runners.archs`); none when it names none (any one GPU runner verifies the cell)."""
+    their own (`runners.archs`, or another platform's `runners.platforms.P.archs`); none when it names none (any one
+    GPU runner verifies the cell)."""
     return [tag_form(a) for a in cell_archs if a in runner_archs]
 
 
@@ -130,7 +131,7 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: 
         return "; ".join(sorted(why)) or "no GPU stage ran on a target arch"
     not_verified = sorted(tag_form(a) for a, e in deciding.items()   # failed or incomplete there (not off-target)
                           if arch_outcomes(e.checked.judged).get(a) in (ARCH_FAILED, ARCH_INCOMPLETE))
-    required = required_archs(first.cell.archs, list(matrix.spec.runners.archs))
+    required = required_archs(first.cell.archs, list(matrix.spec.runners.of(first.cell.platform).archs))
     missing = [a for a in required if a not in verified]
     failed = [e.where for e in evidence if is_unexpected(e.checked.judged.verdict)
               or e.checked.judged.first_failure() is not None]

@@ -1,7 +1,8 @@
 """The view by GPU: "I have a B200: which tag do I pull, and what was verified on my arch?"
 
-For each GPU arch family the images target or are audited for (products from data/gpus.yaml), on the platform
-the images are built for: the images verified there (only records the gate lets through: report/weigh.py), by
+For each platform the images are built for (linux/amd64, linux/arm64) and each GPU arch family its images target
+or are audited for (products from data/gpus.yaml: an H200 is an amd64 machine, a GH200 an arm64 one, both sm_90):
+the images of that platform verified there (only records the gate lets through: report/weigh.py), by
 digest with the signed verdict's check command; the cells only compiled and audited for it (their CPU stages,
 JIT compiles and arch audit included, passed; nothing ran on such a GPU); and, plainly, where nothing ran yet.
 Renderers (markdown, html, console, junit) only lay these rows out.
@@ -38,9 +39,9 @@ class Verified:
 
 @dataclass(frozen=True)
 class GpuRow:
+    platform: str                              # linux/arm64: the images of this row are of that platform
     arch: str                                  # family: sm_100
-    products: tuple[str, ...]
-    elsewhere: tuple[str, ...]                 # products on another platform: no image for them
+    products: tuple[str, ...]                  # of that platform (a GB200 on linux/arm64, a B200 on linux/amd64)
     verified: list[Verified] = field(default_factory=list)
     compiled: list[str] = field(default_factory=list)     # cell ids: compiled and audited for it, not run there
     ran: list[str] = field(default_factory=list)          # cell ids whose GPU stages ran there, not verified
@@ -65,13 +66,11 @@ class GpuRow:
 
 
 @functools.cache
-def catalogue() -> tuple[str, dict[str, dict[str, list[str]]]]:
+def catalogue() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Platform -> arch family -> example products, in the file's order."""
     data: dict[str, Any] = yaml.safe_load(CATALOGUE.read_text(encoding="utf-8"))
-    return str(data["platform"]), {family(k): v for k, v in data["archs"].items()}
-
-
-def platform() -> str:
-    return catalogue()[0]
+    return {str(platform): {family(k): tuple(v) for k, v in archs.items()}
+            for platform, archs in data["platforms"].items()}
 
 
 def _compiled_for(cell: CellResult, arch: str) -> bool:
@@ -95,18 +94,31 @@ def _verified(cell: CellResult, arch: str) -> Verified:
     return Verified(cell.cell_id, pull, check, tuple(cell.tags))
 
 
+def views(weighed: Weighed) -> list[tuple[str, list[GpuRow]]]:
+    """Per platform (the catalogue's, then any other a cell is of), one row per arch of the catalogue and of its
+    cells' targets, in arch order; the cells are the images of that platform's grid (host-mode and in-place runs are
+    no image to pull)."""
+    known = catalogue()
+    by_platform: dict[str, list[CellResult]] = {platform: [] for platform in known}
+    for cell in weighed.run.cells:
+        by_platform.setdefault(weighed.platform_of(cell), []).append(cell)
+    return [(platform, _rows(platform, known.get(platform, {}), weighed, cells))
+            for platform, cells in by_platform.items()]
+
+
 def rows(weighed: Weighed) -> list[GpuRow]:
-    """One row per arch of the catalogue and of the cells' targets, in arch order; the cells are the images of
-    the grid (host-mode and in-place runs are no image to pull)."""
-    _, known = catalogue()
-    view = grid.layout(weighed.run)
+    """Every platform's rows, platform by platform."""
+    return [row for _, found in views(weighed) for row in found]
+
+
+def _rows(platform: str, known: dict[str, tuple[str, ...]], weighed: Weighed,
+          of_platform: list[CellResult]) -> list[GpuRow]:
+    view = grid.layout(weighed.run.model_copy(update={"cells": of_platform}))
     cells = [view.slots[slot] for slot in sorted(view.slots) if not view.slots[slot].excluded]
-    archs = sorted(set(known) | {family(t) for c in cells for t in c.targets},
-                   key=lambda a: (len(a), a))
+    archs = sorted(set(known) | {family(t) for c in cells for t in c.targets}, key=lambda a: (len(a), a))
     found = []
     for arch in archs:
-        entry = known.get(arch, {})
-        row = GpuRow(arch, tuple(entry.get("products", [])), tuple(entry.get("elsewhere", [])))
+        row = GpuRow(platform, arch, known.get(arch, ()))
         for cell in cells:
             passed_here = arch in verified_archs(cell)
             if passed_here and weighed.vouched(cell):

@@ -125,8 +125,8 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
         for part in fit(kind.split(" "), width - 2, INDENT):
             out.print(Text("  " + part, style="yellow"), soft_wrap=True)
     for row in bygpu.rows(weighed):
-        products = ", ".join(row.products) or "no product on " + bygpu.platform()
-        for part in fit(f"{row.arch} ({products}): {row.summary()}".split(" "), width):
+        products = ", ".join(row.products) or "no product of this platform"
+        for part in fit(f"{row.arch} on {row.platform} ({products}): {row.summary()}".split(" "), width):
             out.print(Text(part), soft_wrap=True)
     if verbose:
         for cell in cells:

@@ -23,7 +23,7 @@ td.slot-verified{background:#dafbe1}td.slot-failed,td.slot-unexpected-pass{backg
 td.slot-expected-failure{background:#fff8c5}td.slot-claimed{background:#fffdf2}td.slot-cpu-checked{background:#f0fff4}td.slot-built{background:#ddf4ff}
 #other-runs li{margin:.15rem 0}h2{font-size:1.1rem;margin:1.2rem 0 .5rem}
 .scroll{overflow-x:auto;max-width:100%}#by-gpu td,#by-gpu th{font-size:.85rem}#by-gpu code{word-break:break-all}
-#by-gpu .none{color:#9a6700}
+#by-gpu .none{color:#9a6700}#by-gpu tr.platform th{background:#f6f8fa;text-align:left}
 @media (max-width:600px){#by-gpu thead{display:none}#by-gpu tr,#by-gpu th,#by-gpu td{display:block;border:0}
 #by-gpu tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}#by-gpu th{text-align:left}
 #by-gpu td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
@@ -49,27 +49,33 @@ def _slot(cell: CellResult | None, index: Mapping[str, int], weighed: Weighed) -
 
 
 def gpu_view(weighed: Weighed) -> str:
-    """The view by GPU (report/bygpu.py) as a table: one row per arch."""
+    """The view by GPU (report/bygpu.py) as a table: a group of rows per platform, one row per arch."""
     def codes(ids: list[str], suffix: str = "") -> str:
         return "<br>".join(f"<code>{_e(i)}</code>{suffix}" for i in ids)
 
-    rows = []
-    for row in bygpu.rows(weighed):
-        products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
-        verified = "<br>".join(f"<code>{_e(v.pull)}</code>" + (f"<br>check: <code>{_e(v.check)}</code>" if v.check
-                                                                else " (not pushed)") for v in row.verified)
-        if not verified:
-            verified = ('<span class="none">nothing has run on this GPU yet</span>' if row.nothing_ran
-                        else '<span class="none">nothing verified yet</span>')
-        ran = "<br>".join(filter(None, [codes(row.ran), codes(row.claimed, " (claimed, not vouched for)")]))
-        rows.append(f'<tr data-arch="{_e(row.arch)}"><th scope="row">{_e(row.arch)}</th>'
-                    f'<td data-label="for example">{_e(products) or "—"}</td>'
-                    f'<td data-label="{_e(bygpu.HEADINGS[2])}">{verified}</td>'
-                    f'<td data-label="ran there, not verified">{ran or "—"}</td>'
-                    f'<td data-label="only compiled and audited for it">{codes(row.compiled) or "—"}</td></tr>')
+    groups = []
+    views = bygpu.views(weighed)
+    for platform, found in views:
+        rows = [f'<tr class="platform"><th colspan="5" scope="rowgroup">images for {_e(platform)}</th></tr>']
+        for row in found:
+            verified = "<br>".join(f"<code>{_e(v.pull)}</code>" + (f"<br>check: <code>{_e(v.check)}</code>"
+                                                                    if v.check else " (not pushed)")
+                                   for v in row.verified)
+            if not verified:
+                verified = ('<span class="none">nothing has run on this GPU yet</span>' if row.nothing_ran
+                            else '<span class="none">nothing verified yet</span>')
+            ran = "<br>".join(filter(None, [codes(row.ran), codes(row.claimed, " (claimed, not vouched for)")]))
+            rows.append(f'<tr data-platform="{_e(platform)}" data-arch="{_e(row.arch)}">'
+                        f'<th scope="row">{_e(row.arch)}</th>'
+                        f'<td data-label="for example">{_e(", ".join(row.products)) or "—"}</td>'
+                        f'<td data-label="{_e(bygpu.HEADINGS[2])}">{verified}</td>'
+                        f'<td data-label="ran there, not verified">{ran or "—"}</td>'
+                        f'<td data-label="only compiled and audited for it">{codes(row.compiled) or "—"}</td></tr>')
+        groups.append(f'<tbody data-platform="{_e(platform)}">{"".join(rows)}</tbody>')
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h in bygpu.HEADINGS)
-    return (f'<h2>By GPU</h2><p class="legend">images for {_e(bygpu.platform())}: {_e(bygpu.ABOUT)}.</p>'
-            f'<div class="scroll"><table id="by-gpu"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+    platforms = " and ".join(platform for platform, _ in views)
+    return (f'<h2>By GPU</h2><p class="legend">images for {_e(platforms)}, each its own: {_e(bygpu.ABOUT)}.</p>'
+            f'<div class="scroll"><table id="by-gpu"><thead><tr>{head}</tr></thead>{"".join(groups)}'
             "</table></div>")
 
 

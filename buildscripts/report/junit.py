@@ -65,7 +65,7 @@ def render(weighed: Weighed) -> str:
                           hostname=run.runner)
     gpus = ET.SubElement(suite, "properties")   # the view by GPU, for CI views that show suite properties
     for row in bygpu.rows(weighed):
-        ET.SubElement(gpus, "property", name=f"gpu {row.arch} ({bygpu.platform()})", value=row.summary())
+        ET.SubElement(gpus, "property", name=f"gpu {row.arch} ({row.platform})", value=row.summary())
     for cell in common.sort_cells(run.cells):
         _add_cell(suite, cell, weighed)
     cases = suite.findall("testcase")

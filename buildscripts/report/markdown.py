@@ -80,19 +80,21 @@ def _slot(cell: CellResult, excluded: dict[str, int], weighed: Weighed) -> str:
 
 
 def gpu_view(weighed: Weighed) -> list[str]:
-    """The view by GPU: per arch, what to pull, what was verified there (by digest, with the check command),
-    what was only compiled and audited for it, and plainly where nothing ran yet."""
-    lines = [f"By GPU (images for {bygpu.platform()}): {bygpu.ABOUT}.", "",
-             "| " + " | ".join(bygpu.HEADINGS) + " |", "|:--|:--|:--|:--|:--|"]
-    for row in bygpu.rows(weighed):
-        products = ", ".join([*row.products, *(f"not {p}: no image for its platform" for p in row.elsewhere)])
-        verified = "<br>".join(f"{_code(v.pull)}" + (f": {_code(v.check)}" if v.check else " (not pushed)")
-                               for v in row.verified)
-        if not verified:
-            verified = "nothing has run on this GPU yet" if row.nothing_ran else "nothing verified yet"
-        ran = "<br>".join([*map(_code, row.ran), *(f"{_code(c)} (claimed, not vouched for)" for c in row.claimed)])
-        compiled = "<br>".join(map(_code, row.compiled)) or "—"
-        lines.append(f"| {row.arch} | {_cell_text(products) or '—'} | {verified} | {ran or '—'} | {compiled} |")
+    """The view by GPU, one table per platform: per arch, what to pull, what was verified there (by digest, with the
+    check command), what was only compiled and audited for it, and plainly where nothing ran yet."""
+    lines: list[str] = []
+    for platform, rows in bygpu.views(weighed):
+        lines += [*([""] if lines else []), f"By GPU (images for {platform}): {bygpu.ABOUT}.", "",
+                  "| " + " | ".join(bygpu.HEADINGS) + " |", "|:--|:--|:--|:--|:--|"]
+        for row in rows:
+            verified = "<br>".join(f"{_code(v.pull)}" + (f": {_code(v.check)}" if v.check else " (not pushed)")
+                                   for v in row.verified)
+            if not verified:
+                verified = "nothing has run on this GPU yet" if row.nothing_ran else "nothing verified yet"
+            ran = "<br>".join([*map(_code, row.ran), *(f"{_code(c)} (claimed, not vouched for)" for c in row.claimed)])
+            compiled = "<br>".join(map(_code, row.compiled)) or "—"
+            products = _cell_text(", ".join(row.products)) or "—"
+            lines.append(f"| {row.arch} | {products} | {verified} | {ran or '—'} | {compiled} |")
     return lines
 
 

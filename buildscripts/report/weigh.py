@@ -25,6 +25,8 @@ from pathlib import Path
 from .. import results
 from ..gate import Mark, Weight, weigh
 from ..matrix import Matrix
+from ..matrix.platforms import DEFAULT as DEFAULT_PLATFORM
+from ..matrix.schema import LABEL_PREFIX
 from ..results import CellResult, RunResults, Verdict
 from ..results.provenance import short
 from ..trust import keys
@@ -58,6 +60,13 @@ class Weighed:
     run: RunResults
     marks: Mapping[str, Marks] = field(default_factory=dict)
     unused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # per cell: records left aside, and why
+    platforms: Mapping[str, str] = field(default_factory=dict)   # base name -> the platform of its images
+
+    def platform_of(self, cell: CellResult) -> str:
+        """The platform of a cell's image: its base's in matrix.yaml, else the one its image's label names (an
+        amd64 image carries none), else linux/amd64."""
+        return (self.platforms.get(cell.axes.get("base", ""))
+                or cell.image.labels.get(f"{LABEL_PREFIX}.platform") or DEFAULT_PLATFORM)
 
     def of(self, cell: CellResult) -> Marks:
         """A cell never weighed (not in `marks`) is no one's word either."""
@@ -129,7 +138,8 @@ def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Seque
         for run, judged in vouched:
             chosen.setdefault(id(run), []).append(judged)
     kept = [run.model_copy(update={"cells": chosen[id(run)]}) for run in ordered if id(run) in chosen]
-    return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v})
+    platforms = {name: base.cpu.oci for name, base in matrix.spec.bases.items()} if matrix is not None else {}
+    return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v}, platforms)
 
 
 def _superseded(found: Sequence[tuple[RunResults, CellResult, Weight]]) -> Marks:

@@ -254,10 +254,11 @@ def test_the_page_and_its_view_by_gpu_fit_a_phone_and_a_desktop(chromium: DevToo
     assert chromium.evaluate("document.documentElement.scrollWidth") <= width
     text = chromium.evaluate("document.body.textContent")
     assert not [c for c in text if ord(c) >= 0x1F000 or c in "❔🔓🔏🧭🗣🕰✅"], "no emoji: no font draws them here"
-    rows = chromium.evaluate("""Array.from(document.querySelectorAll('#by-gpu tbody tr')).map(r =>
-        [r.dataset.arch, r.cells[2].textContent])""")
-    by_arch = dict(rows)
-    assert list(by_arch) == ["sm_90", "sm_100", "sm_103", "sm_120", "sm_121"]
+    rows = chromium.evaluate("""Array.from(document.querySelectorAll('#by-gpu tbody tr[data-arch]')).map(r =>
+        [r.dataset.platform, r.dataset.arch, r.cells[2].textContent])""")
+    by_arch = {arch: text for platform, arch, text in rows if platform == "linux/amd64"}
+    assert list(by_arch) == ["sm_90", "sm_100", "sm_103", "sm_120"]   # GB10 (sm_121) is arm64's: its own rows
+    assert [arch for platform, arch, _ in rows if platform == "linux/arm64"] == ["sm_90", "sm_100", "sm_103", "sm_121"]
     assert by_arch["sm_90"].startswith("registry.example/sglang-images@sha256:cdcd")
     assert f"nox -s check -- registry.example/sglang-images@sha256:{'cd' * 32} --arch sm_90a" in by_arch["sm_90"]
     assert by_arch["sm_100"] == "nothing has run on this GPU yet"

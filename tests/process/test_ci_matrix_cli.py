@@ -19,7 +19,7 @@ def test_stdout_is_one_json_line_of_jobs_and_nothing_else() -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == 1
     rows = json.loads(lines[0])["include"]
-    assert rows and all(set(r) == {"cell", "arch", "runs-on", "name"} for r in rows)
+    assert rows and all(set(r) == {"cell", "arch", "runs-on", "platform", "machine", "name"} for r in rows)
 
 
 def test_a_runner_arch_missing_from_archs_is_a_clean_error(tmp_path: Path) -> None:

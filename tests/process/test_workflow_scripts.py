@@ -1,5 +1,6 @@
 """The jobs' shell steps, taken from the workflow and run with bash as a runner runs them (`bash -e`), against
-stand-in `nox`, `uv`, `docker`, `skopeo` and `nvidia-smi` that record how they were called."""
+stand-in `nox`, `uv`, `docker`, `skopeo`, `nvidia-smi`, `uname`, `python` and `sudo` that record how they were
+called."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def tools(tmp_path: Path) -> Path:
     smi = bin_dir / "nvidia-smi"
     smi.write_text('#!/bin/bash\necho "nvidia-smi $*" >> "$CALLS"\necho "$FAKE_CAP"\n')
     smi.chmod(0o755)
+    uname = bin_dir / "uname"   # the runner's CPU as `uname -m` says it
+    uname.write_text('#!/bin/bash\necho "uname $*" >> "$CALLS"\necho "${FAKE_MACHINE:-x86_64}"\n')
+    uname.chmod(0o755)
+    for name in ("python", "sudo"):
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/bash\necho "{name} $*" >> "$CALLS"\n')
+        tool.chmod(0o755)
     return bin_dir
 
 
@@ -113,38 +121,87 @@ def test_promotion_logs_in_to_both_registries_with_the_secrets_on_stdin_and_remo
     assert not config.exists()  # the job's login is gone with the step
 
 
-def test_the_build_stages_what_it_builds_when_a_staging_repository_is_set(tools: Path, tmp_path: Path) -> None:
+def test_the_build_jobs_of_the_selection_go_to_the_setup_outputs(tools: Path, tmp_path: Path) -> None:
+    output = tmp_path / "github-output"
+    rows = '{"include":[{"id":"build","cells":"a b"}]}'
+    for only, argv in (("", "--builds"), ("*-bookworm-arm64", "--builds --only *-bookworm-arm64")):
+        output.write_text("")
+        done, calls = run("Build jobs from matrix.yaml", tmp_path, system_path(tools), job="setup", ONLY=only,
+                          RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output), FAKE_OUT=rows)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert calls.splitlines() == [f"nox -s matrix -- {argv}"]
+        assert output.read_text().splitlines() == [f"builds={rows}"]
+
+
+def test_the_build_builds_its_cells_and_stages_them_when_a_staging_repository_is_set(
+        tools: Path, tmp_path: Path) -> None:
     config = tmp_path / "docker-config"
+    cells = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64"
     done, calls = run("Build once, check on the CPU, stage", tmp_path, system_path(tools), job="build",
                       STAGING="ghcr.io/org/staging", REGISTRY_USERNAME="bot", REGISTRY_PASSWORD="s3cret",
-                      ONLY="*", RUN_ID="gh1.1-build", DOCKER_CONFIG=str(config))
+                      CELLS=cells, RUN_ID="gh1.1-build", DOCKER_CONFIG=str(config))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert calls.splitlines() == ["docker login ghcr.io --username bot --password-stdin", "stdin: s3cret",
-                                  "nox -s build -- --only * --run-id gh1.1-build --stage ghcr.io/org/staging"]
+    assert calls.splitlines() == [
+        "docker login ghcr.io --username bot --password-stdin", "stdin: s3cret",
+        "nox -s build -- --only sglang0.5.23-torch2.14.1-cu130-pip-bookworm --only "
+        "sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64 --run-id gh1.1-build --stage ghcr.io/org/staging"]
     assert not config.exists()
     done, calls = run("Build once, check on the CPU, stage", tmp_path, system_path(tools), job="build",
-                      STAGING="", ONLY="sglang0.5.16-*", RUN_ID="gh1.1-build", DOCKER_CONFIG=str(config))
+                      STAGING="", CELLS="sglang0.5.16-x", RUN_ID="gh1.1-build-arm64", DOCKER_CONFIG=str(config))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "::notice title=Nothing staged::" in done.stdout
-    assert calls.splitlines() == ["nox -s build -- --only sglang0.5.16-* --run-id gh1.1-build"]
+    assert calls.splitlines() == ["nox -s build -- --only sglang0.5.16-x --run-id gh1.1-build-arm64"]
 
 
-def test_the_verify_jobs_and_their_count_go_to_the_job_outputs(tools: Path, tmp_path: Path) -> None:
+def test_the_verify_jobs_of_every_build_job_and_their_count_go_to_the_plan_outputs(tools: Path, tmp_path: Path) -> None:
     output = tmp_path / "github-output"
     rows = '{"include":[{"cell":"a","image":"r@sha256:1"},{"cell":"b","image":"r@sha256:2"}]}'
-    (tmp_path / "runs" / "gh1.1-build").mkdir(parents=True)
-    (tmp_path / "runs" / "gh1.1-build" / "results.json").write_text("{}")
-    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="build",
-                      ONLY="*", RUN_ID="gh1.1-build", RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output),
-                      FAKE_OUT=rows)
+    for job in ("results-build", "results-build-arm64"):
+        (tmp_path / "staged" / job).mkdir(parents=True)
+        (tmp_path / "staged" / job / "results.json").write_text("{}")
+    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="plan",
+                      RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output), FAKE_OUT=rows)
     assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = calls.splitlines()
+    words = line.split()
+    assert words[:5] == ["nox", "-s", "matrix", "--", "--github"] and words[5::2] == ["--staged", "--staged"]
+    assert sorted(words[6::2]) == ["staged/results-build-arm64/results.json", "staged/results-build/results.json"]
     assert output.read_text().splitlines() == [f"matrix={rows}", "count=2"]
     output.write_text("")
-    (tmp_path / "runs" / "gh1.1-build" / "results.json").unlink()   # the build failed before its first cell
-    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="build",
-                      ONLY="*", RUN_ID="gh1.1-build", RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output))
+    for job in ("results-build", "results-build-arm64"):   # the builds failed before their first cell
+        (tmp_path / "staged" / job / "results.json").unlink()
+    done, calls = run("Verify jobs of the staged digests", tmp_path, system_path(tools), job="plan",
+                      RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(output))
     assert done.returncode == 0 and calls == ""
     assert output.read_text().splitlines() == ['matrix={"include":[]}', "count=0"]
+
+
+@pytest.mark.parametrize(("machine", "found", "ok"), [
+    ("aarch64", "aarch64", True), ("x86_64", "x86_64", True),
+    ("aarch64", "x86_64", False), ("x86_64", "aarch64", False),
+])
+def test_the_cpu_check_refuses_a_runner_of_another_platform(
+        tools: Path, tmp_path: Path, machine: str, found: str, ok: bool) -> None:
+    done, calls = run("Check the runner's CPU is the cell's platform", tmp_path, system_path(tools),
+                      MACHINE=machine, FAKE_MACHINE=found, CELL="sglang0.5.23-x-bookworm-arm64",
+                      PLATFORM={"aarch64": "linux/arm64", "x86_64": "linux/amd64"}[machine])
+    assert calls.splitlines() == ["uname -m"]
+    assert done.returncode == (0 if ok else 1), done.stdout + done.stderr
+    if not ok:
+        platform = "linux/arm64" if machine == "aarch64" else "linux/amd64"
+        assert (f"::error::runner gpu-runner-7 is {found} but sglang0.5.23-x-bookworm-arm64 is a {platform} image, "
+                f"for a {machine} machine") in done.stdout
+
+
+def test_a_hosted_runner_gets_nox_uv_and_a_missing_skopeo(tools: Path, tmp_path: Path) -> None:
+    done, calls = run("Install the tools on a GitHub-hosted runner", tmp_path, system_path(tools))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == ["python -m pip install nox uv"]
+    (tools / "skopeo").unlink()
+    done, calls = run("Install the tools on a GitHub-hosted runner", tmp_path, system_path(tools, "skopeo"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == ["python -m pip install nox uv", "sudo apt-get update",
+                                  "sudo apt-get install -y skopeo"]
 
 
 def test_a_gpu_job_logs_in_to_pull_and_verifies_the_digest(tools: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The CI job matrix: runner labels in matrix.yaml (strictly checked) and `nox -s matrix -- --github`."""
+"""The CI job matrix: runner labels in matrix.yaml (strictly checked, per platform) and `nox -s matrix -- --github`
+(verify jobs) and `--builds` (build jobs)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import yaml
 from buildscripts import matrix
 from buildscripts.errors import ConfigError, SelectionError
 from buildscripts.matrix import listing
+from buildscripts.matrix.cijobs import labels_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = (ROOT / "matrix.yaml").read_text()
@@ -48,7 +50,8 @@ def test_default_runners_give_one_job_per_buildable_cell_on_any_gpu_runner(
     buildable = [c.id for c in matrix.load(ROOT / "matrix.yaml").buildable() if c.opt_in is None]
     assert [r["cell"] for r in rows] == buildable
     for row in rows:
-        assert row == {"cell": row["cell"], "arch": "any", "runs-on": DEFAULT_LABELS, "name": row["cell"]}
+        assert row == {"cell": row["cell"], "arch": "any", "runs-on": DEFAULT_LABELS, "platform": "linux/amd64",
+                       "machine": "x86_64", "name": row["cell"]}
 
 
 def test_per_arch_labels_give_one_job_per_cell_and_arch_on_that_gpu(
@@ -106,3 +109,130 @@ def test_an_unknown_key_in_runners_is_an_error_with_did_you_mean(tmp_path: Path)
 ])
 def test_runner_labels_must_be_a_non_empty_list_of_label_names(tmp_path: Path, labels: object, problem: str) -> None:
     assert problem in error_of(with_runners(tmp_path, {"default": labels}))
+
+
+# ---------------------------------------------------------------- platforms: arm64 cells and their runners
+
+ARM64 = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64"
+AMD64 = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm"
+H200 = ["self-hosted", "linux", "x64", "gpu", "h200"]
+GH200 = ["self-hosted", "linux", "arm64", "gpu", "gh200"]
+GB200 = ["self-hosted", "linux", "ARM64", "gpu", "gb200"]
+
+
+def builds(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    assert listing.main(["--builds", *argv]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1   # one line: setup writes it to $GITHUB_OUTPUT as builds=...
+    rows: list[dict[str, object]] = json.loads(out)["include"]
+    return rows
+
+
+def test_an_opt_in_platform_gets_jobs_only_when_a_glob_names_it_as_nox_s_build_builds_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _, rows = github(capsys)
+    assert ARM64 not in [r["cell"] for r in rows]
+    assert ARM64 not in str(builds(capsys))
+    _, rows = github(capsys, "--only", "sglang0.5.23-*-pip-*")
+    assert [r["cell"] for r in rows] == [AMD64, ARM64]
+
+
+def test_an_arm64_cell_without_an_arm64_gpu_runner_gets_a_cpu_only_job_on_a_hosted_arm64_runner(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _, rows = github(capsys, "--only", "*-bookworm-arm64")
+    assert rows == [{"cell": ARM64, "arch": "cpu", "runs-on": ["ubuntu-24.04-arm"], "platform": "linux/arm64",
+                     "machine": "aarch64", "name": f"{ARM64} on the CPU only"}]
+
+
+def test_amd64_and_arm64_gpu_runners_of_one_arch_stay_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """H200 and GH200 are both sm_90a: each cell's sm_90a job goes to a runner of its own platform."""
+    path = with_runners(tmp_path, {"default": DEFAULT_LABELS, "archs": {"sm_90a": H200, "sm_100a": B200},
+                                   "platforms": {"linux/arm64": {"archs": {"sm_100a": GB200, "sm_90a": GH200}}}})
+    _, rows = github(capsys, "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*")
+    assert [(r["cell"], r["arch"], r["runs-on"], r["platform"], r["machine"]) for r in rows] == [
+        (AMD64, "sm_90a", H200, "linux/amd64", "x86_64"), (AMD64, "sm_100a", B200, "linux/amd64", "x86_64"),
+        (ARM64, "sm_90a", GH200, "linux/arm64", "aarch64"), (ARM64, "sm_100a", GB200, "linux/arm64", "aarch64"),
+    ]   # in `archs:` order; sm_120a (amd64) and sm_103a, sm_121a (arm64) have no runner here, so no job
+    assert len({(r["cell"], r["arch"]) for r in rows}) == len(rows)   # artifact names stay apart
+
+
+def test_an_arm64_default_gpu_runner_gives_one_job_and_cpu_false_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = with_runners(tmp_path, {"platforms": {"linux/arm64": {"default": GH200}}})
+    _, rows = github(capsys, "--matrix", str(path), "--only", "*-bookworm-arm64")
+    assert [(r["arch"], r["runs-on"]) for r in rows] == [("any", GH200)]
+    path = with_runners(tmp_path, {"platforms": {"linux/arm64": {"cpu": ["self-hosted", "linux", "arm64", "cpu"]}}})
+    _, rows = github(capsys, "--matrix", str(path), "--only", "*-bookworm-arm64")
+    assert [(r["arch"], r["runs-on"]) for r in rows] == [("cpu", ["self-hosted", "linux", "arm64", "cpu"])]
+    path = with_runners(tmp_path, {"platforms": {"linux/arm64": {"cpu": False}}})
+    assert listing.main(["--github", "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["cell"] for r in json.loads(out)["include"]] == [AMD64]
+    assert "no verify job for 1 cell(s)" in err and ARM64 in err and "cpu: false" in err
+
+
+def test_arm64_cells_are_built_with_the_others_under_emulation_or_natively_on_their_own_runner(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = builds(capsys, "--only", "sglang0.5.23-*-pip-*")
+    assert rows == [{"id": "build", "name": "build linux/amd64, linux/arm64 (emulated)",
+                     "runs-on": ["self-hosted", "linux", "x64", "build"], "platforms": "linux/amd64 linux/arm64",
+                     "cells": f"{AMD64} {ARM64}"}]
+    arm_builder = ["self-hosted", "linux", "arm64", "build"]
+    path = with_runners(tmp_path, {"platforms": {"linux/arm64": {"build": arm_builder}}})
+    rows = builds(capsys, "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*")
+    assert [(r["id"], r["name"], r["runs-on"], r["cells"]) for r in rows] == [
+        ("build", "build linux/amd64", ["self-hosted", "linux", "x64", "build"], AMD64),
+        ("build-arm64", "build linux/arm64", arm_builder, ARM64)]
+    rows = builds(capsys, "--matrix", str(path), "--only", "*-arm64")   # no amd64 cell: no job on runners.build
+    assert [r["id"] for r in rows] == ["build-arm64"]
+    rows = builds(capsys, "--matrix", str(path))   # the whole matrix: arm64 is opt-in
+    assert [r["id"] for r in rows] == ["build"] and ARM64 not in str(rows)
+
+
+@pytest.mark.parametrize(("runners", "problem"), [
+    ({"platforms": {"linux/arm": {}}}, "runners.platforms.linux/arm: 'linux/arm' is not a platform this project "
+                                       "builds for; did you mean 'linux/arm64'?"),
+    ({"platforms": {"linux/amd64": {"default": DEFAULT_LABELS}}},
+     "runners.platforms.linux/amd64: linux/amd64's runners are the top-level runners.default and runners.archs"),
+    ({"platforms": {"linux/arm64": {"archs": {"sm_120a": GH200}}}},
+     "runners.platforms.linux/arm64.archs.sm_120a: unknown arch 'sm_120a' for linux/arm64 (its archs: sm_90a, "
+     "sm_100a, sm_103a, sm_121a); did you mean 'sm_121a'?"),
+    ({"archs": {"sm_121a": GH200}}, "unknown arch 'sm_121a' under runners.archs, the GPU runners of linux/amd64"),
+    ({"platforms": {"linux/arm64": {"archs": {"sm_90a": ["self-hosted", "linux", "gpu", "gh200"]}}}},
+     "runners.platforms.linux/arm64.archs.sm_90a: a self-hosted runner's labels must name its CPU, so that a "
+     "runner of another CPU with the same GPU never takes a linux/arm64 job: add arm64"),
+    ({"platforms": {"linux/arm64": {"archs": {"sm_90a": H200}}}},
+     "runners.platforms.linux/arm64.archs.sm_90a: these labels ask for a linux/amd64 runner"),
+    ({"archs": {"sm_90a": GH200}}, "runners.archs.sm_90a: these labels ask for a linux/arm64 runner"),
+    ({"default": ["self-hosted", "linux", "gpu"]}, "runners.default: a self-hosted runner's labels must name its CPU"),
+    ({"platforms": {"linux/arm64": {"cpu": ["ubuntu-24.04"]}}},
+     "runners.platforms.linux/arm64.cpu: these labels ask for a linux/amd64 runner (ubuntu-24.04)"),
+    ({"platforms": {"linux/arm64": {"build": ["self-hosted", "x64", "arm64"]}}}, "these labels name two CPUs"),
+    ({"platforms": {"linux/arm64": {"arch": {}}}},
+     "runners.platforms.linux/arm64.arch: unknown key 'arch'; did you mean 'archs'?"),
+    ({"platforms": {"linux/arm64": {"cpu": True}}}, "runners.platforms.linux/arm64.cpu"),
+    ({"platforms": {"linux/arm64": {"default": []}}}, "runners.platforms.linux/arm64.default: give at least one"),
+])
+def test_bad_platform_runners_are_errors_that_say_the_fix(tmp_path: Path, runners: object, problem: str) -> None:
+    message = error_of(with_runners(tmp_path, runners))
+    assert problem in message
+    assert "line " in message
+
+
+def test_runners_of_a_platform_the_matrix_does_not_build_are_an_error(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT)
+    del data["bases"]["bookworm-arm64"], data["platforms"]["linux/arm64"]
+    data["exclude"] = [e for e in data["exclude"] if "arm64" not in e["match"]]
+    data["runners"] = {"platforms": {"linux/arm64": {"default": GH200}}}
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert ("runners.platforms.linux/arm64: the matrix builds no linux/arm64 cell (its platforms: linux/amd64)"
+            in error_of(path))
+
+
+def test_hosted_and_self_hosted_labels_name_their_cpu() -> None:
+    assert [c.oci for c in labels_cpus(["ubuntu-24.04-arm"])] == ["linux/arm64"]
+    assert [c.oci for c in labels_cpus(["ubuntu-latest"])] == ["linux/amd64"]
+    assert [c.oci for c in labels_cpus(GB200)] == ["linux/arm64"]   # GitHub's own spelling, ARM64
+    assert [c.oci for c in labels_cpus(H200)] == ["linux/amd64"]
+    assert labels_cpus(["self-hosted", "gpu"]) == ()

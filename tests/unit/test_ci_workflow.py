@@ -1,7 +1,8 @@
 """The CI workflow (.github/workflows/sglang-images.yml), read as GitHub would and its commands run in
-process: the build job runs on the build runner matrix.yaml names and builds the selection once; its
-verify jobs are the rows of `nox -s matrix -- --github` for the cells it staged, each with its digest;
-every `matrix.<key>` the workflow uses is in every row; each verify job pulls exactly its digest into its
+process: the build jobs are the rows of `nox -s matrix -- --builds` (one per build runner, linux/arm64 cells with
+the others under emulation or on an arm64 build runner), which together build the selection once; the verify jobs
+are the rows of `nox -s matrix -- --github` for the cells they staged, each with its digest; every `matrix.<key>`
+the workflow uses is in every row; each verify job checks its runner's CPU and pulls exactly its digest into its
 own run and artifact; one promote job, one at a time, promotes and merges what the jobs upload.
 
 The `${{ }}` expressions the workflow uses are property look-ups and `a || 'b'`; `evaluate` below
@@ -9,6 +10,7 @@ reads just those, so that a new kind of expression fails here instead of being g
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -72,8 +74,13 @@ def command(script: str, prefix: str, env: Mapping[str, str]) -> list[str]:
     return [string.Template(w).substitute(env) for w in words[len(shlex.split(prefix)) + 1:]]
 
 
-def build_env(only_input: str) -> dict[str, str]:
+def setup_env(only_input: str) -> dict[str, str]:
     context = {"inputs": {"only": only_input}, "github": GITHUB}
+    return {k: evaluate(v, context) for k, v in JOBS["setup"]["env"].items()} | {"RUNNER_TEMP": "/tmp"}
+
+
+def build_env(row: Mapping[str, Any]) -> dict[str, str]:
+    context = {"matrix": row, "github": GITHUB}
     return {k: evaluate(v, context) for k, v in JOBS["build"]["env"].items()} | {"RUNNER_TEMP": "/tmp"}
 
 
@@ -84,9 +91,9 @@ def github_rows(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[st
     return out, rows
 
 
-def staged_results(tmp_path: Path, cell_ids: list[str]) -> Path:
+def staged_results(tmp_path: Path, cell_ids: list[str], run_id: str = "gh4242.1-build") -> Path:
     """A staging build's results.json in which `cell_ids` were staged (and the others were not)."""
-    run = make_run(run_id="gh4242.1-build", kinds=("verified", "expected-failure"))
+    run = make_run(run_id=run_id, kinds=("verified", "expected-failure"))
     run.matrix_digest = results.matrix_digest(matrix.load(ROOT / "matrix.yaml").spec)
     image = ImageInfo(repository="registry.example/team/staging", digest="sha256:" + "5d" * 32,
                       id="sha256:" + "1d" * 32)
@@ -103,49 +110,74 @@ def test_the_setup_job_names_the_build_runner_from_matrix_yaml(capsys: pytest.Ca
     labels = json.loads(capsys.readouterr().out)
     assert labels == list(matrix.load(ROOT / "matrix.yaml").spec.runners.build) and "gpu" not in labels
     assert JOBS["setup"]["outputs"]["build-runner"] == "${{ steps.runner.outputs.labels }}"
-    assert JOBS["build"]["runs-on"] == JOBS["promote"]["runs-on"] == "${{ fromJSON(needs.setup.outputs.build-runner) }}"
+    assert JOBS["promote"]["runs-on"] == "${{ fromJSON(needs.setup.outputs.build-runner) }}"
 
 
-@pytest.mark.parametrize(("only_input", "same_as"), [
-    ("", ["--github"]),  # push and pull_request: no input, every buildable cell
-    ("sglang0.5.16-*", ["--github", "--only", "sglang0.5.16-*"]),  # a manual run's filter
+@pytest.mark.parametrize(("only_input", "whole"), [
+    ("", True),                       # push and pull_request: no input, every cell but the opt-in platform's
+    ("sglang0.5.23-*-pip-*", False),  # a manual run's glob names the arm64 cell: it is built too
 ])
+def test_the_build_jobs_are_what_matrix_builds_prints_and_build_the_selection_once(
+        capsys: pytest.CaptureFixture[str], only_input: str, whole: bool) -> None:
+    default = matrix.load(ROOT / "matrix.yaml")
+    setup = step("setup", "Build jobs from matrix.yaml")
+    assert setup["id"] == "builds" and JOBS["setup"]["outputs"]["builds"] == "${{ steps.builds.outputs.builds }}"
+    env = setup_env(only_input)
+    assert env["ONLY"] == only_input
+    argv = command(setup["run"], "nox -s matrix", env)
+    assert argv == ["--builds"] and '"${only[@]}"' in setup["run"]   # `--only "$ONLY"` when given (tests/process)
+    _, rows = github_rows(capsys, [*argv, *(["--only", only_input] if only_input else [])])
+    job = JOBS["build"]
+    assert job["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.setup.outputs.builds) }}"}
+    assert job["runs-on"] == "${{ matrix.runs-on }}" and job["name"] == "${{ matrix.name }}"
+    build = step("build", "Build once, check on the CPU, stage")
+    built: list[str] = []
+    for row in rows:
+        env = build_env(row) | {"STAGING": "registry.example/team/staging"}
+        assert env["RUN_ID"] == f"gh4242.1-{row['id']}"
+        # the script passes each of the job's cells as `--only ID` ("${only[@]}": tests/process runs it)
+        only = [w for cell in env["CELLS"].split() for w in ("--only", cell)]
+        argv = command(build["run"], "nox -s build", env)
+        opts = pipeline.parse([*only, *argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
+        assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
+        built += [c.id for c in matrix.select(default.cells, opts.only)]
+    wanted = matrix.select(default.cells, [] if whole else [only_input])
+    assert built == [c.id for c in wanted]   # each cell once, in one of the jobs
+    assert any(c.opt_in for c in wanted) != whole
+    assert build["env"]["STAGING"] == "${{ vars.SGLANG_IMAGES_STAGING }}"
+
+
+@pytest.mark.parametrize("only", [[], ["--only", "sglang0.5.23-*-pip-*"]])
 def test_the_verify_jobs_are_what_matrix_github_prints_for_the_staged_cells_with_their_digest(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, only_input: str, same_as: list[str]) -> None:
-    _, planned = github_rows(capsys, same_as)
-    staged = [planned[0]["cell"], planned[-1]["cell"]]
-    env = build_env(only_input) | {"RUN_ID": "gh4242.1-build"}
-    argv = command(step("build", "Verify jobs of the staged digests")["run"], "nox -s matrix", env)
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, only: list[str]) -> None:
+    _, planned = github_rows(capsys, ["--github", *only])
+    staged = [planned[0]["cell"], planned[-1]["cell"]]   # the last is the arm64 cell when the glob names it
+    plan = step("plan", "Verify jobs of the staged digests")
+    argv = command(plan["run"], "nox -s matrix", {"RUNNER_TEMP": "/tmp"})
+    assert argv == ["--github"] and '"${staged[@]}"' in plan["run"]   # `--staged FILE` per build job
+    download = step("plan", "Download the build jobs' results")
+    assert f"{download['with']['path']}/*/results.json" in plan["run"]
+    for row in github_rows(capsys, ["--builds", *only])[1]:   # every build job's artifact is downloaded
+        name = evaluate(step("build", "Upload results and logs")["with"]["name"], {"matrix": row})
+        assert fnmatch.fnmatchcase(name, download["with"]["pattern"])
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
-        staged_results(tmp_path, staged)
-        from_workflow, rows = github_rows(capsys, argv)
+        files = [staged_results(tmp_path, [staged[0]]), staged_results(tmp_path, [staged[1]], "gh4242.1-build-arm64")]
+        from_workflow, rows = github_rows(capsys, [*argv, *(w for f in files for w in ("--staged", str(f)))])
     assert "\n" not in from_workflow.rstrip("\n")  # `echo "matrix=..." >> $GITHUB_OUTPUT` takes one line
     assert [{k: v for k, v in r.items() if k != "image"} for r in rows] == [r for r in planned if r["cell"] in staged]
     assert {r["image"] for r in rows} == {"registry.example/team/staging@sha256:" + "5d" * 32}
-    assert JOBS["build"]["outputs"]["matrix"] == "${{ steps.jobs.outputs.matrix }}"
-    assert step("build", "Verify jobs of the staged digests")["id"] == "jobs"
-
-
-def test_the_build_job_builds_the_selection_once_and_stages_it() -> None:
-    default = matrix.load(ROOT / "matrix.yaml")
-    build = step("build", "Build once, check on the CPU, stage")
-    env = build_env("sglang0.5.16-*") | {"STAGING": "registry.example/team/staging"}
-    argv = command(build["run"], "nox -s build", env)
-    opts = pipeline.parse([*argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
-    assert [c.id for c in matrix.select(default.cells, opts.only)] == [c.id for c in matrix.select(default.cells,
-                                                                                                 ["sglang0.5.16-*"])]
-    assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
-    assert build["env"]["STAGING"] == "${{ vars.SGLANG_IMAGES_STAGING }}"
+    assert JOBS["plan"]["outputs"]["matrix"] == "${{ steps.jobs.outputs.matrix }}" and plan["id"] == "jobs"
+    assert JOBS["plan"]["needs"] == ["setup", "build"] and "!cancelled()" in JOBS["plan"]["if"]
 
 
 def test_each_verify_job_pulls_exactly_its_digest_into_its_own_run_and_artifact(
         capsys: pytest.CaptureFixture[str]) -> None:
     job = JOBS["verify"]
-    assert job["needs"] == "build" and "needs.build.outputs.count != '0'" in job["if"]
-    assert job["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.build.outputs.matrix) }}"}
+    assert job["needs"] == "plan" and "needs.plan.outputs.count != '0'" in job["if"]
+    assert job["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
     assert job["runs-on"] == "${{ matrix.runs-on }}"
-    _, rows = github_rows(capsys, ["--github"])
+    _, rows = github_rows(capsys, ["--github", "--only", "sglang0.5.23-*-pip-*"])   # with the arm64 CPU-only job
     rows += [{**rows[0], "arch": "sm_100a"}, {**rows[0], "arch": "sm_120a"}]   # per-arch runner labels
     artifacts, run_ids = set(), set()
     for n, row in enumerate(rows):
@@ -162,18 +194,56 @@ def test_each_verify_job_pulls_exactly_its_digest_into_its_own_run_and_artifact(
         artifacts.add(evaluate(upload["with"]["name"], context))
         run_ids.add(parsed.run_id)
     assert len(artifacts) == len(run_ids) == len(rows)  # no job overwrites another's results
-    assert "results-build" not in artifacts
+    assert not any(fnmatch.fnmatchcase(a, step("plan", "Download the build jobs' results")["with"]["pattern"])
+                   for a in artifacts)
 
 
-def test_every_matrix_key_the_workflow_uses_is_in_every_verify_job(
+def test_each_verify_job_checks_its_runner_is_of_the_cells_platform_and_arch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the pull: the runner's `uname -m` is the row's machine, and GPU 0 the row's arch (not for `any`
+    or a CPU-only job); a GitHub-hosted runner (the arm64 CPU-only job's) gets nox, uv and skopeo first."""
+    _, rows = github_rows(capsys, ["--github", "--only", "sglang0.5.23-*-pip-*"])
+    assert {(r["platform"], r["machine"]) for r in rows} == {("linux/amd64", "x86_64"), ("linux/arm64", "aarch64")}
+    job = JOBS["verify"]
+    assert job["env"]["MACHINE"] == "${{ matrix.machine }}" and job["env"]["PLATFORM"] == "${{ matrix.platform }}"
+    names = [s.get("name", s.get("uses")) for s in job["steps"]]
+    cpu = names.index("Check the runner's CPU is the cell's platform")
+    assert cpu < names.index("Check the GPU is the job's arch") < names.index("Verify the staged digest")
+    assert '"$(uname -m)"' in job["steps"][cpu]["run"].replace("found=$(uname -m)", '"$(uname -m)"')
+    assert step("verify", "Check the GPU is the job's arch")["if"] == "startsWith(matrix.arch, 'sm_')"
+    hosted = [s for s in job["steps"] if "self-hosted" in s.get("if", "")]
+    assert [s.get("uses", s.get("name")) for s in hosted] == ["actions/setup-python@v6",
+                                                             "Install the tools on a GitHub-hosted runner"]
+    assert all(s["if"] == "${{ !contains(matrix.runs-on, 'self-hosted') }}" for s in hosted)
+    assert names.index("Install the tools on a GitHub-hosted runner") < names.index("Check the runner")
+
+
+def matrix_keys(job: str) -> set[str]:
+    """The `matrix.KEY`s a job uses, in `${{ }}` and in bare `if:` conditions alike."""
+    def expressions(node: Any, key: object = None) -> list[str]:
+        if isinstance(node, dict):
+            return [e for k, v in node.items() for e in expressions(v, k)]
+        if isinstance(node, list):
+            return [e for v in node for e in expressions(v)]
+        return [str(node)] if key == "if" else EXPR.findall(str(node))
+    return {k for e in expressions(JOBS[job]) for k in re.findall(r"(?<![\w.-])matrix\.([\w-]+)", e)}
+
+
+def test_every_matrix_key_the_workflow_uses_is_in_every_row_of_its_job(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    used = {key for expr in EXPR.findall(TEXT) for key in re.findall(r"(?<![\w.-])matrix\.([\w-]+)", expr)}
-    assert {"cell", "arch", "runs-on", "name", "image"} <= used
-    _, planned = github_rows(capsys, ["--github"])
+    used = matrix_keys("verify")
+    assert {"cell", "arch", "runs-on", "name", "image", "platform", "machine"} <= used
+    _, planned = github_rows(capsys, ["--github", "--only", "sglang0.5.23-*-pip-*"])
     path = staged_results(tmp_path, [r["cell"] for r in planned])
     _, rows = github_rows(capsys, ["--github", "--staged", str(path)])
+    assert {r["platform"] for r in rows} == {"linux/amd64", "linux/arm64"}
     for row in rows:
-        assert used <= row.keys(), f"the workflow uses matrix keys {sorted(used - row.keys())} a row lacks"
+        assert used <= row.keys(), f"the verify job uses matrix keys {sorted(used - row.keys())} a row lacks"
+    used = matrix_keys("build")
+    assert {"id", "name", "runs-on", "cells"} <= used
+    for row in github_rows(capsys, ["--builds", "--only", "sglang0.5.23-*-pip-*"])[1]:
+        assert used <= row.keys(), f"the build job uses matrix keys {sorted(used - row.keys())} a row lacks"
+    assert not {k for job in JOBS if job not in ("build", "verify") for k in matrix_keys(job)}
 
 
 def test_no_expression_is_pasted_into_a_shell_script() -> None:
@@ -185,7 +255,7 @@ def test_no_expression_is_pasted_into_a_shell_script() -> None:
 
 def test_one_promote_job_at_a_time_after_every_job_and_never_for_pull_requests() -> None:
     job = JOBS["promote"]
-    assert job["needs"] == ["setup", "build", "verify"] and job["if"].startswith("always()")
+    assert job["needs"] == ["setup", "build", "plan", "verify"] and job["if"].startswith("always()")
     assert job["concurrency"] == {"group": "sglang-images-promote", "cancel-in-progress": False}
     promote = step("promote", "Promote the tested digests")
     assert "github.event_name != 'pull_request'" in promote["if"]
