@@ -31,8 +31,17 @@ def test_no_committed_record_of_another_matrix_is_dropped_from_the_readme() -> N
     line = next(line for line in block.splitlines()
                 if line.startswith("- `sglang0.5.16-torch2.11.0-cu130-system13.0-ubuntu24.04@lxc-ct-good`"))
     assert "🧭" in line and "✅" not in line
-    # sealed on an H200 under the matrix before linux/arm64 was declared: still shown, as another matrix's, never
-    # as verified, until it is verified again under this one
+    # sealed on an H200 under the matrix before linux/arm64 was declared and not run again since: still shown, as
+    # another matrix's, never as verified, until it is verified again under this one
+    line = next(line for line in block.splitlines() if line.startswith("- `lxc@lxc-u-lo-down`"))
+    assert "🧭" in line and "✅" not in line and "another matrix" in line
+
+
+def test_a_record_verified_again_under_this_matrix_decides_and_the_older_one_is_left_aside() -> None:
+    block = readme_block()
+    for cell in ("host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit", "lxc@lxc-u-good"):
+        line = next(line for line in block.splitlines() if line.startswith(f"- `{cell}`"))
+        assert "✅ verified sm_90" in line and "🧭" not in line.split("—")[0], line
     line = next(line for line in block.splitlines()
                 if line.startswith("- `host-h200-sglang0.5.16-torch2.11.0-cu130-toolkit`"))
-    assert "🧭" in line and "✅" not in line and "another matrix" in line
+    assert "run h200-host-sandbox (another matrix)" in line   # the 2026-12-01 record, left aside
