@@ -94,13 +94,6 @@ def gather(runs: Mapping[Path, RunResults], matrix: Matrix, keys: Sequence[Publi
     return found
 
 
-def required_archs(cell_archs: Sequence[str], runner_archs: Sequence[str]) -> list[str]:
-    """The archs the arch-free tag needs verified: the cell's targets that the CI verifies on a runner of
-    their own (`runners.archs`, or another platform's `runners.platforms.P.archs`); none when it names none (any one
-    GPU runner verifies the cell)."""
-    return [tag_form(a) for a in cell_archs if a in runner_archs]
-
-
 def weigh(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: Tags) -> Promotion | str:
     """The tags one cell's records earned for the digest they name, or why it earned none."""
     by_subject: dict[str, list[Evidence]] = {}
@@ -131,7 +124,7 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: 
         return "; ".join(sorted(why)) or "no GPU stage ran on a target arch"
     not_verified = sorted(tag_form(a) for a, e in deciding.items()   # failed or incomplete there (not off-target)
                           if arch_outcomes(e.checked.judged).get(a) in (ARCH_FAILED, ARCH_INCOMPLETE))
-    required = required_archs(first.cell.archs, list(matrix.spec.runners.of(first.cell.platform).archs))
+    required = tags.required_archs(first.cell, matrix)
     missing = [a for a in required if a not in verified]
     failed = [e.where for e in evidence if is_unexpected(e.checked.judged.verdict)
               or e.checked.judged.first_failure() is not None]

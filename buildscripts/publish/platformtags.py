@@ -175,47 +175,54 @@ def _serving(ref: str, dest: str, env: Mapping[str, str], log_file: Path | None)
 def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix, dest: str, env: Mapping[str, str],
           keys: Sequence[PublicKey], *, repair: bool, log_file: Path | None) -> tuple[str | None, list[Entry]]:
     """What the tag serves now, and its entries of other platforms than `new`'s to keep: those an earlier
-    promotion wrote (a trusted verdict for that platform's cell vouches for them)."""
+    promotion wrote (a trusted verdict for that platform's cell vouches for them, as for this very tag)."""
     ref = f"{dest}:{tagged.tag}"
     current, serving = _serving(ref, dest, env, log_file)
-    counts: dict[str | None, int] = {}
-    for platform, _ in serving:
-        key = platforms.normalised(platform) if platform else None
-        counts[key] = counts.get(key, 0) + 1
-    kept: list[Entry] = []
+    groups: dict[str | None, list[str]] = {}
     for platform, digest in serving:
-        key = platforms.normalised(platform) if platform else None
-        if key is not None and key in new and new[key][1].digest == digest and counts[key] == 1:
+        groups.setdefault(platforms.normalised(platform) if platform else None, []).append(digest)
+    kept: list[Entry] = []
+    for key, digests in groups.items():
+        unique = list(dict.fromkeys(digests))
+        if key is not None and key in new and digests == [new[key][1].digest]:
             continue   # the very manifest promoted now
-        why, entry = _vouched(tagged, key, counts[key], f"{dest}@{digest}", new, matrix, env, keys, log_file)
-        part = f"{current} ({key or 'an entry naming no platform'}: {digest})" if len(serving) > 1 or key is None \
-            or current != digest else str(current)
+        outcomes = [(d, *_vouched(tagged, key, f"{dest}@{d}", new, matrix, env, keys, log_file)) for d in unique]
+        shown = f"{current} ({key or 'an entry naming no platform'}: {', '.join(unique)})" \
+            if len(serving) > 1 or key is None or current != digests[0] else str(current)
+        if len(digests) > 1:   # two entries of one platform: which one an engine pulls is its own choice
+            why: str | None = f"lists {len(digests)} manifests for {key}"
+            vouched = [entry for _, not_vouched, entry in outcomes if not_vouched is None]
+            keep = vouched if len(vouched) == 1 else []   # --repair keeps the one manifest a verdict vouches for
+        else:
+            _, why, entry = outcomes[0]
+            keep = [entry] if why is None else []
         if why is not None and not repair:
-            msg = (f"{', '.join(tagged.claimants)}: {ref} serves {part}, which {why}: someone other than a promotion "
-                   "moved it; nothing was moved back")
+            msg = (f"{', '.join(tagged.claimants)}: {ref} serves {shown}, which {why}: someone other than a "
+                   "promotion moved it; nothing was moved back")
             raise RegistryError(msg, hint="promotion cannot tell a tamper from a push by hand: find out who moved "
                                           "it; to point it at the verified digests again (dropping what no verdict "
                                           "vouches for), promote with --repair")
         if why is not None:
-            log.info(f"{ref}: dropping {part}, which {why} (--repair)")
-        elif entry is not None:
-            kept.append(entry)
+            log.info(f"{ref}: {shown} {why}; keeping {len([e for e in keep if e])} of its manifests (--repair)")
+        kept += [e for e in keep if e is not None]
     return current, kept
 
 
-def _vouched(tagged: Tagged, key: str | None, count: int, where: str, new: Mapping[str, tuple[Claim, Entry]],
-             matrix: Matrix, env: Mapping[str, str], keys: Sequence[PublicKey],
-             log_file: Path | None) -> tuple[str | None, Entry | None]:
+Outcome = tuple[str | None, Entry | None]   # why not kept (None: vouched for), and the entry to keep
+
+
+def _vouched(tagged: Tagged, key: str | None, where: str, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix,
+             env: Mapping[str, str], keys: Sequence[PublicKey], log_file: Path | None) -> Outcome:
     """Why the manifest `where` (listed for platform `key`) is no earlier promotion of the tag, or None and its
     entry to keep (None when a manifest promoted now replaces it)."""
     if key is None:
         return "names no platform", None
-    if count > 1:
-        return f"lists {count} manifests for {key}", None
-    cell_id = new[key][0].cell_id if key in new else getattr(_sibling(matrix, key, tagged.tag), "id", None)
-    if cell_id is None:
+    cell = next(c for c in matrix.cells if c.id == new[key][0].cell_id) if key in new else \
+        _sibling(matrix, key, tagged.tag)
+    if cell is None:
         return f"is {key}, for which no cell of the matrix renders {tagged.tag}", None
-    why = _not_vouched(where, keys, env, cell_id, tagged.arch, log_file=log_file)
+    required = tag_policy.required_archs(cell, matrix) if tagged.arch is None else []
+    why = _not_vouched(where, keys, env, cell.id, tagged.arch, required, log_file=log_file)
     if why is not None or key in new:
         return why, None
     try:
@@ -239,10 +246,12 @@ def _sibling(matrix: Matrix, platform: str, tag: str) -> Cell | None:
     return found[0] if found else None
 
 
-def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], cell_id: str, arch: str | None, *,
-                 log_file: Path | None) -> str | None:
-    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) verified as cell `cell_id` (on `arch`'s
-    family, for a per-arch tag), or None when one does: another cell's verified image, or this one's verified
+def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], cell_id: str, arch: str | None,
+                 required: Sequence[str], *, log_file: Path | None) -> str | None:
+    """Why no verdict a trusted key signed shows `ref` (REPO@sha256:…) earned the tag as cell `cell_id`, or None
+    when verdicts do. A per-arch tag: the newest verdict on `arch`'s family passed, for this cell. An arch-free
+    tag, as promotion grants it (bydigest): this cell verified on at least one arch and on each of `required`,
+    and no newest verdict on any arch that did not pass. Another cell's verified image, or this one's verified
     on another arch only, is no earlier promotion of this tag. A verdict names the platform manifest that ran:
     for an index, its platforms' verdicts are read."""
     repository, digest = verdicts.split_digest_ref(ref)
@@ -250,7 +259,15 @@ def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], ce
     digests = top.children() if top is not None and top.is_index else [digest]
     findings = [f for d in digests for f in verdicts.judge(
         cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys, [arch] if arch else ()).archs]
-    if any(f.verified and all(v.cell == cell_id for v in f.verdicts) for f in findings):
+    mine = [f for f in findings if f.verified and all(v.cell == cell_id for v in f.verdicts)]
+    if arch is None:
+        failed = sorted({f.arch for f in findings if f.verdicts and not f.verified})
+        if failed:
+            return f"carries a newest verdict that did not pass on {', '.join(failed)}: no arch-free tag was earned"
+        missing = [a for a in required if a not in {tag_form(f.arch) for f in mine}]
+        if mine and missing:
+            return f"is verified as {cell_id} without {', '.join(missing)}, which its arch-free tag needs"
+    if mine:
         return None
     if any(f.verified for f in findings):
         named = sorted({f"{v.cell or 'no cell (an older verifier)'} on {f.arch}" for f in findings if f.verified

@@ -43,7 +43,7 @@ def arch_tags_only(cfg: Tags) -> Tags:
 
 def promote_cell(
     client: docker.DockerClient, checked: trusted.Trusted, url: str, cfg: Tags,
-    before_push: Callable[[str], None] | None = None,
+    before_push: Callable[[str], None] | None = None, env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Push one verified cell (let through by the gate) and those of its good tags that `cfg`'s templates
     give; return {registry ref: manifest digest}. Raises RegistryError on any doubt."""
@@ -72,7 +72,7 @@ def promote_cell(
         msg = f"{cell.cell_id}: the results record no candidate tag"
         raise ResultsError(msg, hint="re-run the build with this version")
     for local_ref in children:
-        _refuse_other_platforms(client, f"{base}:{local_ref.rsplit(':', 1)[1]}", cell.cell_id, checked.cell.platform)
+        _refuse_other_platforms(f"{base}:{local_ref.rsplit(':', 1)[1]}", cell.cell_id, checked.cell.platform, env or {})
 
     published: dict[str, str] = {}
     pushed_refs: list[str] = []
@@ -100,27 +100,27 @@ def promote_cell(
     return published
 
 
-def _refuse_other_platforms(client: docker.DockerClient, ref: str, cell_id: str, platform: str) -> None:
-    """RegistryError when the tag `ref` holds another platform's image (an index of several platforms, or a
-    manifest of another): a push from this engine would replace what that platform's verdicts put there. Tags
-    of several platforms are promoted by digest (publish/platformtags.py), where each entry is vouched for."""
-    import docker.errors
-
-    try:
-        found = client.api.inspect_distribution(ref)  # type: ignore[no-untyped-call]
-    except docker.errors.APIError as exc:
-        if distribution.ABSENT_RE.search(str(exc.explanation or exc)):
+def _refuse_other_platforms(ref: str, cell_id: str, platform: str, env: Mapping[str, str]) -> None:
+    """RegistryError when the tag `ref` holds anything but an image of `platform`: an index (of several
+    platforms), another platform's manifest, or one whose config names no platform. A push from this engine
+    would replace what that platform's verdicts put there; tags of several platforms are promoted by digest
+    (publish/platformtags.py), where each entry is vouched for. Read from the registry with skopeo: the engine's
+    distribution inspect names no platform for an OCI manifest."""
+    top = distribution.lookup(ref, env)
+    if top is None:
+        return
+    if top.is_index:
+        held = "an index of " + (", ".join(filter(None, (platforms.of_entry(e) for e in top.data.get("manifests") or []
+                                                         if isinstance(e, dict)))) or "no named platform")
+    else:
+        found = distribution.config_platform(f"{distribution.repository_of(ref)}@{top.digest}", env)
+        if found is not None and platforms.matches(found, platform):
             return
-        raise distribution.failure(distribution.READ, ref, str(exc.explanation or exc)) from None
-    media_type = str(found.get("Descriptor", {}).get("mediaType") or "")
-    held = ["/".join(filter(None, (p.get("os"), p.get("architecture"), p.get("variant"))))
-            for p in found.get("Platforms") or [] if isinstance(p, dict)]
-    if media_type in distribution.INDEX_TYPES or any(not platforms.matches(p, platform) for p in held):
-        msg = (f"{cell_id}: {ref} holds {'an index of ' if media_type in distribution.INDEX_TYPES else ''}"
-               f"{', '.join(held) or 'another platform'}; a push of this {platform} image from the engine would "
-               "replace what the other platform's verdicts put there")
-        raise RegistryError(msg, hint="promote tags of several platforms by digest: stage the build "
-                                      "(`nox -s build -- --stage REPO`), verify the digest, promote those results")
+        held = f"a {found} image" if found else "an image whose config names no platform"
+    msg = (f"{cell_id}: {ref} holds {held}; a push of this {platform} image from the engine would replace what "
+           "another platform's verdicts put there")
+    raise RegistryError(msg, hint="promote tags of several platforms by digest: stage the build "
+                                  "(`nox -s build -- --stage REPO`), verify the digest, promote those results")
 
 
 def _announce(hook: Callable[[str], None] | None, ref: str) -> None:
@@ -144,7 +144,7 @@ def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: st
 
 def promote_file(
     client: docker.DockerClient, path: Path, url: str, cfg: Tags, matrix: Matrix, keys: Sequence[PublicKey],
-    only: Sequence[str] = (),
+    only: Sequence[str] = (), env: Mapping[str, str] | None = None,
 ) -> int:
     """Promote every eligible cell of one results file (the gate's, publish/trusted.py); save the file after
     each promoted cell."""
@@ -157,7 +157,7 @@ def promote_file(
             log.step(checked.cell_id, "promote", "skipped", detail=checked.why_not or "no good tag applied")
             continue
         cell = checked.record
-        published = promote_cell(client, checked, url, cfg)
+        published = promote_cell(client, checked, url, cfg, env=env)
         image = cell.image.model_copy(update={"digest": next(iter(published.values()))})
         run.cells[checked.position] = cell.model_copy(update={"image": image, "promoted": published})
         recorded.save(run, path, f"{cell.cell_id} was pushed to " + ", ".join(f"{r}@{d}" for r, d in published.items()))
@@ -208,7 +208,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if any(_pushed_from_here(run, matrix, keys, args.only) for run in runs.values()):
         client = engine.connect()
         cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-        total += sum(promote_file(client, path, url, cfg, matrix, keys, args.only) for path in paths)
+        total += sum(promote_file(client, path, url, cfg, matrix, keys, args.only, env) for path in paths)
     log.info(f"{total} cell(s) promoted to {url}")
     return 0
 

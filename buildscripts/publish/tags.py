@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..matrix.tagtemplates import template_problems
+from ..results import tag_form
 
 if TYPE_CHECKING:
     import docker
 
-    from ..matrix import Cell
+    from ..matrix import Cell, Matrix
     from ..matrix.schema import Tags
     from .trusted import Trusted
 
@@ -75,6 +76,14 @@ def good_tags(cell: Trusted, cfg: Tags) -> list[str]:
     if cell.why_not is not None:
         return []
     return named(cfg, cell.cell.axes(), cell.archs, every_arch=cell.every_arch)
+
+
+def required_archs(cell: Cell, matrix: Matrix) -> list[str]:
+    """The archs (as tags spell them) the cell's arch-free tag needs verified: its targets that the CI verifies
+    on a runner of their own (`runners.archs`, or its platform's `runners.platforms.P.archs`); none when those
+    name none (any one GPU runner verifies the cell, and one verified arch is enough)."""
+    runner_archs = matrix.spec.runners.of(cell.platform).archs
+    return [tag_form(a) for a in cell.archs if a in runner_archs]
 
 
 def named(cfg: Tags, axes: Mapping[str, str], archs: Sequence[str], *, every_arch: bool) -> list[str]:

@@ -42,6 +42,7 @@ class Source:
     envelopes: tuple[Any, ...]
     platform: str | None = None   # os/architecture[/variant], when known (an index's entry, an archive's config)
     index: str | None = None      # the index that listed it, when it was reached through one
+    refused: str | None = None    # why no verdict can count for it (an entry whose image is another platform's)
 
 
 Judged = list[tuple[Source, verdicts.Judgement]]
@@ -118,13 +119,28 @@ def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Ma
         wanted = found_platform if isinstance(found_platform, dict) else {}
         if wanted.get("os") == "unknown":
             continue   # an attestation manifest (buildx): no engine pulls it to run
-        # An entry that names no os or architecture is one an engine may take for any platform (containerd
-        # then reads its config): it is checked as matching every platform.
-        name = (platforms.of_entry(entry) if isinstance(entry, dict) else None) or ANY_PLATFORM
         child = str(entry.get("digest") if isinstance(entry, dict) else None)
+        label = platforms.of_entry(entry) if isinstance(entry, dict) else None
+        name, refused = _entry_platform(f"{repository}@{child}", label, env)
         found.append(Source(f"{shown} -> {name} {child}", child, tuple(cosign.download(f"{repository}@{child}", env)),
-                            name, digest))
+                            name, digest, refused))
     return found
+
+
+def _entry_platform(ref: str, label: str | None, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The platform an index entry stands for, and why no verdict can count for it. An engine picks an entry by
+    its label and runs the image its manifest names: a label that is not the image config's platform is refused
+    (an amd64 image listed as arm64 never ran on arm64). An entry that names no platform is taken by containerd
+    for the one its config names; one whose config names none too, for any platform."""
+    child = distribution.served(ref, env)
+    if child.is_index:
+        return label or ANY_PLATFORM, "it is an index inside the index: no engine runs it as one platform's image"
+    config = distribution.config_platform(ref, env)
+    if label is None:
+        return config or ANY_PLATFORM, None
+    if config is not None and platforms.normalised(config) != platforms.normalised(label):
+        return label, f"its {label} entry is a {config} image: nothing of it ran on {label}"
+    return label, None
 
 
 def _local_digests(what: str) -> list[str] | None:
@@ -154,7 +170,9 @@ def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs
     if not trusted:
         msg = "no public key to check with (keys/*.pub holds none, and no --key was given)"
         raise CannotCheck(msg, hint="pass --key PUB with the signer's public key")
-    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs)) for source in sources(what, env)]
+    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs) if source.refused is None
+             else verdicts.Judgement(source.digest, (verdicts.ArchFinding("any arch", False, source.refused, ()),), ()))
+            for source in sources(what, env)]
 
 
 def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
@@ -162,14 +180,15 @@ def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
     asked. Of an index: every entry for `platform` (default: this machine's, as Docker pulls). Docker picks
     one of several that match (amd64 micro-architecture variants, an entry naming no platform) by its own
     preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other
-    manifest as it is (an archive's only when its platform is the one asked)."""
+    manifest as it is when no platform is asked; when one is, only if its platform (its config's, an archive's)
+    is known and the one asked."""
     asked = platform or platforms.machine()
     groups: dict[str, Judged] = {}
     for source, judgement in judged:
         if source.index is not None:
             if matches(source.platform, asked):
                 groups.setdefault(source.index, []).append((source, judgement))
-        elif platform is None or source.platform is None or matches(source.platform, asked):
+        elif platform is None or (source.platform is not None and matches(source.platform, asked)):
             groups[source.digest] = [(source, judgement)]
     return list(groups.values()), asked
 

@@ -63,10 +63,15 @@ def test_an_index_holds_a_verdict_per_platform(world: World) -> None:
     done = world.check(tag, "--platform", "linux/arm64")
     assert done.returncode == NOT_VERIFIED, done.stderr
     assert f"is not verified for {arm64} (linux/arm64/v8)" in done.stderr
-    # an entry that names no platform is one an engine may pull anywhere (it reads the config): it must be
-    # verified too, whatever the amd64 entry holds
-    writer.index(world.name, "index-open", {"linux/amd64": amd64, "": arm64})
+    # an entry that names no platform is one containerd takes for the platform its config names (Docker's own
+    # puller for none): it must be verified there too, whatever the labelled entry holds
+    other = world.push("index-other")   # an amd64 image no verdict names
+    writer.index(world.name, "index-open", {"linux/amd64": amd64, "": other})
     done = world.check(f"{world.repository}:index-open", "--platform", "linux/amd64")
+    assert done.returncode == NOT_VERIFIED and "lists two entries for linux/amd64" in done.stderr, done.stderr
+    writer.index(world.name, "index-open-arm64", {"linux/amd64": amd64, "": arm64})   # its config: arm64
+    assert world.check(f"{world.repository}:index-open-arm64", "--platform", "linux/amd64").returncode == 0
+    done = world.check(f"{world.repository}:index-open-arm64", "--platform", "linux/arm64")
     assert done.returncode == NOT_VERIFIED and f"is not verified for {arm64}" in done.stderr, done.stderr
 
 

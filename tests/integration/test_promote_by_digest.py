@@ -199,10 +199,12 @@ def test_sigkill_mid_promote_leaves_no_good_tag_on_an_unverified_digest(
     staged.job("sm_120")
     old = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
     distribution.copy(f"{staged.source}@{old.digest}", f"{staged.dest}:{FREE_TAG}", ENV)  # an earlier release,
-    earlier = gpu_job(staged.build.model_copy(update={"image": old}), "sm_100")          # promoted with its verdict
-    files = verdicts.sign_verdicts(earlier, staged.tmp / "earlier", image=f"{staged.dest}@{old.digest}",
-                                   matrix=staged.matrix_path, probe="0" * 64, env=ENV)
-    verdicts.attach_verdicts(files, f"{staged.dest}@{old.digest}", trusted=[keys.signing_key(ENV).public], env=ENV)
+    for arch in ("sm_100", "sm_120"):                                                     # promoted with its verdicts
+        earlier = gpu_job(staged.build.model_copy(update={"image": old}), arch)
+        files = verdicts.sign_verdicts(earlier, staged.tmp / f"earlier-{arch}", image=f"{staged.dest}@{old.digest}",
+                                       matrix=staged.matrix_path, probe="0" * 64, env=ENV)
+        verdicts.attach_verdicts(files, f"{staged.dest}@{old.digest}", trusted=[keys.signing_key(ENV).public],
+                                 env=ENV)
     shim = staged.tmp / "shim"
     shim.mkdir()
     (shim / "skopeo").write_text(SHIM.replace("REAL", str(shutil.which("skopeo"))))

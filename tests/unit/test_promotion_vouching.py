@@ -17,6 +17,8 @@ from buildscripts.trust import cosign, dsse, keys, statement, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, kinds_matrix, make_cell
 
 CURRENT, OURS = "sha256:" + "b" * 64, "sha256:" + "a" * 64
+# cells of tests.results_factory.kinds_matrix
+CELL_A, CELL_B = "sglang0.5.10-torch2.9.1-cu128-pip-bookworm", "sglang0.5.10-torch2.9.1-cu128-apt-bookworm"
 TAG = "x-verified-sm100"
 
 
@@ -48,9 +50,9 @@ def fake_registry(monkeypatch: pytest.MonkeyPatch, served: dict[str, str], verdi
 
 def _plan(monkeypatch: pytest.MonkeyPatch, served: list[dict[str, Any]], key: keys.SigningKey,
           arch: str | None = "sm100") -> platformtags.TagPlan:
-    """Promotion of cell-a's manifest OURS to TAG, which serves CURRENT now."""
+    """Promotion of CELL_A's manifest OURS to TAG, which serves CURRENT now."""
     fake_registry(monkeypatch, {f"dest:{TAG}": CURRENT, f"dest@{CURRENT}": CURRENT}, served)
-    claim = platformtags.Claim("cell-a", "linux/amd64", OURS, (TAG,), ((TAG, arch),) if arch else ())
+    claim = platformtags.Claim(CELL_A, "linux/amd64", OURS, (TAG,), ((TAG, arch),) if arch else ())
     entry = platformtags.Entry("linux/amd64", OURS, platformtags.OCI_MANIFEST, 100)
     [plan] = platformtags.plan([(claim, entry)], kinds_matrix(), "dest", {}, [key.public], repair=False)
     return plan
@@ -63,14 +65,14 @@ def key() -> keys.SigningKey:
 
 def test_a_verdict_of_this_cell_on_the_tags_arch_is_an_earlier_promotion(monkeypatch: pytest.MonkeyPatch,
                                                                          key: keys.SigningKey) -> None:
-    plan = _plan(monkeypatch, [_verdict(key, "sm_100a", "cell-a")], key)
+    plan = _plan(monkeypatch, [_verdict(key, "sm_100a", CELL_A)], key)
     assert (plan.current, plan.target, plan.index) == (CURRENT, OURS, None)
 
 
 @pytest.mark.parametrize(("arch", "cell_id", "said"), [
-    ("sm_100a", "cell-b", "passing verdicts for cell-b on sm100, none for cell-a on sm100"),
-    ("sm_90a", "cell-a", "no valid signed verdict for sm100 (valid verdicts name sm_90a)"),
-    ("sm_100a", None, "passing verdicts for no cell (an older verifier) on sm100, none for cell-a"),
+    ("sm_100a", CELL_B, f"passing verdicts for {CELL_B} on sm100, none for {CELL_A} on sm100"),
+    ("sm_90a", CELL_A, "no valid signed verdict for sm100 (valid verdicts name sm_90a)"),
+    ("sm_100a", None, f"passing verdicts for no cell (an older verifier) on sm100, none for {CELL_A}"),
 ])
 def test_another_cells_or_another_archs_verdict_is_a_tamper(monkeypatch: pytest.MonkeyPatch, key: keys.SigningKey,
                                                             arch: str, cell_id: str | None, said: str) -> None:
@@ -81,9 +83,9 @@ def test_another_cells_or_another_archs_verdict_is_a_tamper(monkeypatch: pytest.
 
 def test_an_arch_free_tag_takes_this_cells_verdict_on_any_arch(monkeypatch: pytest.MonkeyPatch,
                                                                key: keys.SigningKey) -> None:
-    assert _plan(monkeypatch, [_verdict(key, "sm_90a", "cell-a")], key, arch=None).target == OURS
-    with pytest.raises(RegistryError, match="none for cell-a"):
-        _plan(monkeypatch, [_verdict(key, "sm_90a", "cell-b")], key, arch=None)
+    assert _plan(monkeypatch, [_verdict(key, "sm_90a", CELL_A)], key, arch=None).target == OURS
+    with pytest.raises(RegistryError, match=f"none for {CELL_A}"):
+        _plan(monkeypatch, [_verdict(key, "sm_90a", CELL_B)], key, arch=None)
 
 
 def test_a_verdict_says_the_cell_and_axes_it_was_judged_as(key: keys.SigningKey) -> None:
