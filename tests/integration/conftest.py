@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,7 +9,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.integration.tinyimages import owner_change
+from tests.integration.tinyimages import one_file_tar, owner_change
 from tests.registry_server import RegistryServer
 
 
@@ -38,14 +36,9 @@ def tiny(client: docker.DockerClient) -> Iterator[Callable[[], str]]:
     made: list[str] = []
 
     def make() -> str:
-        data = io.BytesIO()
-        with tarfile.open(fileobj=data, mode="w") as tar:
-            payload = f"by digest {uuid.uuid4()}".encode()
-            info = tarfile.TarInfo("hello.txt")
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
         repository = f"sglang-images-bydigest-test-{uuid.uuid4().hex[:8]}"
-        client.api.import_image_from_data(data.getvalue(), repository=repository, tag="t",
+        client.api.import_image_from_data(one_file_tar(f"by digest {uuid.uuid4()}".encode()), repository=repository,
+                                          tag="t",
                                           changes=[owner_change()])
         made.append(f"{repository}:t")
         return str(client.images.get(made[-1]).id)

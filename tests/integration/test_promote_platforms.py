@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
 import subprocess
-import tarfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +32,7 @@ from buildscripts.workspace import Workspace
 from tests import needs
 from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
 from tests.integration.test_promote_by_digest import skopeo_digest
+from tests.integration.tinyimages import one_file_tar
 from tests.registry_server import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -57,14 +56,9 @@ def push_layout(ref: str, architecture: str) -> tuple[str, str]:
         (blobs / digest).write_bytes(data)
         return f"sha256:{digest}"
 
-    tar = io.BytesIO()
-    with tarfile.open(fileobj=tar, mode="w") as archive:
-        payload = f"{architecture} {uuid.uuid4()}".encode()
-        info = tarfile.TarInfo("hello.txt")
-        info.size = len(payload)
-        archive.addfile(info, io.BytesIO(payload))
-    layer = gzip.compress(tar.getvalue(), mtime=0)
-    diff_id = "sha256:" + hashlib.sha256(tar.getvalue()).hexdigest()
+    tar = one_file_tar(f"{architecture} {uuid.uuid4()}".encode())
+    layer = gzip.compress(tar, mtime=0)
+    diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
     config = json.dumps({"architecture": architecture, "os": "linux", "config": {},
                          "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
     manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -124,6 +118,14 @@ class Platforms:
                                probe="0" * 64, env=ENV)
         return path
 
+    def both_verified(self) -> tuple[str, str]:
+        """Staged amd64 and arm64 images, verified on B200 and RTX PRO 6000 (amd64) and GB200 (arm64): the digests."""
+        amd64, arm64 = self.stage(AMD64), self.stage(ARM64)
+        self.verify(AMD64, "sm_100")
+        self.verify(AMD64, "sm_120")
+        self.verify(ARM64, "sm_100")
+        return amd64, arm64
+
     def promote(self, *extra: str) -> int:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
         argv = ["--matrix", str(self.matrix_path), "--registry", self.url,
@@ -174,10 +176,7 @@ def world(client: docker.DockerClient, server: RegistryServer, tmp_path: Path,
 
 
 def test_one_tag_names_each_platforms_verified_manifest(world: Platforms) -> None:
-    amd64, arm64 = world.stage(AMD64), world.stage(ARM64)
-    world.verify(AMD64, "sm_100")
-    world.verify(AMD64, "sm_120")
-    world.verify(ARM64, "sm_100")   # a GB200: the arm64 cell's only target with a runner of its own
+    amd64, arm64 = world.both_verified()   # arm64 on a GB200: with no arm64 runner labels, one arch is enough
     assert world.promote() == 0
     both = {"linux/amd64": amd64, "linux/arm64": arm64}
     assert world.entries(FREE) == both
@@ -214,10 +213,7 @@ def test_a_platform_promoted_later_joins_the_other_kept_by_its_verdict(world: Pl
 
 
 def test_an_entry_nobody_vouched_for_is_refused_then_dropped_on_request(world: Platforms) -> None:
-    amd64, arm64 = world.stage(AMD64), world.stage(ARM64)
-    world.verify(AMD64, "sm_100")
-    world.verify(AMD64, "sm_120")
-    world.verify(ARM64, "sm_100")
+    amd64, arm64 = world.both_verified()
     assert world.promote() == 0
     world.clear()
     # A registry writer lists an unverified arm64 image under the tag, beside the verified amd64 one.
@@ -271,10 +267,7 @@ def test_a_verdict_of_the_other_platforms_cell_does_not_keep_an_entry(world: Pla
 
 def test_verdicts_stay_per_platform_manifest(world: Platforms) -> None:
     """The index a tag becomes carries no verdict of its own: each platform's are on its manifest."""
-    amd64, arm64 = world.stage(AMD64), world.stage(ARM64)
-    world.verify(AMD64, "sm_100")
-    world.verify(AMD64, "sm_120")
-    world.verify(ARM64, "sm_100")
+    amd64, arm64 = world.both_verified()
     assert world.promote() == 0
     from buildscripts.trust import cosign
     trusted = [keys.signing_key(ENV).public]

@@ -1,11 +1,11 @@
-"""Review of "one good tag for both platforms" (ca25f32) as its attacker: a registry writer who can push
-manifests, indexes and tags, and copy around verdicts the trusted key signed for other images.
+"""Attacks a review of "one good tag for both platforms" found open (ca25f32), kept as regressions: a
+registry writer who can push manifests, indexes and tags, and copy around verdicts the trusted key signed for
+other images.
 
-Each test asserts what MUST hold; each fails on ca25f32. Against a real registry on loopback, skopeo and
-cosign, with the fixtures of tests/integration/test_promote_platforms.py and test_promote.py. No hand-written
-index or manifest is ever pulled by the Docker engine (only skopeo and the project's code read them).
-
-Run: PYTHONPATH=. python -m pytest -q tests/integration/test_review_platform_tags.py
+Each test asserts what must hold; each failed on ca25f32, before its mend. Against a real registry on
+loopback, skopeo and cosign, with the fixtures of tests/integration/test_promote_platforms.py and
+test_promote.py. No hand-written index or manifest is ever pulled by the Docker engine (only skopeo and the
+project's code read them).
 """
 
 from __future__ import annotations
@@ -147,10 +147,7 @@ def test_repair_keeps_a_vouched_entry_that_a_writer_listed_twice(world: Platform
     refuses, and its hint says `--repair` "points it at the verified digests again (dropping what no verdict
     vouches for)". The arm64 manifest is vouched for by its own cell's verdict and must stay; on ca25f32
     --repair drops both entries, and arm64 machines lose the good tag to one registry write."""
-    amd64, arm64 = world.stage(AMD64), world.stage(ARM64)
-    world.verify(AMD64, "sm_100")
-    world.verify(AMD64, "sm_120")
-    world.verify(ARM64, "sm_100")
+    amd64, arm64 = world.both_verified()
     assert world.promote() == 0
     world.clear()
     write_index(world, FREE, [({"os": "linux", "architecture": "amd64"}, amd64),

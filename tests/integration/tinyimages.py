@@ -27,6 +27,16 @@ FIFO = object()   # a file whose content is this marker becomes a named pipe (re
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def one_file_tar(payload: bytes, name: str = "hello.txt") -> bytes:
+    """An uncompressed tar of one file: the layer of a tiny image of unique content."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return data.getvalue()
+
+
 def python_image(client: docker.DockerClient) -> str:
     """The project's own bookworm base (Debian's python3, nothing else), built once by debootstrap.
 

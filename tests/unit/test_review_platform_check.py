@@ -1,5 +1,5 @@
-"""Review of "one good tag for both platforms" (ca25f32) as its attacker, without processes: what must hold
-and fails on ca25f32 (see tests/integration/test_review_platform_tags.py for the registry-level ones).
+"""An attack a review of "one good tag for both platforms" found open, kept as a regression, without processes:
+what must hold (it failed on ca25f32) (see tests/integration/test_review_platform_tags.py for the registry-level ones).
 
 Run: PYTHONPATH=. python -m pytest -q tests/unit/test_review_platform_check.py
 """
