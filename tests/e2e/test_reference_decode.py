@@ -17,6 +17,7 @@ import docker
 import pytest
 from packaging.version import Version
 
+from buildscripts import platforms
 from buildscripts.matrix.schema import LABEL_PREFIX
 from buildscripts.verify import hybrid, tinymodel
 
@@ -44,8 +45,10 @@ print("@@json " + json.dumps(out))
 @pytest.fixture(scope="module")
 def sglang_image(request: pytest.FixtureRequest) -> str:
     client = docker.from_env()
-    try:
-        present = client.images.list(filters={"label": f"{LABEL_PREFIX}.sglang"})
+    try:   # this machine's platform only: an image of another (an arm64 cell here) would run under emulation
+        here = platforms.machine().split("/")[1]
+        present = [i for i in client.images.list(filters={"label": f"{LABEL_PREFIX}.sglang"})
+                   if platforms.normalised(f"linux/{i.attrs.get('Architecture')}").split("/")[1] == here]
     finally:
         client.close()
     if present:
