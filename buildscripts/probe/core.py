@@ -41,6 +41,8 @@ class Context:
     serve_host: str = "127.0.0.1"         # the address the server listens on
     results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
+    # What child interpreters answered, by their code (python_once): asked again only when it failed.
+    answers: Dict[str, "subprocess.CompletedProcess[str]"] = field(default_factory=dict)
 
     def every_arch(self) -> List[str]:
         """The targets, then the archs only audited (each once)."""
@@ -148,6 +150,18 @@ def sh(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
         raise StageFailed(reason, log=out) from None
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, stdout=f"{argv[0]}: not found")
+
+
+def python_once(ctx: Context, code: str, timeout: float) -> "subprocess.CompletedProcess[str]":
+    """python_snippet, asked once per probe run: the stages that need the same facts of the image's torch read one
+    fresh interpreter's answer (under emulation each import of torch costs half a minute or more). An answer that
+    failed (non-zero exit, a timeout raises) is not kept: the next stage asks again, as it always did."""
+    done = ctx.answers.get(code)
+    if done is None:
+        done = python_snippet(code, timeout=timeout)
+        if done.returncode == 0:
+            ctx.answers[code] = done
+    return done
 
 
 def python_snippet(code: str, timeout: float,

@@ -60,8 +60,7 @@ IMPORT_SNIPPET = ("import importlib, json, time; t = time.time(); m = importlib.
                   "print('@@import ' + json.dumps({{'version': str(getattr(m, '__version__', '') or ''), "
                   "'file': getattr(m, '__file__', None), 'seconds': round(time.time() - t, 2)}}))")
 LIBRARIES = ("torch", "sgl_kernel", "flashinfer", "flashinfer_jit_cache", "deep_gemm")
-TORCH_ARCHS = ("import json, torch; print('@@archs ' + json.dumps({'flags': torch._C._cuda_getArchFlags(), "
-               "'cuda': torch.version.cuda, 'torch': torch.__version__}))")
+TORCH_ARCHS = cudatools.TORCH_FACTS   # its `@@archs ` line: the arch list, CUDA version and version of torch
 
 
 
@@ -137,7 +136,7 @@ def import_modules(ctx: core.Context) -> Dict[str, Any]:
 
 @core.stage("flavour", needs=("import:torch",))
 def flavour(ctx: core.Context) -> Dict[str, Any]:
-    proc = core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout))
+    proc = core.python_once(ctx, TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout))
     info = _tagged(proc.stdout or "", "@@archs ")
     if info is None:
         msg = "torch does not report its CUDA version"
@@ -173,7 +172,7 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None, "targets": ctx.archs,
                           "also_audited": ctx.also_archs}
     if ctx.results.get("import:torch", {}).get("status") != core.FAILED:
-        info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
+        info = _tagged(core.python_once(ctx, TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
                        "@@archs ")
         ev["torch_arch_list"] = info["flags"].split() if info else None
         ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}

@@ -8,7 +8,8 @@ import re
 import shutil
 import sys
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from . import core, fatbin
 
@@ -22,6 +23,30 @@ BARE_EXCEPTION_RE = re.compile(r"^\w+(Error|Exception)$")
 # A CUDA library of one major that a loader could not open (libcudart.so.12 where the image has CUDA 13).
 CUDA_LIBRARIES = r"lib(?:cudart|nvrtc|cublas(?:Lt)?|cufft|curand|cusparse|cusolver|nvJitLink)"
 MISSING_SONAME_RE = re.compile(r"\b(" + CUDA_LIBRARIES + r")\.so\.(\d+): cannot open shared object file")
+# The facts of the image's torch that the CPU stages read, asked once per run (core.python_once): its CUDA arch list
+# and version (flavour, arch-audit), torch's own CUDA home (toolchain), its headers, ABI and library folder (the
+# JIT stage's torch extension). Each part is tried apart: one that fails prints its traceback and leaves the others'.
+TORCH_FACTS = r"""
+import json, os, sys, traceback
+import torch
+
+def say(tag, facts):
+    try:
+        print(tag + json.dumps(facts()), flush=True)
+    except Exception:
+        traceback.print_exc(file=sys.stdout)
+
+say("@@archs ", lambda: {"flags": torch._C._cuda_getArchFlags(), "cuda": torch.version.cuda,
+                         "torch": torch.__version__})
+try:
+    from torch.utils import cpp_extension as ce
+except Exception:
+    traceback.print_exc(file=sys.stdout)
+else:
+    say("@@torch ", lambda: {"cuda": torch.version.cuda, "cuda_home": ce.CUDA_HOME})
+    say("@@jit ", lambda: {"include": ce.include_paths(), "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+                           "lib": os.path.join(os.path.dirname(torch.__file__), "lib")})
+"""
 
 
 class Deadline:
@@ -132,6 +157,18 @@ def ninja(env: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
 def link_dirs(home: str) -> List[str]:
     """The -L flags flashinfer's JIT links with (lib64 and lib64/stubs of the CUDA home)."""
     return [f"-L{home}/lib64", f"-L{home}/lib64/stubs"]
+
+
+T = TypeVar("T")
+
+
+def each_arch(archs: Sequence[str], compile_for: Callable[[str], T]) -> Dict[str, T]:
+    """arch -> compile_for(arch), for every arch, as many side by side as the machine has cores, in the order of
+    `archs`. The compiles are the same ones, each its own compiler process; only the wait is shorter (an nvcc under
+    emulation takes half a minute per arch)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+        done = list(pool.map(compile_for, archs))
+    return {arch: done[i] for i, arch in enumerate(archs)}
 
 
 def run(argv: Sequence[str], deadline: Deadline, cwd: Optional[str] = None,

@@ -16,11 +16,13 @@ missing host compiler or missing link names fail here exactly as they would at r
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import shutil
-from typing import Any, Dict, List, Optional, Tuple
+import subprocess
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import core, cudatools, fatbin, tritonjit
 from .cudatools import Deadline
@@ -35,12 +37,7 @@ spec.build(verbose=False)
 print("@@jit " + json.dumps({"library": str(spec.get_library_path()), "import_s": round(t1 - t0, 2),
                              "build_s": round(time.time() - t1, 2)}))
 """
-TORCH_FLAGS = r"""
-import json, os, torch
-from torch.utils import cpp_extension as ce
-print("@@jit " + json.dumps({"include": ce.include_paths(), "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
-                             "lib": os.path.join(os.path.dirname(torch.__file__), "lib")}))
-"""
+TORCH_FLAGS = cudatools.TORCH_FACTS   # its `@@jit ` line: torch's include paths, C++ ABI and library folder
 TORCH_EXT_CU = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/BFloat16.h>
@@ -62,6 +59,7 @@ DEEP_GEMM_IMPLS = {9: "deep_gemm/impls/sm90_bf16_gemm.cuh", 10: "deep_gemm/impls
                    12: "deep_gemm/impls/sm120_bf16_gemm.cuh"}
 
 Part = Tuple[str, Dict[str, Any], Optional[Tuple[str, str]]]   # (status, evidence, (reason, log) if failed)
+Ask = Callable[[str, float], "subprocess.CompletedProcess[str]"]   # a child interpreter's answer: (code, timeout)
 
 
 def run(ctx: core.Context) -> Dict[str, Any]:
@@ -77,13 +75,14 @@ def run(ctx: core.Context) -> Dict[str, Any]:
             msg += f"; triton: {triton[2][0]}"
         raise core.StageFailed(msg, {"parts": {"triton": triton[1]}, "status": {"triton": triton[0]},
                                      "warnings": triton[1].get("warnings", [])}, triton[2][1] if triton[2] else "")
-    parts = {**_parts(ctx.archs, deadline, home, work), "triton": triton}
+    ask: Ask = functools.partial(core.python_once, ctx)   # torch's facts: asked once per run
+    parts = {**_parts(ctx.archs, deadline, home, work, ask), "triton": triton}
     ev: Dict[str, Any] = {"cuda_home": home, "parts": {n: p[1] for n, p in parts.items()},
                           "status": {n: p[0] for n, p in parts.items()},
                           "per_arch": {a: _arch_row(parts, a) for a in ctx.archs},
                           "warnings": list(triton[1].get("warnings", []))}
     if ctx.also_archs:  # compiled on their own: an arch only audited must not fail the targets' compile
-        also = _parts(ctx.also_archs, deadline, home, os.path.join(work, "also"))
+        also = _parts(ctx.also_archs, deadline, home, os.path.join(work, "also"), ask)
         ev["also_audited"] = {n: p[1] for n, p in also.items()}
         for arch in ctx.also_archs:
             ev["per_arch"][arch] = {**_arch_row(also, arch), "triton": triton[1].get("per_arch", {}).get(arch)}
@@ -102,13 +101,13 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     return ev
 
 
-def _parts(archs: List[str], deadline: Deadline, home: str, work: str) -> Dict[str, Part]:
+def _parts(archs: List[str], deadline: Deadline, home: str, work: str, ask: Ask) -> Dict[str, Part]:
     """The compiles that need a CUDA home, for `archs`, in `work`."""
     os.makedirs(work, exist_ok=True)
     nvcc = os.path.join(home, "bin", "nvcc")
     return {"flashinfer": _flashinfer(archs, deadline, work),
             "deep_gemm": _deep_gemm(archs, deadline, nvcc, work),
-            "torch-extension": _torch_extension(archs, deadline, nvcc, home, work)}
+            "torch-extension": _torch_extension(archs, deadline, nvcc, home, work, ask)}
 
 
 def _arch_row(parts: Dict[str, Part], arch: str) -> Dict[str, Any]:
@@ -164,18 +163,23 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
     if not shared:
         return "failed", {"include": include}, (f"none of {', '.join(DEEP_GEMM_HEADERS)} under {include}", "")
     ev: Dict[str, Any] = {"include": include, "headers": {}, "per_arch": {}, "seconds": {}}
-    for arch in archs:
+    def compile_for(arch: str) -> Tuple[List[str], Tuple[bool, float, str]]:
         number, _ = fatbin.parse_arch(arch)
         impl = DEEP_GEMM_IMPLS.get(number // 10)
         headers = shared + ([impl] if impl and os.path.exists(os.path.join(include, impl)) else [])
-        ev["headers"][arch] = headers
         source = "".join(f"#include <{h}>\n" for h in headers) + DEEP_GEMM_KERNEL
         name = f"deep_gemm_{arch}"
         with open(os.path.join(work, name + ".cu"), "w") as fh:
             fh.write(source)
-        ok, took, log = cudatools.run(
+        return headers, cudatools.run(
             [nvcc, "-std=c++20", "-O3", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-cubin",
              f"-arch={arch}", f"-I{include}", name + ".cu", "-o", name + ".cubin"], deadline, cwd=work)
+
+    # Said in the order of `archs`, up to the first that fails, as when they compiled one after the other.
+    done = cudatools.each_arch(archs, compile_for)
+    for arch in archs:
+        headers, (ok, took, log) = done[arch]
+        ev["headers"][arch] = headers
         ev["per_arch"][arch] = "ok" if ok else "failed"
         ev["seconds"][arch] = took
         if not ok:
@@ -184,10 +188,10 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
     return "ok", ev, None
 
 
-def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str, work: str) -> Part:
+def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str, work: str, ask: Ask) -> Part:
     if not _installed("torch"):
         return "absent", {"note": "torch is not installed"}, None
-    proc = core.python_snippet(TORCH_FLAGS, timeout=min(120.0, deadline.left()))
+    proc = ask(TORCH_FLAGS, min(120.0, deadline.left()))
     out = proc.stdout or ""
     line = next((ln for ln in out.splitlines() if ln.startswith("@@jit ")), None)
     if line is None:

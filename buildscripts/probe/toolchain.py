@@ -27,8 +27,7 @@ extern "C" int probe_launch(cuda::std::uint32_t* x) {
 }
 """
 
-TORCH_CUDA = ("import json, torch; from torch.utils import cpp_extension as ce; "
-              "print('@@torch ' + json.dumps({'cuda': torch.version.cuda, 'cuda_home': ce.CUDA_HOME}))")
+TORCH_CUDA = cudatools.TORCH_FACTS   # its `@@torch ` line: torch's CUDA version and its cpp_extension.CUDA_HOME
 TOOLKIT_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-runtime",
                   "nvidia-cuda-cccl", "nvidia-cuda-nvrtc", "cuda-toolkit")
 
@@ -104,7 +103,7 @@ def _torch_view(ctx: core.Context, deadline: Deadline, ev: Dict[str, Any]) -> Di
     """torch's own answer (torch.utils.cpp_extension.CUDA_HOME), when torch imports."""
     if ctx.results.get("import:torch", {}).get("status") == core.FAILED:
         return {"error": "torch does not import"}
-    proc = core.python_snippet(TORCH_CUDA, timeout=min(120.0, deadline.left()))
+    proc = core.python_once(ctx, TORCH_CUDA, timeout=min(120.0, deadline.left()))
     for line in (proc.stdout or "").splitlines():
         if line.startswith("@@torch "):
             view: Dict[str, Any] = json.loads(line[len("@@torch "):])
@@ -133,10 +132,15 @@ def _smoke(ctx: core.Context, deadline: Deadline, nvcc: str, home: str, cxx: Any
         fh.write(SMOKE_CU)
     per_arch: Dict[str, Any] = {}
     objects = []
+
+    def compile_for(arch: str) -> Tuple[bool, float, str]:
+        return cudatools.run([nvcc, "-c", "smoke.cu", "-o", f"smoke_{arch}.o", "-Xcompiler", "-fPIC",
+                              *cudatools.gencode(arch)], deadline, cwd=work)
+
+    done = cudatools.each_arch(ctx.archs, compile_for)
     for arch in ctx.archs:
+        ok, took, log = done[arch]
         obj = f"smoke_{arch}.o"
-        ok, took, log = cudatools.run([nvcc, "-c", "smoke.cu", "-o", obj, "-Xcompiler", "-fPIC",
-                                       *cudatools.gencode(arch)], deadline, cwd=work)
         per_arch[arch] = {"compile": "ok" if ok else "failed", "seconds": took}
         if ok:
             objects.append(obj)

@@ -151,7 +151,7 @@ def test_jit_compiles_audited_archs_apart_and_warns_for_what_fails(monkeypatch: 
                                                                    tmp_path: Path) -> None:
     compiled: list[list[str]] = []
 
-    def parts(archs: list[str], deadline: Any, home: str, work: str) -> dict[str, Any]:
+    def parts(archs: list[str], deadline: Any, home: str, work: str, ask: Any) -> dict[str, Any]:
         compiled.append(archs)
         if "sm_121a" in archs:
             return {"flashinfer": ("failed", {"per_arch": {}}, ("RuntimeError: SM 12.x requires CUDA >= 12.9", "")),
