@@ -132,7 +132,9 @@ def _flashinfer(archs: List[str], deadline: Deadline, work: str) -> Part:
         return "absent", {"note": "flashinfer is not installed"}, None
     env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(cudatools.flashinfer_arch(a) for a in archs),
            "FLASHINFER_WORKSPACE_BASE": os.path.join(work, "flashinfer"),
-           "MAX_JOBS": str(os.cpu_count() or 1)}
+           "MAX_JOBS": str(os.cpu_count() or 1),
+           # FlashInfer's own knob for nvcc's --threads: the module's archs compile side by side (same compile)
+           "FLASHINFER_NVCC_THREADS": str(os.cpu_count() or 1)}
     proc = core.python_snippet(FLASHINFER_JIT, timeout=deadline.left(), env=env)
     ev: Dict[str, Any] = {"module": "silu_and_mul", "env": env}
     out = proc.stdout or ""
@@ -188,6 +190,12 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
     return "ok", ev, None
 
 
+def _threads() -> str:
+    """nvcc's --threads: the archs of one compile side by side on the machine's cores (the same compile; under
+    emulation a pass for one arch takes half a minute)."""
+    return f"--threads={os.cpu_count() or 1}"
+
+
 def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str, work: str, ask: Ask) -> Part:
     if not _installed("torch"):
         return "absent", {"note": "torch is not installed"}, None
@@ -202,7 +210,7 @@ def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str,
     gencodes = [g for a in archs for g in cudatools.gencode(a)]
     includes = [f"-I{p}" for p in flags["include"]]
     ok, took, log = cudatools.run(
-        [nvcc, "-c", "torch_ext.cu", "-o", "torch_ext.o", "-std=c++17", "-Xcompiler", "-fPIC",
+        [nvcc, "-c", "torch_ext.cu", "-o", "torch_ext.o", "-std=c++17", "-Xcompiler", "-fPIC", _threads(),
          f"-D_GLIBCXX_USE_CXX11_ABI={flags['abi']}", *includes, *gencodes], deadline, cwd=work)
     ev: Dict[str, Any] = {"compile_s": took}
     if not ok:

@@ -80,3 +80,20 @@ def test_deep_gemm_says_the_archs_up_to_the_first_that_fails(monkeypatch: pytest
     assert sorted(ran) == ["sm_100a", "sm_121a", "sm_90a"]
     assert status == "failed" and failed and failed[0].startswith("deep_gemm headers do not compile for sm_100a")
     assert ev["per_arch"] == {"sm_90a": "ok", "sm_100a": "failed"}
+
+
+def test_the_torch_extension_compiles_its_archs_on_every_core(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(jitcompile, "_installed", lambda module: True)
+    monkeypatch.setattr(jitcompile, "_audit", lambda path, archs: dict.fromkeys(archs, "ok"))
+    commands: list[list[str]] = []
+
+    def nvcc(argv: list[str], deadline: Any, cwd: str | None = None, env: Any = None) -> tuple[bool, float, str]:
+        commands.append(argv)
+        return True, 1.0, ""
+
+    monkeypatch.setattr(cudatools, "run", nvcc)
+    answer = subprocess.CompletedProcess([], 0, stdout=FACTS)
+    status, _ev, _ = jitcompile._torch_extension(["sm_90a", "sm_100a"], cudatools.Deadline(60), "nvcc", "/cuda",
+                                                 str(tmp_path), lambda code, timeout: answer)
+    assert status == "ok" and "--threads=2" in commands[0] and "-I/t/include" in commands[0]
