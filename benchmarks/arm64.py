@@ -2,12 +2,14 @@
 cell of the same SGLang.
 
     python benchmarks/arm64.py [--build] [--runs DIR] --arm64 RESULTS.json --amd64 RESULTS.json
-                               [--base-seconds N] [--out benchmarks/arm64-results.md]
+                               [--before RESULTS.json] [--base-seconds N] [--out benchmarks/arm64-results.md]
 
 --build first runs `python -m buildscripts build --only ARM64_CELL` (wall clock measured; cold when nothing
 of it is cached) into --runs, and reads its results. Each RESULTS.json is a run's results file holding the
 cell: its build time per Dockerfile stage, each ladder stage's time and where it ran, and the image's size.
---base-seconds: the debootstrap of the arm64 base, measured apart (the build log says it). Writes Markdown.
+--base-seconds: the debootstrap of the arm64 base, measured apart (the build log says it). --before: an earlier
+run's results of the arm64 cell (another image of it, e.g. without bytecode): its ladder beside this one's, stage by
+stage, with each import's seconds. Writes Markdown.
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ def layer_rows(arm: dict[str, Any], amd: dict[str, Any]) -> list[str]:
     return rows
 
 
+def before_rows(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The arm64 ladder of two runs side by side; the import stage also module by module."""
+    def by_name(cell: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {s["name"]: s for s in cell.get("stages", [])}
+
+    a, b = by_name(before), by_name(after)
+    rows = ["| stage | before (s) | status | after (s) | status |", "|---|---:|---|---:|---|"]
+    for name in dict.fromkeys([*a, *b]):
+        x, y = a.get(name, {}), b.get(name, {})
+        rows.append(f"| {name} | {x.get('duration_s', '')} | {x.get('status', '')} "
+                    f"| {y.get('duration_s', '')} | {y.get('status', '')} |")
+    seconds = [s.get("evidence", {}).get("seconds", {}) for s in (a.get("import", {}), b.get("import", {}))]
+    rows += [f"| import {m} | {seconds[0].get(m, '')} | | {seconds[1].get(m, '')} | |"
+             for m in dict.fromkeys([*seconds[0], *seconds[1]])]
+    return rows
+
+
 def gib(n: int | None) -> str:
     return f"{(n or 0) / 2**30:.2f} GiB"
 
@@ -63,6 +82,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs")
     ap.add_argument("--arm64", type=Path)
     ap.add_argument("--amd64", type=Path, required=True)
+    ap.add_argument("--before", type=Path)
     ap.add_argument("--base-seconds", type=float)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "arm64-results.md")
     a = ap.parse_args(argv)
@@ -85,6 +105,11 @@ def main(argv: list[str]) -> int:
              f"- CPU ladder: arm64 {ladder[ARM64]} s (under emulation), amd64 {ladder[AMD64]} s",
              f"- image size: arm64 {gib(arm['image'].get('size_bytes'))}, amd64 {gib(amd['image'].get('size_bytes'))}",
              "", *layer_rows(arm, amd), "", *stage_rows(arm, amd), ""]
+    if a.before is not None:
+        earlier = cell_of(a.before, ARM64)
+        lines += [f"## arm64 ladder: {a.before} before, {a.arm64} after", "",
+                  f"- image size: before {gib(earlier['image'].get('size_bytes'))}, "
+                  f"after {gib(arm['image'].get('size_bytes'))}", "", *before_rows(earlier, arm), ""]
     a.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -66,7 +66,7 @@ class Recipe:
                          ws.images / "toolkit" / "dpkg-excludes"),
                    warm=ws.images / "warm",
                    cross=(ws.images / "Dockerfile.cross", ws.images / "cross" / "install-layer.sh",
-                          ws.images / "cross" / "subtract.py"))
+                          ws.images / "cross" / "subtract.py", ws.images / "cross" / "compile_layer.py"))
 
     def dockerfile_for(self, cell: Cell) -> Path:
         """linux/amd64's images come from images/Dockerfile; another platform's from images/Dockerfile.cross, whose

@@ -25,8 +25,9 @@ from .gpus import NO_GPU_ENV, Handed
 from .plan import Plan
 
 MARK = "under emulation"
-# How much longer a stage may take under emulation: measured on the 2-core x86_64 builder, `import sglang` took
-# 794 s in the arm64 image against ~8 s for the whole import stage in the amd64 one (benchmarks/arm64-results.md).
+# How much longer a stage may take under emulation: measured on the 2-core x86_64 builder, with the layers' bytecode
+# in the image the import stage took 130 s (278 s without) and the JIT stage 665 s, against ~8 s and ~31 s on amd64,
+# and a loaded machine doubles that (benchmarks/arm64-results.md): 3600 s keeps a margin.
 SLOWDOWN = 4
 PLATFORM_LABEL = f"{LABEL_PREFIX}.platform"
 CPUINFO = {"linux/arm64": Path(__file__).resolve().parent.parent / "data" / "cpuinfo-aarch64"}
