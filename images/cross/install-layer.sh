@@ -5,7 +5,7 @@
 # LOWER_LOCK: the lock of the layer below, whose packages are installed there already (a layer's lock repeats
 # them, pinned alike: subtract.py leaves them out). Then lean.sh (images/lean/recipe.txt) as in every install
 # layer. Not done here, said in docs/platforms.md: the fatbin pruner rewrites x86_64 libraries only
-# (R_X86_64_RELATIVE), and bytecode.py compiles what importing the layer loads, which needs the target's CPU.
+# (R_X86_64_RELATIVE); the layer's bytecode is compiled by compile_layer.py, a step of its own after this one.
 # Needs WHEEL_PLATFORM (aarch64-manylinux_2_36), PYTHON_VERSION and LANE_CUDA; the index settings come from
 # the caller's secret mount.
 set -eu
