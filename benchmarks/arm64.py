@@ -35,10 +35,12 @@ def cell_of(path: Path, cell_id: str) -> dict[str, Any]:
     return dict(found)
 
 
-def stage_rows(arm: dict[str, Any], amd: dict[str, Any]) -> list[str]:
-    def by_name(cell: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {s["name"]: s for s in cell.get("stages", [])}
+def by_name(cell: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A cell's stages by name."""
+    return {s["name"]: s for s in cell.get("stages", [])}
 
+
+def stage_rows(arm: dict[str, Any], amd: dict[str, Any]) -> list[str]:
     a, b = by_name(arm), by_name(amd)
     rows = ["| stage | arm64 (s) | arm64: where / status | amd64 (s) | amd64: status |", "|---|---:|---|---:|---|"]
     for name in dict.fromkeys([*a, *b]):
@@ -57,9 +59,6 @@ def layer_rows(arm: dict[str, Any], amd: dict[str, Any]) -> list[str]:
 
 def before_rows(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The arm64 ladder of two runs side by side; the import stage also module by module."""
-    def by_name(cell: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {s["name"]: s for s in cell.get("stages", [])}
-
     a, b = by_name(before), by_name(after)
     rows = ["| stage | before (s) | status | after (s) | status |", "|---|---:|---|---:|---|"]
     for name in dict.fromkeys([*a, *b]):

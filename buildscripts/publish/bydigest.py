@@ -80,7 +80,7 @@ class Promotion:
 
     def claim(self) -> platformtags.Claim:
         return platformtags.Claim(self.cell_id, self.platform, self.manifest or self.digest, tuple(self.tags),
-                                  tuple(self.tag_archs.items()))
+                                  dict(self.tag_archs))
 
 
 def gather(runs: Mapping[Path, RunResults], matrix: Matrix, keys: Sequence[PublicKey],

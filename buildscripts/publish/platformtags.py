@@ -65,10 +65,10 @@ class Claim:
     platform: str                  # the cell's, from matrix.yaml (linux/arm64)
     digest: str                    # the platform manifest
     tags: tuple[str, ...]
-    tag_archs: tuple[tuple[str, str], ...]   # (per-arch tag, its arch as tags spell it)
+    tag_archs: Mapping[str, str]   # per-arch tag -> its arch, as tags spell it
 
     def arch_of(self, tag: str) -> str | None:
-        return dict(self.tag_archs).get(tag)
+        return self.tag_archs.get(tag)
 
 
 @dataclass(frozen=True)
@@ -157,9 +157,10 @@ class Tagged:
 Listed = list[tuple[str | None, str]]   # (platform or None, manifest digest)
 
 
-def _serving(ref: str, dest: str, env: Mapping[str, str], log_file: Path | None) -> tuple[str | None, Listed]:
-    """The digest `ref` serves now and the (platform, manifest) pairs it names: an index's entries, or the
-    manifest itself with its config's platform (None where none can be read)."""
+def serving(ref: str, env: Mapping[str, str], log_file: Path | None = None) -> tuple[str | None, Listed]:
+    """The digest the tag `ref` serves now and the (platform, manifest) pairs it names: an index's entries as
+    labelled, or the manifest itself with its config's platform (None where none can be read). A pair whose
+    manifest is the digest served is a plain manifest; an index's entries are other digests."""
     top = distribution.lookup(ref, env, log=log_file)
     if top is None:
         return None, []
@@ -167,9 +168,10 @@ def _serving(ref: str, dest: str, env: Mapping[str, str], log_file: Path | None)
         listed = [e for e in top.data.get("manifests") or [] if isinstance(e, dict)]
         return top.digest, [(platforms.of_entry(e), str(e.get("digest") or "")) for e in listed]
     try:
-        return top.digest, [(describe(f"{dest}@{top.digest}", env, log_file=log_file).platform, top.digest)]
+        platform = distribution.config_platform(f"{distribution.repository_of(ref)}@{top.digest}", env, log=log_file)
     except RegistryError:
-        return top.digest, [(None, top.digest)]
+        platform = None
+    return top.digest, [(platform, top.digest)]
 
 
 def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix, dest: str, env: Mapping[str, str],
@@ -177,9 +179,9 @@ def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix
     """What the tag serves now, and its entries of other platforms than `new`'s to keep: those an earlier
     promotion wrote (a trusted verdict for that platform's cell vouches for them, as for this very tag)."""
     ref = f"{dest}:{tagged.tag}"
-    current, serving = _serving(ref, dest, env, log_file)
+    current, listed = serving(ref, env, log_file)
     groups: dict[str | None, list[str]] = {}
-    for platform, digest in serving:
+    for platform, digest in listed:
         groups.setdefault(platforms.normalised(platform) if platform else None, []).append(digest)
     kept: list[Entry] = []
     for key, digests in groups.items():
@@ -188,7 +190,7 @@ def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix
             continue   # the very manifest promoted now
         outcomes = [(d, *_vouched(tagged, key, f"{dest}@{d}", new, matrix, env, keys, log_file)) for d in unique]
         shown = f"{current} ({key or 'an entry naming no platform'}: {', '.join(unique)})" \
-            if len(serving) > 1 or key is None or current != digests[0] else str(current)
+            if len(listed) > 1 or key is None or current != digests[0] else str(current)
         if len(digests) > 1:   # two entries of one platform: which one an engine pulls is its own choice
             why: str | None = f"lists {len(digests)} manifests for {key}"
             vouched = [entry for _, not_vouched, entry in outcomes if not_vouched is None]

@@ -29,7 +29,7 @@ from ..matrix import Matrix, load
 from ..matrix.schema import Tags
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
-from . import bydigest, recorded, registry, tags, trusted, writer
+from . import bydigest, platformtags, recorded, registry, tags, trusted, writer
 
 if TYPE_CHECKING:
     import docker
@@ -106,14 +106,13 @@ def _refuse_other_platforms(ref: str, cell_id: str, platform: str, env: Mapping[
     would replace what that platform's verdicts put there; tags of several platforms are promoted by digest
     (publish/platformtags.py), where each entry is vouched for. Read from the registry with skopeo: the engine's
     distribution inspect names no platform for an OCI manifest."""
-    top = distribution.lookup(ref, env)
-    if top is None:
+    current, listed = platformtags.serving(ref, env)
+    if current is None:
         return
-    if top.is_index:
-        held = "an index of " + (", ".join(filter(None, (platforms.of_entry(e) for e in top.data.get("manifests") or []
-                                                         if isinstance(e, dict)))) or "no named platform")
+    if [digest for _, digest in listed] != [current]:   # an index: its entries are other digests
+        held = "an index of " + (", ".join(filter(None, (p for p, _ in listed))) or "no named platform")
     else:
-        found = distribution.config_platform(f"{distribution.repository_of(ref)}@{top.digest}", env)
+        found = listed[0][0]
         if found is not None and platforms.matches(found, platform):
             return
         held = f"a {found} image" if found else "an image whose config names no platform"

@@ -52,7 +52,7 @@ def _plan(monkeypatch: pytest.MonkeyPatch, served: list[dict[str, Any]], key: ke
           arch: str | None = "sm100") -> platformtags.TagPlan:
     """Promotion of CELL_A's manifest OURS to TAG, which serves CURRENT now."""
     fake_registry(monkeypatch, {f"dest:{TAG}": CURRENT, f"dest@{CURRENT}": CURRENT}, served)
-    claim = platformtags.Claim(CELL_A, "linux/amd64", OURS, (TAG,), ((TAG, arch),) if arch else ())
+    claim = platformtags.Claim(CELL_A, "linux/amd64", OURS, (TAG,), {TAG: arch} if arch else {})
     entry = platformtags.Entry("linux/amd64", OURS, platformtags.OCI_MANIFEST, 100)
     [plan] = platformtags.plan([(claim, entry)], kinds_matrix(), "dest", {}, [key.public], repair=False)
     return plan

@@ -51,7 +51,7 @@ def test_a_tag_moved_to_a_digest_verified_for_another_arch_is_not_taken_for_a_pr
     fake_registry(monkeypatch, {"dest:cell-verified-sm100": other, f"dest@{other}": other},
                   [_verdict_for(other, "sm_90a", key)])
     claim = platformtags.Claim("sglang0.5.10-torch2.9.1-cu128-pip-bookworm", "linux/amd64", "sha256:" + "a" * 64,
-                               ("cell-verified-sm100",), ())
+                               ("cell-verified-sm100",), {})
     entry = platformtags.Entry("linux/amd64", claim.digest, platformtags.OCI_MANIFEST, 100)
     with pytest.raises(RegistryError):
         platformtags.plan([(claim, entry)], kinds_matrix(), "dest", {}, [key.public], repair=False)
