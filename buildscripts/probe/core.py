@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -148,6 +149,16 @@ def sh(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
         raise StageFailed(reason, log=out) from None
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, stdout=f"{argv[0]}: not found")
+
+
+def side_by_side(jobs: Dict[str, Callable[[], Any]], most: Optional[int] = None) -> Dict[str, Any]:
+    """Each job's result by name, the jobs run in threads side by side (`most` at a time: all by default).
+    The jobs wait on compiler processes, so threads suffice; an exception in a job is raised here."""
+    if not jobs:
+        return {}
+    with ThreadPoolExecutor(max_workers=most or len(jobs)) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
 
 
 def python_snippet(code: str, timeout: float,

@@ -10,6 +10,9 @@ Three parts, each timed, each with its own evidence per arch:
 - triton: a Triton kernel compiled for each arch with the ptxas Triton runs (tritonjit.py).
 Archs only audited (Context.also_archs) are compiled apart, so that one the toolkit cannot target leaves
 the targets' results alone; what fails for them is a warning.
+The parts, and deep_gemm's per-arch units, run side by side (each is its own compiler processes on its own
+files): under QEMU emulation each is minutes of one core (benchmarks/arm64-results.md), and a GPU runner has
+cores to spare. Each part's seconds are its own wall clock, shared cores included.
 Nothing is injected: the compilers find CUDA the way the libraries do, so a missing CUDA home, a
 missing host compiler or missing link names fail here exactly as they would at runtime.
 """
@@ -20,7 +23,8 @@ import importlib.util
 import json
 import os
 import shutil
-from typing import Any, Dict, List, Optional, Tuple
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import core, cudatools, fatbin, tritonjit
 from .cudatools import Deadline
@@ -69,21 +73,28 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     work = os.path.join(ctx.workdir, "jit")
     shutil.rmtree(work, ignore_errors=True)   # a fresh folder: every run really compiles
     os.makedirs(work, exist_ok=True)
-    triton = tritonjit.run(ctx.archs, ctx.also_archs, deadline, work)  # Triton needs no CUDA home
     home, how = cudatools.find_cuda_home(dict(os.environ))
+    jobs: Dict[str, Callable[[], Any]] = {  # Triton needs no CUDA home
+        "triton": partial(tritonjit.run, ctx.archs, ctx.also_archs, deadline, work)}
+    if home is not None:
+        jobs["targets"] = partial(_parts, ctx.archs, deadline, home, work)
+        if ctx.also_archs:  # compiled on their own: an arch only audited must not fail the targets' compile
+            jobs["also"] = partial(_parts, ctx.also_archs, deadline, home, os.path.join(work, "also"))
+    done = core.side_by_side(jobs)
+    triton: Part = done["triton"]
     if home is None:
         msg = f"CUDA toolkit not discoverable: {how}; nothing but Triton can be JIT-compiled"
         if triton[2]:
             msg += f"; triton: {triton[2][0]}"
         raise core.StageFailed(msg, {"parts": {"triton": triton[1]}, "status": {"triton": triton[0]},
                                      "warnings": triton[1].get("warnings", [])}, triton[2][1] if triton[2] else "")
-    parts = {**_parts(ctx.archs, deadline, home, work), "triton": triton}
+    parts = {**done["targets"], "triton": triton}
     ev: Dict[str, Any] = {"cuda_home": home, "parts": {n: p[1] for n, p in parts.items()},
                           "status": {n: p[0] for n, p in parts.items()},
                           "per_arch": {a: _arch_row(parts, a) for a in ctx.archs},
                           "warnings": list(triton[1].get("warnings", []))}
-    if ctx.also_archs:  # compiled on their own: an arch only audited must not fail the targets' compile
-        also = _parts(ctx.also_archs, deadline, home, os.path.join(work, "also"))
+    if ctx.also_archs:
+        also = done["also"]
         ev["also_audited"] = {n: p[1] for n, p in also.items()}
         for arch in ctx.also_archs:
             ev["per_arch"][arch] = {**_arch_row(also, arch), "triton": triton[1].get("per_arch", {}).get(arch)}
@@ -106,9 +117,9 @@ def _parts(archs: List[str], deadline: Deadline, home: str, work: str) -> Dict[s
     """The compiles that need a CUDA home, for `archs`, in `work`."""
     os.makedirs(work, exist_ok=True)
     nvcc = os.path.join(home, "bin", "nvcc")
-    return {"flashinfer": _flashinfer(archs, deadline, work),
-            "deep_gemm": _deep_gemm(archs, deadline, nvcc, work),
-            "torch-extension": _torch_extension(archs, deadline, nvcc, home, work)}
+    return core.side_by_side({"flashinfer": partial(_flashinfer, archs, deadline, work),
+                         "deep_gemm": partial(_deep_gemm, archs, deadline, nvcc, work),
+                         "torch-extension": partial(_torch_extension, archs, deadline, nvcc, home, work)})
 
 
 def _arch_row(parts: Dict[str, Part], arch: str) -> Dict[str, Any]:
@@ -164,6 +175,7 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
     if not shared:
         return "failed", {"include": include}, (f"none of {', '.join(DEEP_GEMM_HEADERS)} under {include}", "")
     ev: Dict[str, Any] = {"include": include, "headers": {}, "per_arch": {}, "seconds": {}}
+    units: Dict[str, Callable[[], Tuple[bool, float, str]]] = {}
     for arch in archs:
         number, _ = fatbin.parse_arch(arch)
         impl = DEEP_GEMM_IMPLS.get(number // 10)
@@ -173,14 +185,18 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
         name = f"deep_gemm_{arch}"
         with open(os.path.join(work, name + ".cu"), "w") as fh:
             fh.write(source)
-        ok, took, log = cudatools.run(
-            [nvcc, "-std=c++20", "-O3", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-cubin",
-             f"-arch={arch}", f"-I{include}", name + ".cu", "-o", name + ".cubin"], deadline, cwd=work)
+        units[arch] = partial(cudatools.run, [
+            nvcc, "-std=c++20", "-O3", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-cubin",
+            f"-arch={arch}", f"-I{include}", name + ".cu", "-o", name + ".cubin"], deadline, cwd=work)
+    # one unit per core at a time: each cicc holds CuTe's templates in memory
+    compiled = core.side_by_side(units, most=os.cpu_count() or 1)
+    for arch, (ok, took, _log) in compiled.items():
         ev["per_arch"][arch] = "ok" if ok else "failed"
         ev["seconds"][arch] = took
-        if not ok:
-            return "failed", ev, (f"deep_gemm headers do not compile for {arch}: {cudatools.error_line(log)}",
-                                  log)
+    failed = [(arch, log) for arch, (ok, _took, log) in compiled.items() if not ok]
+    if failed:
+        arch, log = failed[0]
+        return "failed", ev, (f"deep_gemm headers do not compile for {arch}: {cudatools.error_line(log)}", log)
     return "ok", ev, None
 
 

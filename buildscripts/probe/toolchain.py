@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from functools import partial
 from typing import Any, Dict, List, Tuple
 
 from . import core, cudatools
@@ -133,13 +134,15 @@ def _smoke(ctx: core.Context, deadline: Deadline, nvcc: str, home: str, cxx: Any
         fh.write(SMOKE_CU)
     per_arch: Dict[str, Any] = {}
     objects = []
-    for arch in ctx.archs:
-        obj = f"smoke_{arch}.o"
-        ok, took, log = cudatools.run([nvcc, "-c", "smoke.cu", "-o", obj, "-Xcompiler", "-fPIC",
-                                       *cudatools.gencode(arch)], deadline, cwd=work)
+    # side by side, one per core: under QEMU emulation each is half a minute of one core
+    compiled = core.side_by_side(
+        {arch: partial(cudatools.run, [nvcc, "-c", "smoke.cu", "-o", f"smoke_{arch}.o", "-Xcompiler", "-fPIC",
+                                       *cudatools.gencode(arch)], deadline, cwd=work) for arch in ctx.archs},
+        most=os.cpu_count() or 1)
+    for arch, (ok, took, log) in compiled.items():
         per_arch[arch] = {"compile": "ok" if ok else "failed", "seconds": took}
         if ok:
-            objects.append(obj)
+            objects.append(f"smoke_{arch}.o")
         else:
             per_arch[arch]["error"] = cudatools.error_line(log)
             problems.append((f"nvcc cannot compile for {arch}: {per_arch[arch]['error']}", log))
