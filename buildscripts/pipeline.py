@@ -201,6 +201,7 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
             record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
                                  run_dir / "results.json")
             tag_cell(run, matrix, ctx, run_dir / "results.json")
+            bound_cache_after(record, opts.cache_keep, ctx.builder.name)
             if opts.fail_fast and results.is_unexpected(record.verdict):
                 log.warn("--fail-fast: stopping after the first unexpected outcome")
                 break
@@ -215,6 +216,14 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
             report.console.summary(shown)
             report.render_all(shown, run_dir / "report", opts.env)
     return run
+
+
+def bound_cache_after(record: CellResult, keep: int | None, builder: str | None) -> None:
+    """After a cell that was really built, BuildKit's cache down to its bound before the next: that build's own
+    records (download caches, another CPU's install stages) would otherwise pile up until the run's end, and the
+    disk's peak be the whole matrix's instead of one cell above the bound."""
+    if record.build is not None and record.build.status is Status.PASSED and not record.build.cached:
+        footprint.prune_cache(keep, builder)
 
 
 def bound_disk(run: RunResults, tag_of: footprint.CandidateTag, ctx: Context, opts: Options) -> None:

@@ -147,3 +147,20 @@ def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
     ctx = SimpleNamespace(client=Busy([]), builder=SimpleNamespace(name=None))
     pipeline.bound_disk(run, tag_of, ctx, pipeline.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
     assert "the engine could not list sizes" in footprint.advice(Busy([]), tmp_path, {}, tag_of)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("status", "cached", "pruned"), [
+    ("passed", False, True),     # really built: its records go down to the bound before the next cell
+    ("passed", True, False),     # every layer a cache hit: nothing new to prune
+    ("failed", False, False),    # the run goes on; the bound is kept at its end (bound_disk)
+])
+def test_the_cache_is_bounded_after_each_cell_really_built(monkeypatch: pytest.MonkeyPatch, status: str,
+                                                            cached: bool, pruned: bool) -> None:
+    from buildscripts import pipeline
+    from buildscripts.results import BuildResult, Status, cell_record
+
+    calls: list[tuple[int | None, str | None]] = []
+    monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: calls.append((keep, builder)))
+    record = cell_record(CELL, build=BuildResult(status=Status(status), cached=cached))
+    pipeline.bound_cache_after(record, 20 * 10**9, "b")
+    assert calls == ([(20 * 10**9, "b")] if pruned else [])
