@@ -46,10 +46,12 @@ def test_default_runners_give_one_job_per_buildable_cell_on_any_gpu_runner(
         capsys: pytest.CaptureFixture[str]) -> None:
     out, rows = github(capsys)
     assert out.count("\n") == 1 and out.endswith("}\n")  # one line: it goes to $GITHUB_OUTPUT as matrix=...
-    # an opt-in platform's cells get a job only when selected by name (matrix/cells.py)
-    buildable = [c.id for c in matrix.load(ROOT / "matrix.yaml").buildable() if c.opt_in is None]
+    buildable = [c.id for c in matrix.load(ROOT / "matrix.yaml").buildable()]
     assert [r["cell"] for r in rows] == buildable
     for row in rows:
+        if row["cell"] == ARM64:   # no arm64 GPU runner named: its CPU-only job (below)
+            assert (row["arch"], row["platform"]) == ("cpu", "linux/arm64")
+            continue
         assert row == {"cell": row["cell"], "arch": "any", "runs-on": DEFAULT_LABELS, "platform": "linux/amd64",
                        "machine": "x86_64", "name": row["cell"]}
 
@@ -129,11 +131,15 @@ def builds(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, obj
 
 
 def test_an_opt_in_platform_gets_jobs_only_when_a_glob_names_it_as_nox_s_build_builds_it(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    _, rows = github(capsys)
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = yaml.safe_load(DEFAULT)
+    data["platforms"]["linux/arm64"]["opt_in"] = "built only when named"
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    _, rows = github(capsys, "--matrix", str(path))
     assert ARM64 not in [r["cell"] for r in rows]
-    assert ARM64 not in str(builds(capsys))
-    _, rows = github(capsys, "--only", "sglang0.5.23-*-pip-*")
+    assert ARM64 not in str(builds(capsys, "--matrix", str(path)))
+    _, rows = github(capsys, "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*")
     assert [r["cell"] for r in rows] == [AMD64, ARM64]
 
 
@@ -185,8 +191,8 @@ def test_arm64_cells_are_built_with_the_others_under_emulation_or_natively_on_th
         ("build-arm64", "build linux/arm64", arm_builder, ARM64)]
     rows = builds(capsys, "--matrix", str(path), "--only", "*-arm64")   # no amd64 cell: no job on runners.build
     assert [r["id"] for r in rows] == ["build-arm64"]
-    rows = builds(capsys, "--matrix", str(path))   # the whole matrix: arm64 is opt-in
-    assert [r["id"] for r in rows] == ["build"] and ARM64 not in str(rows)
+    rows = builds(capsys, "--matrix", str(path))   # the whole matrix: arm64 on its own runner
+    assert [r["id"] for r in rows] == ["build", "build-arm64"] and rows[1]["cells"] == ARM64
 
 
 @pytest.mark.parametrize(("runners", "problem"), [
