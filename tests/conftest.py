@@ -40,10 +40,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Files that each hold 10-20 GB of disk while they run (a registry's copy and a second engine's of a real cell; the
-# OCI archives and LXC root file systems of two; `docker save` of two, which the engine writes out whole first). On
-# an 80 GB machine after the main job, two of them side by side would not fit: `nox -s tests` hands them to one
-# worker, one after another, while the other workers take the rest (pytest_xdist_make_scheduler).
-ONE_AFTER_ANOTHER = ("tests/e2e/test_build_once.py", "tests/e2e/test_lxc_cells.py", "tests/e2e/test_cell_secrets.py")
+# OCI archives and LXC root file systems of two). On an 80 GB machine after the main job, two of them side by side
+# would not fit: `nox -s tests` hands them to one worker, one after another, while the other workers take the rest
+# (pytest_xdist_make_scheduler). The secrets scan of the e2e cells reads their layers in place, writing nothing.
+ONE_AFTER_ANOTHER = ("tests/e2e/test_build_once.py", "tests/e2e/test_lxc_cells.py")
 
 
 @pytest.hookimpl(optionalhook=True)

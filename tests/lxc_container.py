@@ -43,16 +43,21 @@ def container(archive: Path, *, ref: str = "latest", start: bool = True,
         lines += ["lxc.net.0.type = empty", f"lxc.init.cmd = {INIT}"]
         config.write_text("\n".join(lines) + "\n")
         if start:
-            lxc("lxc-start", "-n", name, "-d")
-            lxc("lxc-wait", "-n", name, "-s", "RUNNING", "-t", "30")
-            time.sleep(0.5)  # an init that dies at once still looks RUNNING for a moment
-            assert state(name) == "RUNNING", f"{name} did not stay up: {lxc('lxc-info', '-n', name, check=False)}"
+            start_container(name)
         print(f"{name}: created in {created:.1f}s from {archive.name}")
         yield name
     finally:
         lxc("lxc-stop", "-k", "-n", name, check=False)
         lxc("lxc-destroy", "-n", name, check=False)
         _drop_new_cache(cached_before)
+
+
+def start_container(name: str) -> None:
+    """Start container `name` (made by `container`) and see that its init stays up."""
+    lxc("lxc-start", "-n", name, "-d")
+    lxc("lxc-wait", "-n", name, "-s", "RUNNING", "-t", "30")
+    time.sleep(0.5)  # an init that dies at once still looks RUNNING for a moment
+    assert state(name) == "RUNNING", f"{name} did not stay up: {lxc('lxc-info', '-n', name, check=False)}"
 
 
 def _drop_new_cache(before: set[Path]) -> None:

@@ -117,6 +117,14 @@ class SecondEngine:
         # The CLI, not the SDK: docker-py leaks a socket when its constructor meets a daemon not yet up.
         return subprocess.run(["docker", "version"], env=self.env, capture_output=True, check=False).returncode == 0
 
+    def load(self, ref: str) -> None:
+        """Copy image `ref` of the engine the environment names (the machine's own) into this one (`docker save |
+        docker load`)."""
+        with subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE) as saving:
+            loaded = subprocess.run(["docker", "load"], stdin=saving.stdout, env=self.env, capture_output=True,
+                                    text=True, check=False)
+        assert saving.returncode == 0 and loaded.returncode == 0, f"docker save {ref} | docker load: {loaded.stderr}"
+
     def wipe(self) -> None:
         """A fresh runner: no image, no build cache."""
         client = self.client()

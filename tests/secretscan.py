@@ -1,4 +1,5 @@
-"""Scan a saved image (`docker save` / the SDK's `image.save()`) for what the host lends its builds.
+"""Scan an image for what the host lends its builds: saved (`docker save` / the SDK's `image.save()`), or its
+layers where the engine keeps them (`scan_in_place`, which exports nothing).
 
 Builds borrow the host's CA bundle and pip index settings as BuildKit secrets (build/buildx.py
 `build_secrets`, from hostenv.py): `/run/secrets/ca` is the whole bundle, `/run/secrets/index` exports
@@ -23,10 +24,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
-import shutil
 import ssl
-import subprocess
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,27 +187,6 @@ class ChunkReader:
         return data
 
 
-def scan_images(client: docker.DockerClient, refs: Sequence[str], secrets: Secrets) -> tuple[list[Finding],
-                                                                                          dict[str, int]]:
-    """Save the images `refs` from the engine in one archive and scan the stream as it comes (this side keeps
-    nothing on disk). A layer that several of them share (the cells of one lane share all but their last few)
-    is in the archive, and scanned, once.
-
-    The engine (20.10) first writes the whole export under its root's tmp/ and then streams it: with less
-    free space than the images' size that would fill the disk every build on the machine shares, so then
-    the same files are read where the engine keeps them instead (`scan_in_place`)."""
-    images = [client.images.get(ref) for ref in refs]
-    root = str(client.info().get("DockerRootDir") or "/var/lib/docker")
-    if shutil.disk_usage(root).free < sum(int(i.attrs.get("Size") or 0) for i in images) + (2 << 30):
-        return scan_in_place(client, refs, secrets)
-    # The docker CLI, not the SDK: the SDK's save takes one image, the engine's API takes several.
-    with subprocess.Popen(["docker", "save", *(str(i.id) for i in images)], stdout=subprocess.PIPE) as saving:
-        assert saving.stdout is not None
-        found = scan_saved(saving.stdout, secrets)
-    assert saving.returncode == 0, f"docker save of {list(refs)} exited {saving.returncode}"
-    return found
-
-
 def scan_in_place(client: docker.DockerClient, refs: str | Sequence[str], secrets: Secrets) -> tuple[list[Finding],
                                                                                                   dict[str, int]]:
     """The same scan over the engine's own copy of each layer (overlay2's diff folders) of the images `refs`, each
@@ -220,12 +199,15 @@ def scan_in_place(client: docker.DockerClient, refs: str | Sequence[str], secret
         driver = image.attrs.get("GraphDriver") or {}
         if driver.get("Name") != "overlay2":
             needs.unavailable(f"the overlay2 storage driver to scan {ref} in place (the engine has "
-                              f"{driver.get('Name')})", "free disk space for `docker save` of the image")
+                              f"{driver.get('Name')})", "Docker's default storage driver on ext4 and xfs")
         data = driver.get("Data") or {}
         layers += [d for d in (data.get("UpperDir", ""), *str(data.get("LowerDir", "")).split(":"))
                    if d and d not in layers]
         metadata.append((f"config and history of {ref}", json.dumps(
             {"inspect": image.attrs, "history": cast(Any, client.api).history(ref)}).encode()))
+    unreadable = [folder for folder in layers if not os.access(folder, os.R_OK | os.X_OK)]
+    if unreadable:
+        needs.unavailable(f"read access to the engine's layers ({unreadable[0]})", "run the tests as root")
     findings: list[Finding] = []
     for number, folder in enumerate(layers):
         for path in sorted(Path(folder).rglob("*")):

@@ -2,6 +2,10 @@
 CA bundle's private certificates (and the bundle file), the pip index URLs with their host names and
 credentials; its config and history hold no credential URL or token either (tests/secretscan.py says
 what is looked for and why; tests/unit/test_secretscan.py shows that it finds planted ones).
+
+The layers are read where the engine keeps them (`scan_in_place`; tests/integration/test_secrets.py shows it
+finds what the scan of a saved image finds): `docker save` of the two cells had the engine write some 10 GB to
+disk first, so the file ran with the disk-heavy ones, one after another (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ def test_no_secret_of_the_host_is_in_any_built_image(run: RunResults) -> None:
     images = sorted({c.image.id for c in run.cells if c.image.id})
     assert len(images) == 2, "the e2e run holds no image of each cell"
     secrets = secretscan.host_secrets(dict(os.environ))
-    # Both cells in one archive: the layers they share (all but the toolkit's and the cell's) are scanned once.
+    # The layers the cells share (all but the toolkit's and the cell's) are scanned once.
     with closing(docker.from_env()) as client:
-        findings, counts = secretscan.scan_images(client, images, secrets)
+        findings, counts = secretscan.scan_in_place(client, images, secrets)
     print(f"{', '.join(i[:19] for i in images)}: scanned {counts}, {len(findings)} of {len(secrets.needles)} "
           "secrets found")
     assert counts["layers"] > 0 and counts["configs"] >= len(images), counts

@@ -22,7 +22,7 @@ from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
 from tests.integration import tinyimages
-from tests.lxc_container import attach, container
+from tests.lxc_container import attach, container, start_container
 from tests.results_factory import make_cell, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,11 +155,11 @@ def test_a_missing_or_stopped_container_and_a_missing_python(forced_archive: Pat
     assert missing.returncode == 10 and "Traceback" not in missing.stderr
     first = json.loads((tmp_path / "a.json").read_text())["cells"][0]["stages"][0]
     assert first["failure_class"] == "lxc-not-running" and "pct start" in first["hint"]
-    with container(forced_archive, start=False) as name:
+    with container(forced_archive, start=False) as name:   # one container, stopped and then started
         stopped = cli("verify", "--lxc-name", name, "--out", str(tmp_path / "b.json"))
         assert stopped.returncode == 10
         assert "STOPPED" in json.loads((tmp_path / "b.json").read_text())["cells"][0]["stages"][0]["reason"]
-    with container(forced_archive) as name:
+        start_container(name)
         nopython = cli("verify", "--lxc-name", name, "--python", "/opt/no/python3", "--stages", "facts",
                        "--out", str(tmp_path / "c.json"))
         assert nopython.returncode == 10

@@ -43,8 +43,7 @@ def test_verify_by_digest_pulls_that_digest_on_an_engine_without_a_bridge(
         try:
             with second_engine.second_engine(tmp_path / "engine", netns=netns) as engine:
                 assert engine.client().networks.list(names=["bridge"]) == []   # no bridge at all
-                saved = subprocess.run(["docker", "save", base], capture_output=True, check=True).stdout
-                subprocess.run(["docker", "load"], input=saved, env=engine.env, capture_output=True, check=True)
+                engine.load(base)
                 repository = f"{server.url}/sglang-images-staging"
                 engine.client().api.tag(base, repository, "base")
                 inside = second_engine.in_netns(netns)
