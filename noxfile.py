@@ -35,17 +35,18 @@ def _install_for_tests(session: nox.Session) -> None:
     session.run("python", "-m", "compileall", "-q", "-j", "0", str(site), silent=True)
 
 
-def _machine(session: nox.Session, purpose: str) -> None:
+def _machine(session: nox.Session, purpose: str, build_args: list[str] | None = None) -> None:
     """Bring up what the session needs before any work: on Debian as root the engine, buildx, debootstrap
-    (and the tests' tools) are installed and started; elsewhere it names the line that fixes it."""
-    session.run("python", "-m", "buildscripts", "setup", "--for", purpose)
+    (and the tests' tools) are installed and started; elsewhere it names the line that fixes it. A build's own
+    arguments go along: its selection says which CPUs need QEMU user emulation here."""
+    session.run("python", "-m", "buildscripts", "setup", "--for", purpose, *(["--", *build_args] if build_args else []))
 
 
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
     """Main job: select cells, build them with BuildKit, verify inside containers, tag, report."""
     session.install("-e", ".")
-    _machine(session, "build")
+    _machine(session, "build", session.posargs)
     session.run("python", "-m", "buildscripts", "build", *session.posargs)
 
 

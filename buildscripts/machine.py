@@ -9,7 +9,11 @@ Elsewhere, or with SGLANG_IMAGES_NO_SETUP=1, `build` stops before any work with 
 `tests` warns with that line and goes on (a test whose tool is missing skips, naming it), except under
 CI=true, where a missing tool is an error.
 
-    python -m buildscripts setup [--for build|tests|check]
+    python -m buildscripts setup [--for build|tests|check] [-- BUILD_ARGS]
+
+BUILD_ARGS are the build's own arguments (`nox -s build` passes them on): its --matrix, --only and --skip say
+which cells this run builds, and so which CPUs need QEMU user emulation here (an arm64 build runner building
+only the arm64 cells needs none; the whole matrix on it needs the x86_64 handler).
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hostenv, log, proc
+from . import arguments, hostenv, log, proc
 from .build import emulation
 from .errors import EngineError, ToolMissingError
-from .matrix import load
+from .matrix import load, select
 from .workspace import Workspace
 
 NO_SETUP_ENV = "SGLANG_IMAGES_NO_SETUP"
@@ -111,14 +115,37 @@ def can_install(env: Mapping[str, str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The cells a build will build, as its own arguments select them (`matrix`: the workspace's when None)."""
+
+    matrix: Path | None = None
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+
+
+def build_selection(build_argv: Sequence[str]) -> Selection:
+    """--matrix, --only and --skip from the build's arguments, the same flags it parses (arguments.py); the rest
+    (--run-id, --stage, ...) is the build's to check, not setup's."""
+    ap = argparse.ArgumentParser(add_help=False)
+    arguments.add_matrix(ap, None)
+    arguments.add_selection(ap, skip=True)
+    a, _rest = ap.parse_known_args(list(build_argv))
+    return Selection(matrix=a.matrix, only=tuple(a.only), skip=tuple(a.skip))
+
+
 def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m buildscripts setup",
-                                 description="Check, and on Debian as root install, what a command needs.")
+                                 description="Check, and on Debian as root install, what a command needs.",
+                                 epilog="After `--`, the build's own arguments: its --matrix, --only and --skip "
+                                        "say which CPUs need QEMU user emulation here.")
     ap.add_argument("--for", dest="purpose", choices=sorted(NEEDS), default="build")
-    purpose = ap.parse_args(list(argv)).purpose
+    own, build_argv = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    purpose = ap.parse_args(list(own)).purpose
+    selection = build_selection(build_argv)
     lacking = missing(NEEDS[purpose])
     if not lacking:
-        return _emulation(ws, env) if purpose == "build" else 0
+        return _emulation(ws, env, selection) if purpose == "build" else 0
     names = ", ".join(need.what for need in lacking)
     installer = ws.root / ".ci" / "install-engine"
     refused = can_install(env)
@@ -130,7 +157,7 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
             if not done.ok:   # it installs more than one command needs: what failed is not needed here
                 log.warn(f"{ws.shown(installer)} exited {done.returncode}, but `nox -s {purpose}` has all it "
                          f"needs (its output: {ws.shown(ws.runs / 'setup.log')})")
-            return _emulation(ws, env) if purpose == "build" else 0
+            return _emulation(ws, env, selection) if purpose == "build" else 0
         names = ", ".join(need.what for need in lacking)
         refused = f"{ws.shown(installer)} exited {done.returncode}"
         if purpose == "tests" and env.get("CI") != "true":
@@ -154,29 +181,28 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
     raise error(msg, hint=fix)
 
 
-def _emulation(ws: Workspace, env: Mapping[str, str]) -> int:
-    """QEMU user emulation for every CPU of the matrix's buildable cells that is not this machine's (an arm64 cell
-    on x86_64): registered here on Debian as root, saying what it does; elsewhere the fix, before any work. Setup
-    does not know the run's selection: a CPU whose cells are all opt-in (built only when `--only` names them)
-    that cannot be emulated here is a warning, since a run of the whole matrix builds none of them."""
-    if not ws.matrix.is_file():
+def _emulation(ws: Workspace, env: Mapping[str, str], selection: Selection = Selection()) -> int:
+    """QEMU user emulation for every CPU of the cells this build selects that is not this machine's (an arm64
+    cell on x86_64, an amd64 one on an arm64 runner): registered here on Debian as root, saying what it does;
+    elsewhere the fix, before any work. Cells the selection leaves out (an opt-in platform's unless named) need
+    nothing here."""
+    path = selection.matrix or ws.matrix
+    if not path.is_file():
         return 0
-    cells = [c for c in load(ws.matrix).buildable() if emulation.needed(c.base.cpu)]
+    cells = [c for c in select(load(path).buildable(), list(selection.only), list(selection.skip))
+             if emulation.needed(c.base.cpu)]
     for oci, cpu in {c.base.cpu.oci: c.base.cpu for c in cells}.items():
         problem = emulation.handler_problem(cpu)
         if problem is None:
             continue
         refused = can_install(env)
         if refused is None:
-            log.info(f"the matrix holds {oci} cells and {problem}: setting up QEMU user emulation")
+            log.info(f"this run builds {oci} cells and {problem}: setting up QEMU user emulation")
             problem = emulation.register(cpu, log.info, ws.runs / "setup.log")
         if not problem:
             continue
-        msg = f"the matrix holds {oci} cells, which this machine builds only under emulation: {problem}"
+        msg = f"this run builds {oci} cells, which this machine builds only under emulation: {problem}"
         why = f" (it installs nothing here: {refused})" if refused else ""
-        if all(c.opt_in for c in cells if c.base.cpu.oci == oci):
-            log.warn(f"{msg}{why}; they are opt-in, so a run of the whole matrix builds none of them. "
-                     + emulation.FIX.format(qemu=cpu.qemu))
-            continue
-        raise ToolMissingError(msg + why, hint=emulation.FIX.format(qemu=cpu.qemu))
+        raise ToolMissingError(msg + why, hint=emulation.FIX.format(qemu=cpu.qemu)
+                               + "; or leave them out (`--skip`), or build them on a machine of their CPU")
     return 0

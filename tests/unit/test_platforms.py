@@ -16,6 +16,7 @@ from buildscripts.errors import ConfigError, ToolMissingError
 from buildscripts.lock import paths_for
 from buildscripts.lock.state import cell_inputs
 from buildscripts.matrix import platforms
+from buildscripts.matrix.platforms import Cpu
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import emulated, plan
 from buildscripts.workspace import Workspace
@@ -218,23 +219,34 @@ def test_emulated_stages_get_longer_deadlines() -> None:
     assert emulated.slower(planned).stages == planned.stages
 
 
-def _no_emulation_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_emulation_here(monkeypatch: pytest.MonkeyPatch, foreign: str = "linux/arm64") -> list[str]:
+    """A machine that runs `foreign` images only under emulation, has no handler for it and installs nothing; the
+    CPUs setup tried to register (none: it cannot)."""
     from buildscripts import machine
 
-    monkeypatch.setattr(emulation, "needed", lambda cpu: cpu.oci == "linux/arm64")
-    monkeypatch.setattr(emulation, "handler_problem", lambda cpu: "no qemu-aarch64 handler is registered")
+    asked: list[str] = []
+
+    def handler_problem(cpu: Cpu) -> str:
+        asked.append(cpu.oci)
+        return f"no qemu-{cpu.qemu} handler is registered"
+
+    monkeypatch.setattr(emulation, "needed", lambda cpu: cpu.oci == foreign)
+    monkeypatch.setattr(emulation, "handler_problem", handler_problem)
     monkeypatch.setattr(machine, "can_install", lambda env: "not root")
+    monkeypatch.setattr(machine, "missing", lambda needs: [])
+    return asked
 
 
-def test_setup_warns_for_an_opt_in_platform_it_cannot_emulate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_setup_asks_nothing_of_an_opt_in_platform_the_run_does_not_build(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
     from buildscripts import machine
 
-    _no_emulation_here(monkeypatch)
+    asked = _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(opt_in_matrix())
-    assert machine._emulation(Workspace.at(tmp_path), {}) == 0      # the whole matrix builds no arm64 cell
-    said = " ".join(capsys.readouterr().err.split())
-    assert "linux/arm64 cells" in said and "opt-in" in said and "qemu-user-static" in said
+    assert machine.main(["--for", "build"], Workspace.at(tmp_path), {}) == 0   # the whole matrix: no arm64 cell
+    assert asked == []
+    with pytest.raises(ToolMissingError, match="this run builds linux/arm64 cells"):   # named: it is built
+        machine.main(["--for", "build", "--", "--only", "*-bookworm-arm64"], Workspace.at(tmp_path), {})
 
 
 def test_setup_stops_for_a_platform_the_whole_matrix_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -243,4 +255,24 @@ def test_setup_stops_for_a_platform_the_whole_matrix_builds(monkeypatch: pytest.
     _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(DEFAULT)
     with pytest.raises(ToolMissingError, match="linux/arm64 cells, which this machine builds only under emulation"):
-        machine._emulation(Workspace.at(tmp_path), {})
+        machine.main(["--for", "build"], Workspace.at(tmp_path), {})
+    # leaving them out is a way through, as the hint says
+    assert machine.main(["--for", "build", "--", "--skip", "*-arm64"], Workspace.at(tmp_path), {}) == 0
+
+
+def test_an_arm64_build_runner_building_its_own_cells_needs_no_x86_64_emulation(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The CI's native arm64 build job on a non-Debian runner: `nox -s build -- --only ARM64 --run-id … --stage …`
+    (setup gets the build's arguments after `--`); the whole matrix there would need the x86_64 handler."""
+    from buildscripts import machine
+
+    asked = _no_emulation_here(monkeypatch, foreign="linux/amd64")
+    other = tmp_path / "elsewhere.yaml"
+    other.write_text(DEFAULT)
+    ws = Workspace.at(tmp_path)   # no matrix.yaml of its own: --matrix names it, as the build reads it
+    job = ["--only", ARM64, "--run-id", "gh1.1-build-arm64", "--stage", "ghcr.io/org/staging", "--matrix", str(other)]
+    assert machine.main(["--for", "build", "--", *job], ws, {}) == 0 and asked == []
+    with pytest.raises(ToolMissingError, match="this run builds linux/amd64 cells") as exc:
+        machine.main(["--for", "build", "--", "--matrix", str(other)], ws, {})
+    assert "qemu-x86_64" in str(exc.value) and asked == ["linux/amd64"]
+    assert machine.build_selection(job) == machine.Selection(matrix=other, only=(ARM64,))
