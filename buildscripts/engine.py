@@ -67,9 +67,14 @@ def platform(client: docker.DockerClient) -> tuple[str, str]:
     return str(version.get("Os") or "linux"), str(version.get("Arch") or "amd64")
 
 
+def disk_path(engine: Engine) -> str:
+    """Where the engine keeps images and build cache on this machine (its root dir; / for an engine elsewhere)."""
+    return engine.root_dir if os.path.exists(engine.root_dir) else "/"
+
+
 def check_disk(engine: Engine, cells: int, advice: Callable[[], str] | None = None) -> None:
     """Room for `cells` new cell builds; when short, `advice()` names what to prune (build/footprint.py)."""
-    path = engine.root_dir if os.path.exists(engine.root_dir) else "/"
+    path = disk_path(engine)
     free = shutil.disk_usage(path).free
     if cells and free < MIN_FREE_BYTES:
         msg = f"only {free / 1024**3:.1f} GB free under {path}; a cell needs about {MIN_FREE_BYTES / 1024**3:.0f} GB"

@@ -197,7 +197,10 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
                                  f"engine {found.version}; ")
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
+        to_build = {c.id for c in missing}
         for cell in cells:
+            if cell.id in to_build:
+                footprint.make_room(engine.disk_path(found), opts.cache_keep, ctx.builder.name)
             record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
                                  run_dir / "results.json")
             tag_cell(run, matrix, ctx, run_dir / "results.json")

@@ -7,7 +7,10 @@ uv's wheels) and the run folders (logs, results). After a run the build
     an image whose inputs changed is never used again; a good tag on it keeps it), unless
     `--keep-superseded`;
   - prunes BuildKit's cache down to `--cache-keep` (default 20 GB, least recently used first; `none`
-    leaves it unbounded).
+    leaves it unbounded), after each cell it really built too.
+Before a cell it will really build, on a disk with less than ROOM_FOR_A_BUILD free, the build prunes the cache
+no image holds whole (`make_room`): the bound is for what a run leaves behind; within a run short of disk, the
+next build comes first (a cold arm64 cell on an x86_64 builder holds some 25 GB while it builds).
 A disk check that finds too little room names exactly what these would free, with the commands.
 """
 
@@ -29,6 +32,10 @@ from ..matrix.schema import LABEL_PREFIX
 from .base import OWNER_LABEL
 
 DEFAULT_CACHE_KEEP = "20GB"
+# What a cold cell may hold while it builds: the arm64 cell on the 2-core x86_64 builder took 24.6 GB (its image,
+# the install stages it copies from, the aarch64 wheels it downloads; benchmarks/main-job-results.md), an amd64
+# cell about half that.
+ROOM_FOR_A_BUILD = 30 * 10**9
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(GB|MB|GiB|MiB)$", re.I)
 _UNIT = {"gb": 10**9, "mb": 10**6, "gib": 1024**3, "mib": 1024**2}
 
@@ -113,6 +120,18 @@ def prune_cache(keep: int | None, builder: str | None) -> None:
     done = proc.run(argv, timeout=1800)
     if not done.ok:
         log.warn(f"the BuildKit cache was not pruned ({done.tail(3)}); prune it by hand: {proc.quote(argv)}")
+
+
+def make_room(path: str, keep: int | None, builder: str | None, needed: int = ROOM_FOR_A_BUILD) -> None:
+    """Before a build: when the disk under `path` has less than `needed` free, BuildKit's cache that no image
+    holds is pruned whole (download caches, the install stages of cells already built; an image's own layers are
+    never pruned, so cells already built stay cache hits). `keep` None (`--cache-keep none`) prunes nothing."""
+    free = shutil.disk_usage(path).free
+    if keep is None or free >= needed:
+        return
+    prune_cache(0, builder)
+    log.info(f"disk: {free / 1e9:.1f} GB free before a build that may hold {needed / 1e9:.0f} GB: the BuildKit "
+             f"cache no image holds was pruned ({shutil.disk_usage(path).free / 1e9:.1f} GB free now)")
 
 
 def advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:

@@ -164,3 +164,21 @@ def test_the_cache_is_bounded_after_each_cell_really_built(monkeypatch: pytest.M
     record = cell_record(CELL, build=BuildResult(status=Status(status), cached=cached))
     pipeline.bound_cache_after(record, 20 * 10**9, "b")
     assert calls == ([(20 * 10**9, "b")] if pruned else [])
+
+
+@pytest.mark.parametrize(("free_gb", "keep", "pruned"), [
+    (10, 20 * 10**9, [0]),    # short of room for a cold cell: the cache no image holds goes whole
+    (40, 20 * 10**9, []),     # room enough: the bound (after the cell) is the only pruning
+    (10, None, []),           # --cache-keep none: never pruned
+])
+def test_a_build_short_of_disk_prunes_the_cache_first(monkeypatch: pytest.MonkeyPatch, free_gb: int,
+                                                      keep: int | None, pruned: list[int]) -> None:
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    calls: list[int | None] = []
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(0, 0, free_gb * 10**9))
+    monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: calls.append(keep))
+    footprint.make_room("/var/lib/docker", keep, None)
+    assert calls == pruned
