@@ -190,6 +190,8 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     current = ctx.candidates
     missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
     tag_of = partial(_candidate_of, {c.id: c for c in buildable}, matrix)
+    if missing:   # room before the check: what the cache holds that no image does is the first thing to go
+        footprint.make_room(engine.disk_path(found), opts.cache_keep, ctx.builder.name)
     engine.check_disk(found, len(missing),  # only what will really be built needs room
                       advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
                                                       tag_of))
