@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import docker
@@ -69,7 +69,16 @@ def platform(client: docker.DockerClient) -> tuple[str, str]:
 
 def disk_path(engine: Engine) -> str:
     """Where the engine keeps images and build cache on this machine (its root dir; / for an engine elsewhere)."""
-    return engine.root_dir if os.path.exists(engine.root_dir) else "/"
+    return local_root(engine, os.environ) or "/"
+
+
+def local_root(engine: Engine, env: Mapping[str, str]) -> str | None:
+    """The engine's root dir when the engine is this machine's (no DOCKER_HOST, or a unix socket, and the dir is
+    here); None for an engine elsewhere, whose disk this machine cannot measure."""
+    host = env.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return None
+    return engine.root_dir if os.path.exists(engine.root_dir) else None
 
 
 def check_disk(engine: Engine, cells: int, advice: Callable[[], str] | None = None) -> None:

@@ -127,7 +127,7 @@ class Selection:
 def build_selection(build_argv: Sequence[str]) -> Selection:
     """--matrix, --only and --skip from the build's arguments, the same flags it parses (arguments.py); the rest
     (--run-id, --stage, ...) is the build's to check, not setup's."""
-    ap = argparse.ArgumentParser(add_help=False)
+    ap = argparse.ArgumentParser(prog="nox -s build --", add_help=False)
     arguments.add_matrix(ap, None)
     arguments.add_selection(ap, skip=True)
     a, _rest = ap.parse_known_args(list(build_argv))
@@ -142,6 +142,8 @@ def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
     ap.add_argument("--for", dest="purpose", choices=sorted(NEEDS), default="build")
     own, build_argv = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     purpose = ap.parse_args(list(own)).purpose
+    if {"-h", "--help"} & set(build_argv):
+        return 0   # the build prints its help; it builds nothing
     selection = build_selection(build_argv)
     lacking = missing(NEEDS[purpose])
     if not lacking:

@@ -190,8 +190,9 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     current = ctx.candidates
     missing = [c for c in buildable if not _image_exists(client, current[c.id][1])]
     tag_of = partial(_candidate_of, {c.id: c for c in buildable}, matrix)
+    local = engine.local_root(found, opts.env)
     if missing:   # room before the check: what the cache holds that no image does is the first thing to go
-        footprint.make_room(engine.disk_path(found), opts.cache_keep, ctx.builder.name)
+        footprint.make_room(local, opts.cache_keep, ctx.builder.name, ctx.builder.driver)
     engine.check_disk(found, len(missing),  # only what will really be built needs room
                       advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
                                                       tag_of))
@@ -202,7 +203,7 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
         to_build = {c.id for c in missing}
         for cell in cells:
             if cell.id in to_build:
-                footprint.make_room(engine.disk_path(found), opts.cache_keep, ctx.builder.name)
+                footprint.make_room(local, opts.cache_keep, ctx.builder.name, ctx.builder.driver)
             record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
                                  run_dir / "results.json")
             tag_cell(run, matrix, ctx, run_dir / "results.json")

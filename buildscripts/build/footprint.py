@@ -122,16 +122,23 @@ def prune_cache(keep: int | None, builder: str | None) -> None:
         log.warn(f"the BuildKit cache was not pruned ({done.tail(3)}); prune it by hand: {proc.quote(argv)}")
 
 
-def make_room(path: str, keep: int | None, builder: str | None, needed: int = ROOM_FOR_A_BUILD) -> None:
+def make_room(path: str | None, keep: int | None, builder: str | None, driver: str,
+              needed: int = ROOM_FOR_A_BUILD) -> None:
     """Before a build: when the disk under `path` has less than `needed` free, BuildKit's cache that no image
-    holds is pruned whole (download caches, the install stages of cells already built; an image's own layers are
-    never pruned, so cells already built stay cache hits). `keep` None (`--cache-keep none`) prunes nothing."""
+    holds is pruned whole (download caches, the install stages of cells already built). Only the `docker`
+    driver's cache counts an image's layers as held, so only there do the cells already built stay cache hits;
+    another builder keeps its bound. Nothing is pruned for `--cache-keep none` or an engine whose disk is not
+    this machine's (`path` None)."""
+    if path is None or keep is None or driver != "docker":
+        return
     free = shutil.disk_usage(path).free
-    if keep is None or free >= needed:
+    if free >= needed:
         return
     prune_cache(0, builder)
-    log.info(f"disk: {free / 1e9:.1f} GB free before a build that may hold {needed / 1e9:.0f} GB: the BuildKit "
-             f"cache no image holds was pruned ({shutil.disk_usage(path).free / 1e9:.1f} GB free now)")
+    after = shutil.disk_usage(path).free
+    if after - free >= 10**9:   # on a disk that stays short, later cells find nothing to say
+        log.info(f"disk: {free / 1e9:.1f} GB free before a build that may hold {needed / 1e9:.0f} GB: the BuildKit "
+                 f"cache no image holds was pruned ({after / 1e9:.1f} GB free now)")
 
 
 def advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:

@@ -166,19 +166,39 @@ def test_the_cache_is_bounded_after_each_cell_really_built(monkeypatch: pytest.M
     assert calls == ([(20 * 10**9, "b")] if pruned else [])
 
 
-@pytest.mark.parametrize(("free_gb", "keep", "pruned"), [
-    (10, 20 * 10**9, [0]),    # short of room for a cold cell: the cache no image holds goes whole
-    (40, 20 * 10**9, []),     # room enough: the bound (after the cell) is the only pruning
-    (10, None, []),           # --cache-keep none: never pruned
+@pytest.mark.parametrize(("free_gb", "keep", "path", "driver", "pruned"), [
+    (10, 20 * 10**9, "/var/lib/docker", "docker", [0]),   # short of room for a cold cell: the unheld cache goes whole
+    (40, 20 * 10**9, "/var/lib/docker", "docker", []),    # room enough: the bound (after the cell) is all
+    (10, None, "/var/lib/docker", "docker", []),          # --cache-keep none: never pruned
+    (10, 20 * 10**9, None, "docker", []),                 # an engine elsewhere: this machine's disk says nothing
+    (10, 20 * 10**9, "/var/lib/docker", "docker-container", []),   # its cache holds the built layers: kept
 ])
 def test_a_build_short_of_disk_prunes_the_cache_first(monkeypatch: pytest.MonkeyPatch, free_gb: int,
-                                                      keep: int | None, pruned: list[int]) -> None:
+                                                      keep: int | None, path: str | None, driver: str,
+                                                      pruned: list[int]) -> None:
     import shutil
     from collections import namedtuple
 
     usage = namedtuple("usage", "total used free")
+    asked: list[str] = []
     calls: list[int | None] = []
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(0, 0, free_gb * 10**9))
+
+    def disk_usage(where: str) -> object:
+        asked.append(where)
+        return usage(0, 0, free_gb * 10**9)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
     monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: calls.append(keep))
-    footprint.make_room("/var/lib/docker", keep, None)
+    footprint.make_room(path, keep, None, driver)
     assert calls == pruned
+    assert set(asked) <= {path}   # the engine's own disk, or none
+
+
+def test_only_a_local_engine_has_a_disk_here(tmp_path: Path) -> None:
+    from buildscripts import engine
+
+    found = engine.Engine("26.1", str(tmp_path), (), "")
+    assert engine.local_root(found, {}) == str(tmp_path)
+    assert engine.local_root(found, {"DOCKER_HOST": "unix:///run/docker.sock"}) == str(tmp_path)
+    assert engine.local_root(found, {"DOCKER_HOST": "tcp://builder:2376"}) is None
+    assert engine.local_root(engine.Engine("26.1", str(tmp_path / "absent"), (), ""), {}) is None

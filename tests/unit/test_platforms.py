@@ -276,3 +276,11 @@ def test_an_arm64_build_runner_building_its_own_cells_needs_no_x86_64_emulation(
         machine.main(["--for", "build", "--", "--matrix", str(other)], ws, {})
     assert "qemu-x86_64" in str(exc.value) and asked == ["linux/amd64"]
     assert machine.build_selection(job) == machine.Selection(matrix=other, only=(ARM64,))
+
+
+def test_the_builds_help_is_never_stopped_by_setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from buildscripts import machine
+
+    asked = _no_emulation_here(monkeypatch)
+    (tmp_path / "matrix.yaml").write_text(DEFAULT)   # the whole matrix would need the missing handler
+    assert machine.main(["--for", "build", "--", "--help"], Workspace.at(tmp_path), {}) == 0 and asked == []
