@@ -180,7 +180,7 @@ def test_a_part_that_runs_out_of_time_fails_that_part_and_for_an_audited_arch_on
             raise core.StageFailed("timed out after 120s: python3 -c ...", log="(partial output)")
         return "ok", {"per_arch": {a: "ok" for a in archs}}, None
 
-    ok = ("ok", {"per_arch": {}}, None)
+    ok: tuple[str, dict[str, Any], None] = ("ok", {"per_arch": {}}, None)
     monkeypatch.setattr(jitcompile, "_flashinfer", flashinfer)
     monkeypatch.setattr(jitcompile, "_deep_gemm", lambda archs, deadline, nvcc, work: ok)
     monkeypatch.setattr(jitcompile, "_torch_extension", lambda archs, deadline, nvcc, home, work: ok)
