@@ -28,10 +28,16 @@ class Deadline:
     """One stage's time budget, shared by the commands it runs."""
 
     def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
         self.end = time.monotonic() + seconds
 
     def left(self) -> float:
         return max(1.0, self.end - time.monotonic())
+
+    def capped(self, cap: float) -> float:
+        """A step's own time limit, `cap` at the default stage deadline (900 s) and stretched with a longer one
+        (emulation's: its steps run side by side under QEMU), never past the stage's end."""
+        return min(max(cap, cap * self.seconds / 900.0), self.left())
 
 
 def find_cuda_home(env: Dict[str, str]) -> Tuple[Optional[str], str]:

@@ -117,9 +117,18 @@ def _parts(archs: List[str], deadline: Deadline, home: str, work: str) -> Dict[s
     """The compiles that need a CUDA home, for `archs`, in `work`."""
     os.makedirs(work, exist_ok=True)
     nvcc = os.path.join(home, "bin", "nvcc")
-    return core.side_by_side({"flashinfer": partial(_flashinfer, archs, deadline, work),
-                         "deep_gemm": partial(_deep_gemm, archs, deadline, nvcc, work),
-                         "torch-extension": partial(_torch_extension, archs, deadline, nvcc, home, work)})
+    return core.side_by_side({"flashinfer": partial(_part, _flashinfer, archs, deadline, work),
+                              "deep_gemm": partial(_part, _deep_gemm, archs, deadline, nvcc, work),
+                              "torch-extension": partial(_part, _torch_extension, archs, deadline, nvcc, home, work)})
+
+
+def _part(compile_part: Callable[..., Part], *args: Any) -> Part:
+    """One part's outcome; a command of it that ran out of time fails that part (with the others' evidence kept,
+    and for an audited arch only a warning), not the whole stage."""
+    try:
+        return compile_part(*args)
+    except core.StageFailed as exc:
+        return "failed", {"error": exc.reason}, (exc.reason, exc.log)
 
 
 def _arch_row(parts: Dict[str, Part], arch: str) -> Dict[str, Any]:
@@ -203,7 +212,7 @@ def _deep_gemm(archs: List[str], deadline: Deadline, nvcc: str, work: str) -> Pa
 def _torch_extension(archs: List[str], deadline: Deadline, nvcc: str, home: str, work: str) -> Part:
     if not _installed("torch"):
         return "absent", {"note": "torch is not installed"}, None
-    proc = core.python_snippet(TORCH_FLAGS, timeout=min(120.0, deadline.left()))
+    proc = core.python_snippet(TORCH_FLAGS, timeout=deadline.capped(120.0))
     out = proc.stdout or ""
     line = next((ln for ln in out.splitlines() if ln.startswith("@@jit ")), None)
     if line is None:

@@ -105,7 +105,7 @@ def _torch_view(ctx: core.Context, deadline: Deadline, ev: Dict[str, Any]) -> Di
     """torch's own answer (torch.utils.cpp_extension.CUDA_HOME), when torch imports."""
     if ctx.results.get("import:torch", {}).get("status") == core.FAILED:
         return {"error": "torch does not import"}
-    proc = core.python_snippet(TORCH_CUDA, timeout=min(120.0, deadline.left()))
+    proc = core.python_snippet(TORCH_CUDA, timeout=deadline.capped(120.0))
     for line in (proc.stdout or "").splitlines():
         if line.startswith("@@torch "):
             view: Dict[str, Any] = json.loads(line[len("@@torch "):])

@@ -95,7 +95,7 @@ def compile_for(archs: List[str], deadline: Deadline, work: str,
     with open(script, "w") as fh:
         fh.write(COMPILE)
     proc = core.sh([sys.executable, script, ",".join(str(capability(a)) for a in archs)],
-                   timeout=min(300.0, deadline.left()), env={"TRITON_CACHE_DIR": cache, **(env or {})})
+                   timeout=deadline.capped(300.0), env={"TRITON_CACHE_DIR": cache, **(env or {})})
     out = proc.stdout or ""
     found = [json.loads(ln[len(PREFIX):]) for ln in out.splitlines() if ln.startswith(PREFIX)]
     by_cap = {f["capability"]: f for f in found if "capability" in f}

@@ -171,3 +171,34 @@ def test_jit_compiles_audited_archs_apart_and_warns_for_what_fails(monkeypatch: 
     assert ev["per_arch"]["sm_120a"] == {"flashinfer": "ok", "deep_gemm": "ok", "triton": "ok"}
     assert ev["per_arch"]["sm_121a"] == {"flashinfer": "failed", "deep_gemm": "ok", "triton": "ok"}
     assert ev["warnings"] == ["not a target arch (sm_121a): flashinfer: RuntimeError: SM 12.x requires CUDA >= 12.9"]
+
+
+def test_a_part_that_runs_out_of_time_fails_that_part_and_for_an_audited_arch_only_warns(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def flashinfer(archs: list[str], deadline: Any, work: str) -> Any:
+        if "sm_121a" in archs:
+            raise core.StageFailed("timed out after 120s: python3 -c ...", log="(partial output)")
+        return "ok", {"per_arch": {a: "ok" for a in archs}}, None
+
+    ok: tuple[str, dict[str, Any], None] = ("ok", {"per_arch": {}}, None)
+    monkeypatch.setattr(jitcompile, "_flashinfer", flashinfer)
+    monkeypatch.setattr(jitcompile, "_deep_gemm", lambda archs, deadline, nvcc, work: ok)
+    monkeypatch.setattr(jitcompile, "_torch_extension", lambda archs, deadline, nvcc, home, work: ok)
+    monkeypatch.setattr(tritonjit, "run", lambda targets, also, deadline, work: ok)
+    monkeypatch.setattr(cudatools, "find_cuda_home", lambda env: ("/usr/local/cuda", "$CUDA_HOME"))
+    ctx = core.Context(archs=["sm_90a"], also_archs=["sm_121a"], workdir=str(tmp_path))
+    result = core.run_stage(ctx, core.REGISTRY["jit-compile"])
+    assert result["status"] == core.PASSED
+    assert result["evidence"]["warnings"] == [
+        "not a target arch (sm_121a): flashinfer: timed out after 120s: python3 -c ..."]
+    assert result["evidence"]["also_audited"]["flashinfer"] == {"error": "timed out after 120s: python3 -c ..."}
+    # the same for a target arch fails the stage, naming the part
+    ctx = core.Context(archs=["sm_121a"], workdir=str(tmp_path))
+    result = core.run_stage(ctx, core.REGISTRY["jit-compile"])
+    assert result["status"] == core.FAILED and result["reason"].startswith("flashinfer: timed out after 120s")
+
+
+def test_a_steps_own_limit_stretches_with_the_stage_deadline() -> None:
+    assert cudatools.Deadline(900).capped(120.0) == pytest.approx(120.0, abs=0.5)
+    assert cudatools.Deadline(3600).capped(120.0) == pytest.approx(480.0, abs=0.5)   # emulation's deadline
+    assert cudatools.Deadline(60).capped(120.0) <= 60.0                              # never past the stage
