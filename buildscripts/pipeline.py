@@ -200,9 +200,9 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
                                  f"engine {found.version}; ")
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
-        to_build = {c.id for c in missing}
+        later = {c.id for c in missing[1:]}   # the first cell to build had its room made before the disk check
         for cell in cells:
-            if cell.id in to_build:
+            if cell.id in later:
                 footprint.make_room(local, opts.cache_keep, ctx.builder.name, ctx.builder.driver)
             record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
                                  run_dir / "results.json")
