@@ -39,29 +39,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, marker))
 
 
-# Files that each hold 10-20 GB of disk while they run (a registry's copy and a second engine's of a real cell; the
-# OCI archives and LXC root file systems of two). On an 80 GB machine after the main job, two of them side by side
-# would not fit: `nox -s tests` hands them to one worker, one after another, while the other workers take the rest
-# (pytest_xdist_make_scheduler). The secrets scan of the e2e cells reads their layers in place, writing nothing.
-ONE_AFTER_ANOTHER = ("tests/e2e/test_build_once.py", "tests/e2e/test_lxc_cells.py")
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's `--dist loadfile` (a file to a worker), but the ONE_AFTER_ANOTHER files are one unit of work."""
+    """pytest-xdist's `--dist loadfile` (a file to a worker), handing a worker its next file later than xdist does.
+
+    The files that hold 10-20 GB of disk while they run (test_build_once.py, test_lxc_cells.py) are ordinary units
+    of work here: each reserves its room (tests/disk_room.py), so they run side by side where the disk has room
+    for both and one after another where it has not."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class Scheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type information
-        def _split_scope(self, nodeid: str) -> str:
-            scope = str(super()._split_scope(nodeid))
-            return "disk-heavy e2e files" if scope in ONE_AFTER_ANOTHER else scope
-
         def _reschedule(self, node: Any) -> None:
             # xdist hands a worker its next file once 2 of its tests are left; a worker runs a test only when it
             # knows the next one, so 1 is the least. With 2 a file waited behind the last two LXC tests (minutes
-            # each) of the disk-heavy unit while the other workers had nothing left to do.
+            # each) while the other workers had nothing left to do.
             if node.shutting_down or not self.workqueue or self._pending_of(self.assigned_work[node]) <= 1:
                 super()._reschedule(node)
 

@@ -9,7 +9,8 @@
   because no GPU run is possible on this machine: their CPU stages, subject, image id and seal are real;
 - promotion points each good tag at the tested digest, which `skopeo inspect` of every tag gives back.
 
-Costs ~15 GB of disk while it runs (the registry's copy and engine B's), all removed at the end.
+Holds ~15 GB of disk while it runs (the registry's copy and engine B's), all removed at the end: it reserves
+that room first (tests/disk_room.py).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from buildscripts.results import Verdict
 from buildscripts.trust import verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
+from tests.disk_room import disk_room
 from tests.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
+NEEDS_BYTES = 15 * 10**9
 GOOD = ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
         "0.5.16-torch2.11.0-cu130-pip"]
 
@@ -50,6 +53,11 @@ def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engi
     second_engine.require()
     needs.tool("skopeo")
     needs.tool("cosign")
+    with disk_room(NEEDS_BYTES, "a registry's and a second engine's copy of a real cell", tmp_path):
+        build_verify_promote(tmp_path)
+
+
+def build_verify_promote(tmp_path: Path) -> None:
     server = RegistryServer(tmp_path / "registry")
     server.folder.mkdir()
     server.start()

@@ -5,7 +5,7 @@ what is looked for and why; tests/unit/test_secretscan.py shows that it finds pl
 
 The layers are read where the engine keeps them (`scan_in_place`; tests/integration/test_secrets.py shows it
 finds what the scan of a saved image finds): `docker save` of the two cells had the engine write some 10 GB to
-disk first, so the file ran with the disk-heavy ones, one after another (tests/conftest.py).
+disk first; now the file writes nothing and reserves no disk room (tests/disk_room.py).
 """
 
 from __future__ import annotations

@@ -12,17 +12,16 @@ image's init, and verified in place by `verify --lxc-name` with the container's 
 from __future__ import annotations
 
 import json
-import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 
-from buildscripts.build import footprint
 from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
+from tests.disk_room import disk_room
 from tests.lxc_container import attach, container
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,10 +97,7 @@ NEEDS_BYTES = 20 * 10**9   # archive + LXC's copy of its blobs + the unpacked ro
 
 
 @pytest.fixture(autouse=True)
-def _tools_and_room() -> None:
+def _tools_and_room() -> Iterator[None]:
     needs.tools("skopeo", "umoci", "jq", "lxc-create")
-    free = shutil.disk_usage("/var/lib").free
-    if free < NEEDS_BYTES:
-        advice = footprint.advice(docker.from_env(), ROOT / "runs", {}, lambda cell, inputs: "")
-        pytest.fail(f"the LXC tier needs about {NEEDS_BYTES / 1e9:.0f} GB free under /var/lib, there are "
-                    f"{free / 1e9:.1f} GB; {advice}")
+    with disk_room(NEEDS_BYTES, "an LXC container of a real cell", Path("/var/lib")):
+        yield

@@ -168,7 +168,8 @@ def test_the_cache_is_bounded_after_each_cell_really_built(monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("free_gb", "keep", "path", "driver", "pruned"), [
     (10, 20 * 10**9, "/var/lib/docker", "docker", [0]),   # short of room for a cold cell: the unheld cache goes whole
-    (40, 20 * 10**9, "/var/lib/docker", "docker", []),    # room enough: the bound (after the cell) is all
+    (31, 20 * 10**9, "/var/lib/docker", "docker", [0]),   # a cold run found 30.7 GB; its arm64 cell left 4.1
+    (45, 20 * 10**9, "/var/lib/docker", "docker", []),    # room enough: the bound (after the cell) is all
     (10, None, "/var/lib/docker", "docker", []),          # --cache-keep none: never pruned
     (10, 20 * 10**9, None, "docker", []),                 # an engine elsewhere: this machine's disk says nothing
     (10, 20 * 10**9, "/var/lib/docker", "docker-container", []),   # its cache holds the built layers: kept
