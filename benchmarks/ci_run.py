@@ -102,7 +102,7 @@ def steps(log: str, started: float, wall: float) -> list[dict[str, Any]]:
     return found
 
 
-def record(log: Path, disk: Path, started: float, wall: float, notes: list[str]) -> dict[str, Any]:
+def record(log: Path, disk: Path, started: float, wall: float, notes: list[str], tested: str) -> dict[str, Any]:
     text = log.read_text(errors="replace")
     trace = [tuple(map(float, line.split()[:2])) for line in disk.read_text().splitlines() if line.strip()]
     found = steps(text, started, wall)
@@ -115,7 +115,7 @@ def record(log: Path, disk: Path, started: float, wall: float, notes: list[str])
                                                 for s in found],
             "tests": {"summary": tests[-1][0].strip(), "pytest_s": float(tests[-1][1])} if tests else None,
             "free_gb_lowest": round(min(free for _, free in trace) / 1e9, 1) if trace else None,
-            "notes": notes, "commit": commit(), "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+            "notes": notes, "commit": tested, "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -130,10 +130,14 @@ def render(data: dict[str, Any]) -> str:
                   f"lowest free disk {r['free_gb_lowest']} GB. {' '.join(r['notes'])}", "",
                   "| step | seconds | free disk at its start (GB) | lowest free disk in it (GB) |",
                   "| --- | ---: | ---: | ---: |"]
-        lines += [f"| {s['name']} | {s['seconds']:.0f} | {s['free_gb_first']} | {s['free_gb_lowest']} |"
+        lines += [f"| {s['name']} | {s['seconds']:.0f} | {_gb(s['free_gb_first'])} | {_gb(s['free_gb_lowest'])} |"
                   for s in r["steps"]]
         lines.append("")
     return "\n".join(lines)
+
+
+def _gb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
 
 
 def commit() -> str:
@@ -149,6 +153,7 @@ def main() -> None:
     ap.add_argument("--wipe", action="store_true", help="run: empty the engine first, as on a fresh CI machine")
     ap.add_argument("--started", type=float, help="read: when the run began (seconds since the epoch)")
     ap.add_argument("--wall", type=float, help="read: the run's wall time")
+    ap.add_argument("--commit", help="read: the commit the run tested (default: HEAD)")
     ap.add_argument("--note", action="append", default=[], help="a line for this run on the page")
     a = ap.parse_args()
     if a.how == "read":
@@ -159,7 +164,7 @@ def main() -> None:
         (started, wall), log, disk = run(a.wipe), LOG, DISK
     data = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
     data["machine"] = f"a {os.cpu_count()}-core {platform.machine()} machine"
-    data["runs"][a.label] = record(log, disk, started, wall, a.note)
+    data["runs"][a.label] = record(log, disk, started, wall, a.note, a.commit or commit())
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     OUT.with_suffix(".md").write_text(render(data))
     print(OUT.with_suffix(".md").read_text())
