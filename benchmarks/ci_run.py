@@ -126,7 +126,8 @@ def render(data: dict[str, Any]) -> str:
     for label, r in data["runs"].items():
         tests = r["tests"] or {}
         lines += [f"## `{label}` ({r['when']}, commit {r['commit']})", "",
-                  f"**{r['wall_s']:.0f} s wall** ({r['wall_s'] / 60:.1f} min); tests: {tests.get('summary', '–')}; "
+                  f"**{r['wall_s']:.0f} s wall** ({r['wall_s'] / 60:.1f} min); tests: {tests.get('summary', '–')} in "
+                  f"{tests.get('pytest_s', '–')} s (pytest's own time); "
                   f"lowest free disk {r['free_gb_lowest']} GB. {' '.join(r['notes'])}", "",
                   "| step | seconds | free disk at its start (GB) | lowest free disk in it (GB) |",
                   "| --- | ---: | ---: | ---: |"]
