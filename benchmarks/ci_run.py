@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from suite_time import commit  # this folder's: the scripts run as `python benchmarks/NAME.py`
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "ci-run-results.json"
 JUNIT, LOG, DISK = Path("/tmp/ci-run-junit.xml"), Path("/tmp/ci-run.log"), Path("/tmp/ci-run-disk.txt")
@@ -139,11 +141,6 @@ def render(data: dict[str, Any]) -> str:
 
 def _gb(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
-
-
-def commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return head.stdout.strip()
 
 
 def main() -> None:
