@@ -97,7 +97,8 @@ NEEDS_BYTES = 20 * 10**9   # archive + LXC's copy of its blobs + the unpacked ro
 
 
 @pytest.fixture(autouse=True)
-def _tools_and_room() -> Iterator[None]:
+def _tools_and_room(tmp_path: Path) -> Iterator[None]:
     needs.tools("skopeo", "umoci", "jq", "lxc-create")
-    with disk_room(NEEDS_BYTES, "an LXC container of a real cell", Path("/var/lib")):
+    # The archive goes to tmp_path, LXC's copy of its blobs to /var/cache/lxc, the root file system to /var/lib/lxc.
+    with disk_room(NEEDS_BYTES, "an LXC container of a real cell", [tmp_path, Path("/var/cache"), Path("/var/lib")]):
         yield
