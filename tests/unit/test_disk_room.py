@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.disk_room import disk_room
+from tests.peak import Peak
 
 GB = 10**9
 
@@ -107,7 +108,7 @@ def test_a_ledger_cut_short_or_malformed_is_read_as_empty(tmp_path: Path, text: 
 
 def test_two_that_do_not_fit_together_are_never_inside_together(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.json"
-    inside, most, lock = [0], [0], threading.Lock()
+    peak = Peak()
 
     def slow_free(_: Path) -> int:
         time.sleep(0.02)   # widens the window between reading the ledger and writing it back
@@ -116,19 +117,14 @@ def test_two_that_do_not_fit_together_are_never_inside_together(tmp_path: Path) 
     def one() -> None:
         with disk_room(20 * GB, "a test", [tmp_path], lambda: "", ledger=ledger, free=slow_free, poll=0.01,
                        deadline=10):
-            with lock:
-                inside[0] += 1
-                most[0] = max(most[0], inside[0])
-            time.sleep(0.05)
-            with lock:
-                inside[0] -= 1
+            peak.stay(0.05)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert most == [1]
+    assert peak.most == 1
 
 
 def test_a_body_that_fails_gives_its_room_back(tmp_path: Path) -> None:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from buildscripts.probe import core
+from tests.peak import Peak
 
 
 def test_results_come_back_by_name_in_the_jobs_order() -> None:
@@ -22,20 +22,11 @@ def test_results_come_back_by_name_in_the_jobs_order() -> None:
 
 
 def test_at_most_most_jobs_run_at_once() -> None:
-    running, peak, lock = [0], [0], threading.Lock()
-
-    def job() -> None:
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
-        with lock:
-            running[0] -= 1
-
-    core.side_by_side({str(i): job for i in range(6)}, most=2)
-    assert peak[0] == 2
-    core.side_by_side({str(i): job for i in range(4)})   # all at once by default
-    assert peak[0] == 4
+    peak = Peak()
+    core.side_by_side({str(i): lambda: peak.stay(0.05) for i in range(6)}, most=2)
+    assert peak.most == 2
+    core.side_by_side({str(i): lambda: peak.stay(0.05) for i in range(4)})   # all at once by default
+    assert peak.most == 4
 
 
 def test_a_failed_job_is_raised_after_the_others_ended() -> None:
