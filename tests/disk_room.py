@@ -61,7 +61,7 @@ def _holder(ledger: Path, token: str) -> Path:
 
 def _alive(ledger: Path, token: str) -> bool:
     """Whether the holder of `token` still holds its lock file (a lock of this process's own counts too: flock
-    locks belong to the open file, and this opens another)."""
+    locks belong to the open file, and this opens another); a gone holder's lock file is removed."""
     try:
         fd = os.open(_holder(ledger, token), os.O_RDONLY)
     except FileNotFoundError:
@@ -100,14 +100,14 @@ def _ledger(path: Path) -> Iterator[dict[str, dict[str, Any]]]:
 
 
 def _short(held: dict[str, dict[str, Any]], need: int, devices: dict[int, Path],
-           free: Callable[[Path], int]) -> list[tuple[Path, int, int]]:
-    """(path, free bytes, bytes the others reserved) of each file system where `need` does not fit."""
+           free: Callable[[Path], int]) -> list[tuple[Path, int]]:
+    """(path, free bytes) of each file system where `need` does not fit beside the others' reservations."""
     short = []
     for device, path in devices.items():
         others = sum(r["bytes"] for r in held.values() if r["device"] == device)
         available = free(path)
         if available - others < need:
-            short.append((path, available, others))
+            short.append((path, available))
     return short
 
 
@@ -133,7 +133,7 @@ def disk_room(need: int, what: str, where: Iterable[Path], advice: Callable[[], 
                     break
                 waiting_for = [r["what"] for r in held.values()]
             if not waiting_for:
-                path, available, _ = short[0]
+                path, available = short[0]
                 pytest.fail(f"{what} needs about {need / 1e9:.0f} GB free under {path}, there are "
                             f"{available / 1e9:.1f} GB; {advice()}")
             if time.monotonic() - started > deadline:

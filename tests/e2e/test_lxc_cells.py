@@ -24,7 +24,6 @@ from tests.cli import cli
 from tests.disk_room import disk_room
 from tests.lxc_container import attach, container
 
-ROOT = Path(__file__).resolve().parents[2]
 NONE = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
 PIP = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 CPU_STAGES = "facts,import,flavour,arch-audit,toolchain,jit-compile"
