@@ -162,7 +162,10 @@ def main() -> None:
         (started, wall), log, disk = run(a.wipe), LOG, DISK
     data = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
     data["machine"] = f"a {os.cpu_count()}-core {platform.machine()} machine"
-    data["runs"][a.label] = record(log, disk, started, wall, a.note, a.commit or commit())
+    try:
+        data["runs"][a.label] = record(log, disk, started, wall, a.note, a.commit or commit())
+    except (OSError, ValueError) as exc:   # a log or disk trace missing, unreadable or not `EPOCH FREE_BYTES` lines
+        sys.exit(f"cannot read the run from {log} and {disk}: {exc}")
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     OUT.with_suffix(".md").write_text(render(data))
     print(OUT.with_suffix(".md").read_text())
