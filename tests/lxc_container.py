@@ -1,9 +1,12 @@
 """A real LXC container from an OCI archive, as the tests need it: LXC's `oci` template unpacks the archive
-(skopeo + umoci), the config gets no network (no bridge on test machines) and the image's own init (the
-oci template only turns the image's command into lxc.execute.cmd), it is started, and always destroyed."""
+(skopeo + umoci) in a temporary folder of its own (`--no-cache`: tests side by side share no blob cache, which one
+would clean under the other's feet), the config gets no network (no bridge on test machines) and the image's own
+init (the oci template only turns the image's command into lxc.execute.cmd), it is started, and always
+destroyed."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -12,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.cli import cli
+
 LXC_PATH = Path("/var/lib/lxc")
-TEMPLATE_CACHE = Path("/var/cache/lxc")
+TEMPLATE_TEMP = Path("/tmp")   # where the oci template unpacks the archive's blobs with --no-cache
 INIT = "/usr/local/sbin/sglang-images-init"
 
 
@@ -31,12 +36,11 @@ def container(archive: Path, *, ref: str = "latest", start: bool = True,
     """A container named sgi-test-XXXX made from `archive`; `drop_environment` removes the image's
     lxc.environment lines, as Proxmox keeps the image's Env for the init only."""
     name = f"sgi-test-{uuid.uuid4().hex[:8]}"
-    cached_before = set(TEMPLATE_CACHE.rglob("*"))
     try:
         started = time.monotonic()
-        lxc("lxc-create", "-n", name, "-t", "oci", "--", "--url", f"oci-archive:{archive}:{ref}", timeout=1800)
+        lxc("lxc-create", "-n", name, "-t", "oci", "--", "--no-cache", "--url", f"oci-archive:{archive}:{ref}",
+            timeout=1800)
         created = time.monotonic() - started
-        _drop_new_cache(cached_before)  # the rootfs is unpacked: the template's copy of the blobs is not needed
         config = LXC_PATH / name / "config"
         lines = [ln for ln in config.read_text().splitlines()
                  if not ln.startswith("lxc.net.0.") and not (drop_environment and ln.startswith("lxc.environment"))]
@@ -49,7 +53,6 @@ def container(archive: Path, *, ref: str = "latest", start: bool = True,
     finally:
         lxc("lxc-stop", "-k", "-n", name, check=False)
         lxc("lxc-destroy", "-n", name, check=False)
-        _drop_new_cache(cached_before)
 
 
 def start_container(name: str) -> None:
@@ -60,13 +63,14 @@ def start_container(name: str) -> None:
     assert state(name) == "RUNNING", f"{name} did not stay up: {lxc('lxc-info', '-n', name, check=False)}"
 
 
-def _drop_new_cache(before: set[Path]) -> None:
-    """Remove what the oci template added to its blob cache in this test (and nothing else)."""
-    for made in sorted(set(TEMPLATE_CACHE.rglob("*")) - before, reverse=True):
-        if made.is_dir():
-            shutil.rmtree(made, ignore_errors=True)
-        else:
-            made.unlink(missing_ok=True)
+def verified_in(name: str, stages: str, out: Path) -> dict[str, object]:
+    """`verify --lxc-name` of container `name` (its own Python runs the probe): the results' one cell."""
+    started = time.monotonic()
+    done = cli("verify", "--lxc-name", name, "--stages", stages, "--out", str(out), timeout=3600)
+    print(f"verify in {name}: {time.monotonic() - started:.0f}s, exit {done.returncode}")
+    assert "Traceback" not in done.stderr
+    cell: dict[str, object] = json.loads(out.read_text())["cells"][0]
+    return cell
 
 
 def attach(name: str, *argv: str, clear_env: bool = True) -> str:

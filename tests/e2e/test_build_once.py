@@ -7,10 +7,17 @@
   and verifies it (`verify --pull REPO@sha256:…`): the CPU stages for real;
 - the GPU jobs' records (sm_100, sm_120) are engine B's record with GPU stages from a signed fixture, only
   because no GPU run is possible on this machine: their CPU stages, subject, image id and seal are real;
-- promotion points each good tag at the tested digest, which `skopeo inspect` of every tag gives back.
+- promotion points each good tag at the tested digest, which `skopeo inspect` of every tag gives back;
+- beside engine B, the staged digest goes into a real LXC container: copied out of the registry as it is (its
+  gzip layers byte for byte, the manifest made an OCI one for the layout), created by LXC's own `oci` template,
+  started with the image's init and verified in place (`verify --lxc-name`, the container's Python): every CPU
+  stage passes, the JIT compiles included, so CUDA_HOME and PATH arrived. The environment reaches an attach
+  shell, a login shell, an empty-environment login shell (what Proxmox leaves when the image's Env goes to the
+  init only) and the init; systemd units get it through DefaultEnvironment (the images have no systemd: the
+  file is checked, no unit is run). `nox -s export`'s own path into LXC is tests/e2e/test_lxc_cells.py's.
 
-Holds ~15 GB of disk while it runs (the registry's copy and engine B's), all removed at the end: it reserves
-that room first (tests/disk_room.py).
+Holds up to ~28 GB of disk while it runs (the registry's copy, engine B's, LXC's), all removed at the end: it
+reserves that room first (tests/disk_room.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from buildscripts import matrix, results
@@ -28,10 +36,14 @@ from buildscripts.trust import verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
 from tests.disk_room import disk_room
+from tests.lxc_container import LXC_PATH, TEMPLATE_TEMP, attach, container, verified_in
 from tests.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
-NEEDS_BYTES = 15 * 10**9
+# The registry's copy (3.4 GB) and engine B's (11 GB) beside LXC's: the layout, the template's copy of it and the
+# unpacked root file system (3.4 + 3.4 + 7.4 GB).
+NEEDS_BYTES = 28 * 10**9
+CPU_STAGES = ",".join(results.CPU_STAGES)
 GOOD = ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
         "0.5.16-torch2.11.0-cu130-pip"]
 
@@ -51,10 +63,11 @@ def skopeo_digest(ref: str) -> str:
 
 def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engine: None, tmp_path: Path) -> None:
     second_engine.require()
-    needs.tool("skopeo")
-    needs.tool("cosign")
-    # The registry and engine B keep their data under tmp_path; engine A (pushing what it holds) writes little.
-    with disk_room(NEEDS_BYTES, "a registry's and a second engine's copy of a real cell", [tmp_path]):
+    needs.tools("skopeo", "cosign", "umoci", "jq", "lxc-create")
+    # The registry, engine B and the layout keep their data under tmp_path, the oci template its copy in /tmp, LXC
+    # the root file system in /var/lib/lxc; engine A (pushing what it holds) writes little.
+    with disk_room(NEEDS_BYTES, "a registry's, a second engine's and an LXC container's copy of a real cell",
+                   [tmp_path, TEMPLATE_TEMP, LXC_PATH]):
         build_verify_promote(tmp_path)
 
 
@@ -78,15 +91,12 @@ def build_verify_promote(tmp_path: Path) -> None:
                                        str(collected / "build" / "results.json")))["include"]
         assert [(j["cell"], j["arch"], j["image"]) for j in jobs] == [
             (PIP_CELL, "sm_100a", built.image.subject), (PIP_CELL, "sm_120a", built.image.subject)]
-        # 2. Engine B, a fresh runner, pulls the digest and verifies it.
-        with second_engine.second_engine(tmp_path / "engine-b") as engine:
-            engine.wipe()
-            assert engine.client().images.list() == []
-            out = collected / "verify-cpu" / "results.json"
-            buildscripts("verify", "--pull", jobs[0]["image"], "--run-id", "verify-cpu", "--out", str(out),
-                         env=engine.env)
-            pulled = results.load(out).cells[0]
-            assert [i.id for i in engine.client().images.list()] == [pulled.image.id]
+        # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest.
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            lxc = beside.submit(in_lxc, str(built.image.subject), tmp_path / "lxc")
+            pulled = verify_on_engine_b(jobs[0]["image"], tmp_path, collected)
+            lxc_cell, seen = lxc.result()
+        assert_ready_in_lxc(lxc_cell, seen)
         assert (pulled.cell_id, pulled.verdict, pulled.image.subject) == (PIP_CELL, Verdict.CPU_CHECKED,
                                                                           built.image.subject)
         assert {s.name: s.status.value for s in pulled.stages if s.name in results.CPU_STAGES} == \
@@ -108,3 +118,54 @@ def build_verify_promote(tmp_path: Path) -> None:
     finally:
         server.stop()
         shutil.rmtree(server.folder / "data", ignore_errors=True)   # gigabytes: not left for pytest's tmp reaper
+
+
+def verify_on_engine_b(image: str, tmp_path: Path, collected: Path) -> results.CellResult:
+    """`verify --pull REPO@sha256:…` on a wiped second engine: its record of the pulled digest."""
+    with second_engine.second_engine(tmp_path / "engine-b") as engine:
+        engine.wipe()
+        assert engine.client().images.list() == []
+        out = collected / "verify-cpu" / "results.json"
+        buildscripts("verify", "--pull", image, "--run-id", "verify-cpu", "--out", str(out), env=engine.env)
+        pulled = results.load(out).cells[0]
+        assert [i.id for i in engine.client().images.list()] == [pulled.image.id]
+    return pulled
+
+
+def in_lxc(staged: str, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
+    """The staged digest in a real LXC container, verified in place: (its results' cell, what each way into the
+    container sees of the environment)."""
+    folder.mkdir()
+    archive = folder / "staged.oci.tar"
+    subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{staged}",
+                    f"oci-archive:{archive}:latest"], check=True, capture_output=True, timeout=3600)
+    try:
+        with container(archive) as name:
+            archive.unlink()   # the rootfs is unpacked: free the disk before verifying
+            cell = verified_in(name, CPU_STAGES, folder / "lxc.json")
+            shown = 'echo "$CUDA_HOME $(command -v nvcc)"'
+            env = {
+                "attach": attach(name, "/bin/sh", "-c", shown),
+                "login": attach(name, "/bin/sh", "-lc", shown),
+                "empty login": attach(name, "env", "-i", "/bin/sh", "-lc", shown),
+                "init": attach(name, "/bin/sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep ^CUDA_HOME="),
+                "systemd": attach(name, "cat", "/etc/systemd/system.conf.d/sglang-images.conf"),
+                "shm": attach(name, "/bin/sh", "-c", "grep ' /dev/shm ' /proc/mounts"),
+            }
+    finally:
+        archive.unlink(missing_ok=True)
+    return cell, env
+
+
+def assert_ready_in_lxc(cell: dict[str, object], env: dict[str, str]) -> None:
+    stages = {s["name"]: s for s in cell["stages"]}  # type: ignore[attr-defined]
+    for name in results.CPU_STAGES:
+        assert stages[name]["status"] == "passed", (name, stages[name].get("reason"))
+        assert stages[name]["where"] == "lxc (cpu)"
+    assert stages["facts"]["evidence"]["env"]["CUDA_HOME"] == "/usr/local/cuda"
+    assert str(cell["cell_id"]).startswith(f"{PIP_CELL}@lxc-")
+    for how in ("attach", "login", "empty login"):
+        assert env[how].split() == ["/usr/local/cuda", "/usr/local/cuda/bin/nvcc"], (how, env[how])
+    assert env["init"].strip() == "CUDA_HOME=/usr/local/cuda"
+    assert '"CUDA_HOME=/usr/local/cuda"' in env["systemd"] and "DefaultEnvironment=" in env["systemd"]
+    assert env["shm"].split()[:3] == ["tmpfs", "/dev/shm", "tmpfs"]  # mounted by the image's init
