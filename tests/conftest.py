@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """pytest-xdist's `--dist loadfile` (a file to a worker), handing a worker its next file later than xdist does.
 
-    The files that hold 15-20 GB of disk while they run (test_build_once.py, test_lxc_cells.py) are ordinary units
+    The files that hold 16-28 GB of disk while they run (test_build_once.py, test_lxc_cells.py) are ordinary units
     of work here: each reserves its room (tests/disk_room.py), so they run side by side where the disk has room
     for both and one after another where it has not."""
     if config.getvalue("dist") != "loadfile":
