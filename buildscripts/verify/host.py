@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
 from .tinymodel import TinyModel
 
+FIND_S = 5.0   # how long the host looks for the server's process the probe named (it is there, or dying)
 IMPORT_PATH_S = 20   # an interpreter says its import path in well under a second; one that stalls only waits this
 
 
@@ -41,7 +43,7 @@ class ProcessReach:
         self.mark, self._stop, self.enter = mark, stop, enter
 
     def endpoint(self, handover: Handover) -> Endpoint:
-        pid = netns.host_pid(handover.pid, self.mark)
+        pid = self._found(handover.pid)
         if pid is None:
             msg = f"no process {handover.pid} of this verification runs on this machine"
             raise Unreachable(msg)
@@ -49,6 +51,14 @@ class ProcessReach:
             return Endpoint("127.0.0.1", handover.port, netns.of_process(pid))
         host = handover.host if handover.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         return Endpoint(host, handover.port)
+
+    def _found(self, inner_pid: int) -> int | None:
+        """netns.host_pid, looked for again for FIND_S: a process read while it execs (netcut turning into the
+        server, on a loaded machine) shows no environment, so no marker, for a moment."""
+        deadline = time.monotonic() + FIND_S
+        while (pid := netns.host_pid(inner_pid, self.mark)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pid
 
     def stop(self, handover: Handover) -> None:
         self._stop(handover)

@@ -163,6 +163,16 @@ def test_a_pid_without_this_verifications_marker_is_not_reached(fake) -> None:  
     assert found == Endpoint("127.0.0.1", port)
 
 
+def test_a_server_whose_environment_shows_late_is_still_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process read while it execs (netcut turning into the server) shows no environment for a moment."""
+    answers = iter([None, None, 4321])
+    monkeypatch.setattr(netns, "host_pid", lambda inner, mark: next(answers))
+    found = ProcessReach("HV_MARK=this-run", lambda handover: None, enter=False).endpoint(
+        Handover.parse(serve_line(8000, 77)))  # type: ignore[arg-type]
+    assert found == Endpoint("127.0.0.1", 8000)
+    assert next(answers, "all asked") == "all asked"
+
+
 def test_a_server_with_no_route_out_is_reached_from_inside_its_namespace(fake) -> None:  # type: ignore[no-untyped-def]
     problem = netns.problem()
     if problem is not None:
