@@ -18,7 +18,9 @@ from pathlib import Path
 from tests.cli import cli
 
 LXC_PATH = Path("/var/lib/lxc")
-TEMPLATE_TEMP = Path("/tmp")   # where the oci template unpacks the archive's blobs with --no-cache
+# Where making a container writes gigabytes: the oci template's copy of the blobs (`--no-cache`: mktemp in /tmp),
+# skopeo's unpacking of an oci-archive on the way (/var/tmp, its folder for big files), the root file system.
+LXC_WRITES = (Path("/tmp"), Path("/var/tmp"), LXC_PATH)
 INIT = "/usr/local/sbin/sglang-images-init"
 
 

@@ -26,7 +26,7 @@ from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
 from .tinymodel import TinyModel
 
-FIND_S = 5.0   # how long the host looks for the server's process the probe named (it is there, or dying)
+FIND_S = 5.0   # how long the host looks for the server's process: one read while it execs shows no marker for a moment
 IMPORT_PATH_S = 20   # an interpreter says its import path in well under a second; one that stalls only waits this
 
 

@@ -36,7 +36,7 @@ from buildscripts.trust import verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
 from tests.disk_room import disk_room
-from tests.lxc_container import LXC_PATH, TEMPLATE_TEMP, attach, container, verified_in
+from tests.lxc_container import LXC_WRITES, attach, container, verified_in
 from tests.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,10 +64,10 @@ def skopeo_digest(ref: str) -> str:
 def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engine: None, tmp_path: Path) -> None:
     second_engine.require()
     needs.tools("skopeo", "cosign", "umoci", "jq", "lxc-create")
-    # The registry, engine B and the layout keep their data under tmp_path, the oci template its copy in /tmp, LXC
-    # the root file system in /var/lib/lxc; engine A (pushing what it holds) writes little.
+    # The registry, engine B and the archive keep their data under tmp_path, LXC's template and root file system
+    # theirs where LXC_WRITES says; engine A (pushing what it holds) writes little.
     with disk_room(NEEDS_BYTES, "a registry's, a second engine's and an LXC container's copy of a real cell",
-                   [tmp_path, TEMPLATE_TEMP, LXC_PATH]):
+                   [tmp_path, *LXC_WRITES]):
         build_verify_promote(tmp_path)
 
 
@@ -93,9 +93,11 @@ def build_verify_promote(tmp_path: Path) -> None:
             (PIP_CELL, "sm_100a", built.image.subject), (PIP_CELL, "sm_120a", built.image.subject)]
         # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest.
         with ThreadPoolExecutor(max_workers=1) as beside:
-            lxc = beside.submit(in_lxc, str(built.image.subject), tmp_path / "lxc")
-            pulled = verify_on_engine_b(jobs[0]["image"], tmp_path, collected)
-            lxc_cell, seen = lxc.result()
+            in_container = beside.submit(in_lxc, str(built.image.subject), tmp_path / "lxc")
+            try:
+                pulled = verify_on_engine_b(jobs[0]["image"], tmp_path, collected)
+            finally:   # the LXC branch's own failure is raised too (chained to engine B's, if that failed)
+                lxc_cell, seen = in_container.result()
         assert_ready_in_lxc(lxc_cell, seen)
         assert (pulled.cell_id, pulled.verdict, pulled.image.subject) == (PIP_CELL, Verdict.CPU_CHECKED,
                                                                           built.image.subject)
@@ -137,9 +139,11 @@ def in_lxc(staged: str, folder: Path) -> tuple[dict[str, object], dict[str, str]
     container sees of the environment)."""
     folder.mkdir()
     archive = folder / "staged.oci.tar"
-    subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{staged}",
-                    f"oci-archive:{archive}:latest"], check=True, capture_output=True, timeout=3600)
     try:
+        copied = subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{staged}",
+                                 f"oci-archive:{archive}:latest"], capture_output=True, text=True, timeout=3600,
+                                env={**os.environ, "TMPDIR": str(folder)})   # its layout before the archive: here
+        assert copied.returncode == 0, copied.stderr[-2000:]
         with container(archive) as name:
             archive.unlink()   # the rootfs is unpacked: free the disk before verifying
             cell = verified_in(name, CPU_STAGES, folder / "lxc.json")

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts import results
 from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
 from tests.disk_room import disk_room
-from tests.lxc_container import LXC_PATH, TEMPLATE_TEMP, container, verified_in
+from tests.lxc_container import LXC_WRITES, container, verified_in
 
 NONE = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
-CPU_STAGES = "facts,import,flavour,arch-audit,toolchain,jit-compile"
+CPU_STAGES = ",".join(results.CPU_STAGES)
 
 
 def exported(run: RunResults, cell_id: str, out: Path) -> Path:
@@ -57,6 +58,6 @@ NEEDS_BYTES = 16 * 10**9   # archive + LXC's copy of its blobs + the unpacked ro
 @pytest.fixture(autouse=True)
 def _tools_and_room(tmp_path: Path) -> Iterator[None]:
     needs.tools("skopeo", "umoci", "jq", "lxc-create")
-    # The archive goes to tmp_path, LXC's copy of its blobs to /tmp, the root file system to /var/lib/lxc.
-    with disk_room(NEEDS_BYTES, "an LXC container of a real cell", [tmp_path, TEMPLATE_TEMP, LXC_PATH]):
+    # The archive goes to tmp_path, LXC's copies where LXC_WRITES says.
+    with disk_room(NEEDS_BYTES, "an LXC container of a real cell", [tmp_path, *LXC_WRITES]):
         yield

@@ -13,7 +13,7 @@ import pytest
 
 from buildscripts.errors import RunFailed
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import command, gpus, lxc
+from buildscripts.verify import command, gpus, host, lxc
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.host import HostRunner
 from buildscripts.verify.plan import Plan
@@ -63,6 +63,7 @@ def runners(tmp_path: Path) -> dict[str, Runner]:
 def test_a_forged_b200_on_a_host_with_an_h200_gets_nothing(tmp_path: Path, mode: str, serve: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lxc, "running", lambda target: (True, "RUNNING"))
+    monkeypatch.setattr(host, "FIND_S", 0.3)   # the pid it names is never this verification's: no need to wait 5 s
     monkeypatch.setenv("SGLANG_TEST_SERVE", serve)
     stages = verify(runners(tmp_path)[mode], Options(plan=PLAN, log_file=tmp_path / "probe.log",
                                                      handed=Handed((H200,))))

@@ -19,7 +19,7 @@ import pytest
 
 from buildscripts.probe import core, server
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import claims, netns, served, tinymodel
+from buildscripts.verify import claims, host, netns, served, tinymodel
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.handoff import Handoff, Handover, Observation, Unreachable
 from buildscripts.verify.host import ProcessReach
@@ -153,7 +153,8 @@ def test_without_a_handed_gpu_the_host_does_not_even_look() -> None:
     assert seen.readiness is None and seen.refused_class == "gpu-claim-unbacked"
 
 
-def test_a_pid_without_this_verifications_marker_is_not_reached(fake) -> None:  # type: ignore[no-untyped-def]
+def test_a_pid_without_this_verifications_marker_is_not_reached(fake, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(host, "FIND_S", 0.5)
     port, proc = fake("sglang", [])
     reach: ProcessReach = ProcessReach("HV_MARK=another-run", lambda handover: None, enter=False)
     with pytest.raises(Unreachable, match="no process"):
@@ -171,6 +172,16 @@ def test_a_server_whose_environment_shows_late_is_still_found(monkeypatch: pytes
         Handover.parse(serve_line(8000, 77)))  # type: ignore[arg-type]
     assert found == Endpoint("127.0.0.1", 8000)
     assert next(answers, "all asked") == "all asked"
+
+
+def test_a_server_never_found_is_unreachable_once_the_host_stops_looking(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "FIND_S", 0.5)
+    monkeypatch.setattr(netns, "host_pid", lambda inner, mark: None)
+    started = time.monotonic()
+    with pytest.raises(Unreachable, match="no process 77"):
+        ProcessReach("HV_MARK=this-run", lambda handover: None, enter=False).endpoint(
+            Handover.parse(serve_line(8000, 77)))  # type: ignore[arg-type]
+    assert 0.5 <= time.monotonic() - started < 5   # looked for the while it may take, then stopped
 
 
 def test_a_server_with_no_route_out_is_reached_from_inside_its_namespace(fake) -> None:  # type: ignore[no-untyped-def]
