@@ -2,7 +2,8 @@
 what was read from them is benchmarks/suite-results.md).
 
   python benchmarks/suite_time.py run LABEL [--note TEXT] [-- PYTEST_ARGS]
-      `nox -s tests` once, after the main job as CI runs it (.ci/run), with --junitxml and --durations=0
+      `nox -s tests` once, after the main job as CI runs it (.ci/run), with --junitxml and --durations=0; the
+      machine's busy CPU-seconds over the run and its free disk (run it with nothing else running)
   python benchmarks/suite_time.py read LABEL JUNIT LOG [--wall SECONDS] [--note TEXT]
       a run made by hand (`nox -s tests -- --durations=0 --junitxml=JUNIT > LOG`), read back
 
@@ -15,15 +16,19 @@ in the setup of the first test that asks for it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,16 +73,58 @@ def read(junit: Path, log: Path, wall: float | None) -> dict[str, Any]:
             "slowest": [{"seconds": s, "when": w, "test": t} for s, w, t in steps[:TOP]]}
 
 
-def run(pytest_args: list[str]) -> tuple[Path, Path, float]:
+def _cpu_ticks() -> list[int]:
+    """/proc/stat's first line: user, nice, system, idle, iowait, irq, softirq, steal (in clock ticks)."""
+    return [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy since boot (user, nice, system, irq, softirq)."""
+    user, nice, system, _idle, _iowait, irq, softirq, _steal = _cpu_ticks()
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_seconds() -> float:
+    """CPU-seconds the hypervisor gave to others while this machine wanted them, since boot."""
+    return _cpu_ticks()[7] / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def machine_watched() -> Iterator[dict[str, float]]:
+    """While the block runs: the machine's busy CPU-seconds, those its hypervisor gave to others (steal: on a
+    shared host the same work takes longer), and the free disk on / at the start and at its lowest (sampled
+    every 10 s); filled in when the block ends."""
+    found: dict[str, float] = {}
+    stop, lowest = threading.Event(), [shutil.disk_usage("/").free]
+    found["free_start_gb"] = round(lowest[0] / 1e9, 1)
+
+    def sample() -> None:
+        while not stop.wait(10):
+            lowest[0] = min(lowest[0], shutil.disk_usage("/").free)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    before, stolen = busy_seconds(), steal_seconds()
+    sampler.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        sampler.join()
+        found["cpu_s"] = round(busy_seconds() - before)
+        found["steal_s"] = round(steal_seconds() - stolen)
+        found["free_lowest_gb"] = round(lowest[0] / 1e9, 1)
+
+
+def run(pytest_args: list[str]) -> tuple[Path, Path, float, dict[str, float]]:
     junit, log = Path("/tmp/suite-time-junit.xml"), Path("/tmp/suite-time.log")
     started = time.monotonic()
-    with log.open("w") as out:
+    with log.open("w") as out, machine_watched() as machine:
         done = subprocess.run(["nox", "-s", "tests", "--", "--durations=0", f"--junitxml={junit}", *pytest_args],
                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     wall = time.monotonic() - started
     if done.returncode != 0:
         print(f"`nox -s tests` exited {done.returncode}: the times are recorded all the same (log: {log})")
-    return junit, log, wall
+    return junit, log, wall, machine
 
 
 def render(data: dict[str, Any]) -> str:
@@ -89,8 +136,12 @@ def render(data: dict[str, Any]) -> str:
              f"Measured by `benchmarks/suite_time.py` on {data['machine']}, after the main job (`nox -s build`) "
              "had built the default matrix, as `.ci/run` runs them.", ""]
     for label, r in zip(labels, runs, strict=True):
+        machine = (f", {r['cpu_s']} CPU-seconds of the machine ({r['steal_s']} more stolen by its host), free disk "
+                   f"{r['free_start_gb']} GB at the start and {r['free_lowest_gb']} GB at the lowest"
+                   if "cpu_s" in r else "")
         lines.append(f"- `{label}` ({r['when']}, commit {r['commit']}): {r['summary']}; "
-                     f"**{r['wall_s']:.0f} s wall** ({r['wall_s'] / 60:.1f} min). {' '.join(r.get('notes', []))}")
+                     f"**{r['wall_s']:.0f} s wall** ({r['wall_s'] / 60:.1f} min){machine}. "
+                     f"{' '.join(r.get('notes', []))}")
     lines += ["", "Seconds per tier (each test's setup, call and teardown summed: with workers in parallel the sum "
               "exceeds the wall time):", "", head, rule]
     for tier in sorted({t for r in runs for t in r["tiers"]}):
@@ -131,11 +182,12 @@ def main() -> None:
         if len(a.files) != 2:
             sys.exit("read takes JUNIT LOG")
         junit, log, wall = Path(a.files[0]), Path(a.files[1]), a.wall
+        machine: dict[str, float] = {}
     else:
-        junit, log, wall = run(a.files)
+        junit, log, wall, machine = run(a.files)
     data = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
     data["machine"] = f"a {os.cpu_count()}-core {platform.machine()} machine"
-    data["runs"][a.label] = {**read(junit, log, wall), "notes": a.note, "commit": a.commit or commit(),
+    data["runs"][a.label] = {**read(junit, log, wall), **machine, "notes": a.note, "commit": a.commit or commit(),
                              "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     OUT.with_suffix(".md").write_text(render(data))

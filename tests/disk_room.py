@@ -1,5 +1,5 @@
-"""Disk room for the tests that hold gigabytes while they run (a registry's, a second engine's and an LXC
-container's copy of a real cell; the OCI archive and the LXC root file system of one).
+"""Disk room for the tests that hold gigabytes while they run (a registry's, a second engine's and LXC
+containers' copies of real cells).
 
 Each such test says how much it needs, and on which paths it writes, and starts only when that much is free on
 each of their file systems beyond what the others running reserved there; otherwise it waits until one of them is

@@ -1,12 +1,13 @@
-"""A real LXC container from an OCI archive, as the tests need it: LXC's `oci` template unpacks the archive
-(skopeo + umoci) in a temporary folder of its own (`--no-cache`: tests side by side share no blob cache, which one
-would clean under the other's feet), the config gets no network (no bridge on test machines) and the image's own
-init (the oci template only turns the image's command into lxc.execute.cmd), it is started, and always
-destroyed."""
+"""A real LXC container from an OCI archive or a registry, as the tests need it: LXC's `oci` template copies the
+image (skopeo) into a temporary folder of its own (`--no-cache`: tests side by side share no blob cache, which one
+would clean under the other's feet) and unpacks it (umoci), the config gets no network (no bridge on test
+machines) and the image's own init (the oci template only turns the image's command into lxc.execute.cmd), it is
+started, and always destroyed."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -19,7 +20,8 @@ from tests.cli import cli
 
 LXC_PATH = Path("/var/lib/lxc")
 # Where making a container writes gigabytes: the oci template's copy of the blobs (`--no-cache`: mktemp in /tmp),
-# skopeo's unpacking of an oci-archive on the way (/var/tmp, its folder for big files), the root file system.
+# skopeo's unpacking of an oci-archive on the way (/var/tmp, its folder for big files; none from a registry), the
+# root file system.
 LXC_WRITES = (Path("/tmp"), Path("/var/tmp"), LXC_PATH)
 INIT = "/usr/local/sbin/sglang-images-init"
 
@@ -33,15 +35,21 @@ def state(name: str) -> str:
 
 
 @contextmanager
-def container(archive: Path, *, ref: str = "latest", start: bool = True,
+def container(image: Path | str, *, home: Path | None = None, start: bool = True,
               drop_environment: bool = False) -> Iterator[str]:
-    """A container named sgi-test-XXXX made from `archive`; `drop_environment` removes the image's
-    lxc.environment lines, as Proxmox keeps the image's Env for the init only."""
+    """A container named sgi-test-XXXX made from `image`: an OCI archive's path, or a `docker://REPO@sha256:…`
+    the template copies from its registry (`home`: the HOME whose registries.conf lets skopeo reach it);
+    `drop_environment` removes the image's lxc.environment lines, as Proxmox keeps the image's Env for the
+    init only."""
     name = f"sgi-test-{uuid.uuid4().hex[:8]}"
+    assert isinstance(image, Path) or image.startswith("docker://"), f"neither an archive's Path nor docker://: {image}"
+    url = f"oci-archive:{image}:latest" if isinstance(image, Path) else image
     try:
         started = time.monotonic()
-        lxc("lxc-create", "-n", name, "-t", "oci", "--", "--no-cache", "--url", f"oci-archive:{archive}:{ref}",
-            timeout=1800)
+        create = subprocess.run(["lxc-create", "-n", name, "-t", "oci", "--", "--no-cache", "--url", url],
+                                capture_output=True, text=True, timeout=1800,
+                                env={**os.environ, "HOME": str(home)} if home else None)
+        assert create.returncode == 0, f"lxc-create from {url} failed: {create.stderr[-2000:]}"
         created = time.monotonic() - started
         config = LXC_PATH / name / "config"
         lines = [ln for ln in config.read_text().splitlines()
@@ -50,7 +58,7 @@ def container(archive: Path, *, ref: str = "latest", start: bool = True,
         config.write_text("\n".join(lines) + "\n")
         if start:
             start_container(name)
-        print(f"{name}: created in {created:.1f}s from {archive.name}")
+        print(f"{name}: created in {created:.1f}s from {url}")
         yield name
     finally:
         lxc("lxc-stop", "-k", "-n", name, check=False)

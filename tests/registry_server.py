@@ -61,6 +61,15 @@ class RegistryServer:
             time.sleep(0.1)
         pytest.fail(f"registry on {self.url} did not answer /v2/ within 20 s")
 
+    def insecure_home(self) -> Path:
+        """A HOME folder whose containers registries.conf lets tools that call skopeo without flags (LXC's `oci`
+        template) read this plain-HTTP registry; skopeo 1.9 takes no such setting from the environment."""
+        home = self.folder / "home"
+        conf = home / ".config" / "containers" / "registries.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(f'[[registry]]\nlocation = "{self.url}"\ninsecure = true\n')
+        return home
+
     def _answers(self) -> bool:
         if self.prefix:   # another network namespace: asked from inside it
             ask = f"import urllib.request; urllib.request.urlopen('http://{self.url}/v2/', timeout=2)"

@@ -8,20 +8,25 @@
 - the GPU jobs' records (sm_100, sm_120) are engine B's record with GPU stages from a signed fixture, only
   because no GPU run is possible on this machine: their CPU stages, subject, image id and seal are real;
 - promotion points each good tag at the tested digest, which `skopeo inspect` of every tag gives back;
-- beside engine B, the staged digest goes into a real LXC container: copied out of the registry as it is (its
-  gzip layers byte for byte, the manifest made an OCI one for the layout), created by LXC's own `oci` template,
-  started with the image's init and verified in place (`verify --lxc-name`, the container's Python): every CPU
-  stage passes, the JIT compiles included, so CUDA_HOME and PATH arrived. The environment reaches an attach
-  shell, a login shell, an empty-environment login shell (what Proxmox leaves when the image's Env goes to the
-  init only) and the init; systemd units get it through DefaultEnvironment (the images have no systemd: the
-  file is checked, no unit is run). `nox -s export`'s own path into LXC is tests/e2e/test_lxc_cells.py's.
+- beside engine B, LXC's own `oci` template makes real LXC containers straight from the staging registry (as
+  `lxc-create -t oci --url docker://…` does for a user; `nox -s export`'s archives take the template's same path
+  in tests/integration/test_lxc_delivery.py), each started with the image's init and verified in place
+  (`verify --lxc-name`, the container's Python):
+  - the staged digest: every CPU stage passes, the JIT compiles included, so CUDA_HOME and PATH arrived. The
+    environment reaches an attach shell, a login shell, an empty-environment login shell (what Proxmox leaves
+    when the image's Env goes to the init only) and the init; systemd units get it through DefaultEnvironment
+    (the images have no systemd: the file is checked, no unit is run);
+  - the seed incident, the 0.5.16 `none` cell pushed to the same repository (its torch and SGLang layers are
+    the pip cell's, which the registry holds already, so only its own small ones are compressed): inside LXC
+    too it fails at import with cuda-home-missing, its expected failure.
 
-Holds up to ~28 GB of disk while it runs (the registry's copy, engine B's, LXC's), all removed at the end: it
-reserves that room first (tests/disk_room.py).
+Holds up to ~36 GB of disk while it runs (the registry's copy, engine B's, two LXC containers'), all removed at
+the end: it reserves that room first (tests/disk_room.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,8 +35,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import docker
+
 from buildscripts import matrix, results
-from buildscripts.results import Verdict
+from buildscripts.publish import registry
+from buildscripts.results import RunResults, Verdict
 from buildscripts.trust import verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
@@ -40,12 +48,12 @@ from tests.lxc_container import LXC_WRITES, attach, container, verified_in
 from tests.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
-# The registry's copy (3.4 GB) and engine B's (11 GB) beside LXC's: the archive (skopeo writes a layout first, then
-# packs it), the template's copy of its blobs and the unpacked root file system (3.4 + 3.4 + 7.4 GB). Measured
-# in a whole cold .ci/run, this test and the seed incident side by side: free disk 48.3 GB down to 18.6 GB at the
-# lowest, for the whole suite (benchmarks/ci-run-results.md).
-NEEDS_BYTES = 28 * 10**9
+# The registry's copy (3.4 GB) and engine B's (11 GB) beside two LXC containers made side by side, each the
+# template's copy of its blobs, kept until it is made, and the root file system (3.4 + 7.4 GB for the pip cell,
+# 3.3 + 7.2 GB for the seed incident's): 35.7 GB, and a little for the seed cell's own layers in the registry.
+NEEDS_BYTES = 36 * 10**9
 CPU_STAGES = ",".join(results.CPU_STAGES)
+SEED_CELL = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
 GOOD = ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
         "0.5.16-torch2.11.0-cu130-pip"]
 
@@ -63,17 +71,20 @@ def skopeo_digest(ref: str) -> str:
     return done.stdout.strip()
 
 
-def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engine: None, tmp_path: Path) -> None:
+def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engine: None, run: RunResults,
+                                                                     tmp_path: Path) -> None:
     second_engine.require()
     needs.tools("skopeo", "cosign", "umoci", "jq", "lxc-create")
-    # The registry, engine B and the archive keep their data under tmp_path, LXC's template and root file system
-    # theirs where LXC_WRITES says; engine A (pushing what it holds) writes little.
-    with disk_room(NEEDS_BYTES, "a registry's, a second engine's and an LXC container's copy of a real cell",
+    seed = run.cell(SEED_CELL)
+    assert seed is not None and seed.image.id
+    # The registry and engine B keep their data under tmp_path, LXC's template and root file systems theirs where
+    # LXC_WRITES says; engine A (pushing what it holds) writes little.
+    with disk_room(NEEDS_BYTES, "a registry's, a second engine's and two LXC containers' copies of real cells",
                    [tmp_path, *LXC_WRITES]):
-        build_verify_promote(tmp_path)
+        build_verify_promote(tmp_path, seed)
 
 
-def build_verify_promote(tmp_path: Path) -> None:
+def build_verify_promote(tmp_path: Path, seed: results.CellResult) -> None:
     server = RegistryServer(tmp_path / "registry")
     server.folder.mkdir()
     server.start()
@@ -93,14 +104,22 @@ def build_verify_promote(tmp_path: Path) -> None:
                                        str(collected / "build" / "results.json")))["include"]
         assert [(j["cell"], j["arch"], j["image"]) for j in jobs] == [
             (PIP_CELL, "sm_100a", built.image.subject), (PIP_CELL, "sm_120a", built.image.subject)]
-        # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest.
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            in_container = beside.submit(in_lxc, str(built.image.subject), tmp_path / "lxc")
+        seed_ref = pushed(str(seed.image.id), staging, "seed-incident")
+        # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest, and
+        #    the seed incident.
+        home = server.insecure_home()
+        with ThreadPoolExecutor(max_workers=2) as beside:
+            in_container = beside.submit(in_lxc, str(built.image.subject), home, tmp_path / "lxc")
+            seed_in_container = beside.submit(seed_in_lxc, seed_ref, home, tmp_path / "seed")
             try:
                 pulled = verify_on_engine_b(jobs[0]["image"], tmp_path, collected)
-            finally:   # the LXC branch's own failure is raised too (chained to engine B's, if that failed)
-                lxc_cell, seen = in_container.result()
+            finally:   # the LXC branches' own failures are raised too (chained to engine B's, if that failed)
+                try:
+                    lxc_cell, seen = in_container.result()
+                finally:
+                    seed_cell = seed_in_container.result()
         assert_ready_in_lxc(lxc_cell, seen)
+        assert_seed_incident_in_lxc(seed_cell, seed)
         assert (pulled.cell_id, pulled.verdict, pulled.image.subject) == (PIP_CELL, Verdict.CPU_CHECKED,
                                                                           built.image.subject)
         assert {s.name: s.status.value for s in pulled.stages if s.name in results.CPU_STAGES} == \
@@ -136,31 +155,43 @@ def verify_on_engine_b(image: str, tmp_path: Path, collected: Path) -> results.C
     return pulled
 
 
-def in_lxc(staged: str, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
+def pushed(image_id: str, repository: str, tag: str) -> str:
+    """The local image `image_id` pushed to `repository:tag` as it is (a registry asks for no verdict): its
+    REPOSITORY@sha256:… there. The image must keep a tag of its own: the push's tag goes again afterwards."""
+    ref = f"{repository}:{tag}"
+    with contextlib.closing(docker.from_env()) as client:
+        assert client.images.get(image_id).tags, f"{image_id} has no tag: untagging {ref} would remove it"
+        try:
+            digest = registry.push(client, image_id, ref)
+        finally:
+            registry.untag(client, ref)
+    assert skopeo_digest(ref) == digest
+    return f"{repository}@{digest}"
+
+
+def in_lxc(staged: str, home: Path, folder: Path) -> tuple[dict[str, object], dict[str, str]]:
     """The staged digest in a real LXC container, verified in place: (its results' cell, what each way into the
     container sees of the environment)."""
     folder.mkdir()
-    archive = folder / "staged.oci.tar"
-    try:
-        copied = subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{staged}",
-                                 f"oci-archive:{archive}:latest"], capture_output=True, text=True, timeout=3600,
-                                env={**os.environ, "TMPDIR": str(folder)})   # its layout before the archive: here
-        assert copied.returncode == 0, copied.stderr[-2000:]
-        with container(archive) as name:
-            archive.unlink()   # the rootfs is unpacked: free the disk before verifying
-            cell = verified_in(name, CPU_STAGES, folder / "lxc.json")
-            shown = 'echo "$CUDA_HOME $(command -v nvcc)"'
-            env = {
-                "attach": attach(name, "/bin/sh", "-c", shown),
-                "login": attach(name, "/bin/sh", "-lc", shown),
-                "empty login": attach(name, "env", "-i", "/bin/sh", "-lc", shown),
-                "init": attach(name, "/bin/sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep ^CUDA_HOME="),
-                "systemd": attach(name, "cat", "/etc/systemd/system.conf.d/sglang-images.conf"),
-                "shm": attach(name, "/bin/sh", "-c", "grep ' /dev/shm ' /proc/mounts"),
-            }
-    finally:
-        archive.unlink(missing_ok=True)
+    with container(f"docker://{staged}", home=home) as name:
+        cell = verified_in(name, CPU_STAGES, folder / "lxc.json")
+        shown = 'echo "$CUDA_HOME $(command -v nvcc)"'
+        env = {
+            "attach": attach(name, "/bin/sh", "-c", shown),
+            "login": attach(name, "/bin/sh", "-lc", shown),
+            "empty login": attach(name, "env", "-i", "/bin/sh", "-lc", shown),
+            "init": attach(name, "/bin/sh", "-c", "tr '\\0' '\\n' < /proc/1/environ | grep ^CUDA_HOME="),
+            "systemd": attach(name, "cat", "/etc/systemd/system.conf.d/sglang-images.conf"),
+            "shm": attach(name, "/bin/sh", "-c", "grep ' /dev/shm ' /proc/mounts"),
+        }
     return cell, env
+
+
+def seed_in_lxc(seed_ref: str, home: Path, folder: Path) -> dict[str, object]:
+    """The seed incident's cell in a real LXC container, verified in place: its results' cell."""
+    folder.mkdir()
+    with container(f"docker://{seed_ref}", home=home) as name:
+        return verified_in(name, CPU_STAGES, folder / "none.json")
 
 
 def assert_ready_in_lxc(cell: dict[str, object], env: dict[str, str]) -> None:
@@ -175,3 +206,15 @@ def assert_ready_in_lxc(cell: dict[str, object], env: dict[str, str]) -> None:
     assert env["init"].strip() == "CUDA_HOME=/usr/local/cuda"
     assert '"CUDA_HOME=/usr/local/cuda"' in env["systemd"] and "DefaultEnvironment=" in env["systemd"]
     assert env["shm"].split()[:3] == ["tmpfs", "/dev/shm", "tmpfs"]  # mounted by the image's init
+
+
+def assert_seed_incident_in_lxc(cell: dict[str, object], on_engine: results.CellResult) -> None:
+    """Inside LXC the seed incident fails where, and as, it fails in a container on the engine (the main job's
+    record of the same image): at import, which the matrix expects of that cell."""
+    stages = {s["name"]: s for s in cell["stages"]}  # type: ignore[attr-defined]
+    engine_import = next(s for s in on_engine.stages if s.name == "import")
+    assert stages["import"]["status"] == engine_import.status.value == "failed"
+    assert stages["import"]["failure_class"] == engine_import.failure_class, stages["import"].get("reason")
+    assert stages["import"]["where"] == "lxc (cpu)"
+    assert str(cell["cell_id"]).startswith(f"{SEED_CELL}@lxc-")
+    assert cell["verdict"] == on_engine.verdict.value == Verdict.EXPECTED_FAILURE.value, cell["verdict_reason"]

@@ -1,7 +1,8 @@
 """Delivery into LXC with real parts: `export` writes an OCI archive from the local engine, LXC's own `oci`
 template creates a real container from it, and `verify --lxc-name` runs the probe in place, with the
 container's Python and the environment a login shell has there. A tiny image stands in for SGLang here
-(the real seed-incident cell goes through the same path in tests/e2e/test_lxc_cells.py)."""
+(real cells go into LXC through the same template from their staging registry in
+tests/e2e/test_build_once.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,163 @@
+"""What a fresh GPU runner's pull of a real cell costs with and without `unpigz`, side by side in one run
+(results go to benchmarks/pull-results.md).
+
+Docker's engines (dockerd and containerd alike) decompress a pulled gzip layer with `unpigz` when it is on their
+PATH, else with Go's own gzip reader. `verify --pull REPO@sha256:…` on a GPU runner, and the second engine of
+tests/e2e/test_build_once.py, pull a 3.4 GB compressed, 7.4 GB unpacked cell. Here the 0.5.16 `pip` cell is
+pushed once to a loopback registry, then pulled by digest into a fresh throw-away Docker 26 engine (containerd
+image store, no image, no cache) each way, the ways alternating: with unpigz found, and with the engines told
+not to use it (CONTAINERD_DISABLE_PIGZ=1, MOBY_DISABLE_PIGZ=1). Per pull: wall seconds, CPU-seconds of the
+whole machine (/proc/stat: run it with nothing else running), and whether an unpigz process was seen.
+
+Usage: python benchmarks/pull_decompress.py [--repeat N] [--out benchmarks/pull-results.md]
+Needs root, the engine-26 binaries and pigz (`.ci/install-engine`), docker-registry, ~15 GB free, and the
+0.5.16 `pip` cell's image in this engine (`nox -s build`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import docker  # noqa: E402
+from docker.models.images import Image  # noqa: E402
+from suite_time import busy_seconds  # noqa: E402  # this folder's: run as `python benchmarks/NAME.py`
+
+from buildscripts.matrix.schema import LABEL_PREFIX  # noqa: E402
+from buildscripts.publish import registry  # noqa: E402
+from tests.digest_records import PIP_CELL  # noqa: E402
+from tests.registry_server import RegistryServer  # noqa: E402
+from tests.second_engine import second_engine  # noqa: E402
+
+GO = "Go's gzip"
+WAYS = {"unpigz": {}, GO: {"CONTAINERD_DISABLE_PIGZ": "1", "MOBY_DISABLE_PIGZ": "1"}}
+
+
+@contextlib.contextmanager
+def watching(name: str) -> Iterator[threading.Event]:
+    """An event set once a process called `name` is seen (polled every 0.5 s)."""
+    seen, done = threading.Event(), threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.5):
+            if subprocess.run(["pgrep", "-x", name], capture_output=True).returncode == 0:
+                seen.set()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def environment(extra: dict[str, str]) -> Iterator[None]:
+    """os.environ with `extra` (what the second engine, and the containerd it starts, inherit)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def pip_image(client: docker.DockerClient) -> Image:
+    found = client.images.list(filters={"label": f"{LABEL_PREFIX}.cell={PIP_CELL}"})
+    if not found:
+        sys.exit(f"no image of {PIP_CELL} in this engine: `nox -s build -- --only {PIP_CELL}` first")
+    return max(found, key=lambda i: i.attrs.get("Created", ""))
+
+
+def push(client: docker.DockerClient, image_id: str, repository: str) -> str:
+    try:
+        return registry.push(client, image_id, f"{repository}:bench")
+    finally:
+        registry.untag(client, f"{repository}:bench")
+
+
+def pull(work: Path, ref: str, way: str) -> dict[str, object]:
+    with environment(WAYS[way]), second_engine(work / "engine") as engine:
+        engine.wipe()
+        before_cpu, started = busy_seconds(), time.monotonic()
+        with watching("unpigz") as seen:
+            subprocess.run(["docker", "pull", "--quiet", ref], env=engine.env, check=True, capture_output=True)
+        found = {"way": way, "wall_s": round(time.monotonic() - started, 1),
+                 "cpu_s": round(busy_seconds() - before_cpu, 1), "unpigz_seen": seen.is_set()}
+    shutil.rmtree(work / "engine", ignore_errors=True)
+    return found
+
+
+def render(rows: list[dict[str, object]], image_bytes: int, out: Path) -> None:
+    def mean(way: str, key: str) -> float:
+        values = [float(str(r[key])) for r in rows if r["way"] == way]
+        return sum(values) / len(values)
+
+    lines = [
+        "# A fresh runner's pull of a real cell, with and without unpigz",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `benchmarks/pull_decompress.py` on a "
+        f"{os.cpu_count()}-core {platform.machine()} machine, nothing else running: the 0.5.16 `pip` cell "
+        f"({image_bytes / 1e9:.1f} GB unpacked) pulled by digest from a loopback registry into a fresh Docker 26 "
+        "engine (containerd image store), the ways alternating.",
+        "",
+        "| pull | way | wall | CPU-seconds | unpigz seen |",
+        "| ---: | --- | ---: | ---: | --- |",
+        *[f"| {i} | {r['way']} | {r['wall_s']} s | {r['cpu_s']} | {'yes' if r['unpigz_seen'] else 'no'} |"
+          for i, r in enumerate(rows, 1)],
+        "",
+        f"Mean with unpigz against Go's gzip: wall {mean('unpigz', 'wall_s'):.0f} s against "
+        f"{mean(GO, 'wall_s'):.0f} s ({mean('unpigz', 'wall_s') / mean(GO, 'wall_s'):.2f}×), "
+        f"CPU {mean('unpigz', 'cpu_s'):.0f} against {mean(GO, 'cpu_s'):.0f} CPU-seconds "
+        f"({mean('unpigz', 'cpu_s') / mean(GO, 'cpu_s'):.2f}×).",
+        "",
+    ]
+    out.write_text("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="pulls of each way (default 1)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "pull-results.md")
+    a = ap.parse_args()
+    if not shutil.which("unpigz"):
+        sys.exit("unpigz is not installed: `apt-get install pigz` (`.ci/install-engine` does)")
+    work = Path(tempfile.mkdtemp(prefix="pull-bench-", dir="/var/tmp"))
+    server = RegistryServer(work / "registry")
+    server.folder.mkdir()
+    try:
+        server.start()
+        with contextlib.closing(docker.from_env()) as client:
+            image = pip_image(client)
+            digest = push(client, str(image.id), f"{server.url}/bench")
+        ref = f"{server.url}/bench@{digest}"
+        rows = [pull(work, ref, way) for _ in range(a.repeat) for way in WAYS]
+        for row in rows:
+            print(row)
+        render(rows, int(image.attrs.get("Size") or 0), a.out)
+        print(f"wrote {a.out}")
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
