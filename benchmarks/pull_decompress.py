@@ -33,13 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
-from docker.models.images import Image  # noqa: E402
 from suite_time import busy_seconds  # noqa: E402  # this folder's: run as `python benchmarks/NAME.py`
 
-from buildscripts.matrix.schema import LABEL_PREFIX  # noqa: E402
-from buildscripts.publish import registry  # noqa: E402
+from buildscripts.errors import FatalError  # noqa: E402
+from buildscripts.publish import export  # noqa: E402
 from tests.digest_records import PIP_CELL  # noqa: E402
-from tests.registry_server import RegistryServer  # noqa: E402
+from tests.registry_server import RegistryServer, push_as_is  # noqa: E402
 from tests.second_engine import second_engine  # noqa: E402
 
 GO = "Go's gzip"
@@ -78,20 +77,6 @@ def environment(extra: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def pip_image(client: docker.DockerClient) -> Image:
-    found = client.images.list(filters={"label": f"{LABEL_PREFIX}.cell={PIP_CELL}"})
-    if not found:
-        sys.exit(f"no image of {PIP_CELL} in this engine: `nox -s build -- --only {PIP_CELL}` first")
-    return max(found, key=lambda i: i.attrs.get("Created", ""))
-
-
-def push(client: docker.DockerClient, image_id: str, repository: str) -> str:
-    try:
-        return registry.push(client, image_id, f"{repository}:bench")
-    finally:
-        registry.untag(client, f"{repository}:bench")
 
 
 def pull(work: Path, ref: str, way: str) -> dict[str, object]:
@@ -146,8 +131,11 @@ def main() -> None:
     try:
         server.start()
         with contextlib.closing(docker.from_env()) as client:
-            image = pip_image(client)
-            digest = push(client, str(image.id), f"{server.url}/bench")
+            try:   # the cell's newest local image, as `nox -s export CELL` finds it
+                image = export.resolve(client, PIP_CELL)
+            except FatalError as exc:
+                sys.exit(str(exc))
+            digest = push_as_is(client, str(image.id), f"{server.url}/bench:bench")
         ref = f"{server.url}/bench@{digest}"
         rows = [pull(work, ref, way) for _ in range(a.repeat) for way in WAYS]
         for row in rows:

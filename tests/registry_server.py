@@ -14,11 +14,23 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import docker
 import pytest
 
+from buildscripts.publish import registry
 from tests import needs
 
 BINARY = "docker-registry"
+
+
+def push_as_is(client: docker.DockerClient, image_id: str, ref: str) -> str:
+    """The local image `image_id` pushed to `ref` as it is (a registry asks for no verdict), the push's tag removed
+    again: its manifest digest. The image must keep a tag of its own, or untagging would remove it."""
+    assert client.images.get(image_id).tags, f"{image_id} has no tag: untagging {ref} would remove it"
+    try:
+        return registry.push(client, image_id, ref)
+    finally:
+        registry.untag(client, ref)
 
 
 def free_port() -> int:

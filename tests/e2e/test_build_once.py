@@ -38,14 +38,13 @@ from pathlib import Path
 import docker
 
 from buildscripts import matrix, results
-from buildscripts.publish import registry
 from buildscripts.results import RunResults, Verdict
 from buildscripts.trust import verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
 from tests.disk_room import disk_room
 from tests.lxc_container import LXC_WRITES, attach, container, verified_in
-from tests.registry_server import RegistryServer
+from tests.registry_server import RegistryServer, push_as_is
 
 ROOT = Path(__file__).resolve().parents[2]
 # The registry's copy (3.4 GB) and engine B's (11 GB) beside two LXC containers made side by side, each the
@@ -156,15 +155,10 @@ def verify_on_engine_b(image: str, tmp_path: Path, collected: Path) -> results.C
 
 
 def pushed(image_id: str, repository: str, tag: str) -> str:
-    """The local image `image_id` pushed to `repository:tag` as it is (a registry asks for no verdict): its
-    REPOSITORY@sha256:… there. The image must keep a tag of its own: the push's tag goes again afterwards."""
+    """The local image `image_id` pushed to `repository:tag` as it is: its REPOSITORY@sha256:… there."""
     ref = f"{repository}:{tag}"
     with contextlib.closing(docker.from_env()) as client:
-        assert client.images.get(image_id).tags, f"{image_id} has no tag: untagging {ref} would remove it"
-        try:
-            digest = registry.push(client, image_id, ref)
-        finally:
-            registry.untag(client, ref)
+        digest = push_as_is(client, image_id, ref)
     assert skopeo_digest(ref) == digest
     return f"{repository}@{digest}"
 
