@@ -5,7 +5,6 @@
   --results GLOB        results files to READ (repeatable; `**` any depth); `tag` and `promote` also record the
                         tags they applied in the files they read. A pattern that matches no file is an error:
                         a typo must never quietly act on other records (`results_files`)
-  --allow-other-matrix  use results made from another matrix.yaml, with a warning (else they are refused)
   --out PATH            where a command WRITES (a results file, a report folder, an archive folder): never
                         `--results`
 
@@ -66,12 +65,6 @@ def add_results(parser: argparse.ArgumentParser, *, default: str) -> None:
     """--results GLOB: results files to read; `default` says what the command reads without it."""
     parser.add_argument("--results", action="append", type=path_text, default=[], metavar="GLOB",
                         help=f"results files to read (repeatable; `**` is any depth); default: {default}")
-
-
-def add_allow_other_matrix(parser: argparse.ArgumentParser, *,
-                           help: str = "use results made with another matrix.yaml, or with none recorded "
-                                       "(cells, axes and targets still come from this one)") -> None:
-    parser.add_argument("--allow-other-matrix", action="store_true", help=help)
 
 
 def results_files(patterns: Sequence[str]) -> list[Path]:

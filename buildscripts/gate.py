@@ -5,6 +5,11 @@ A record is evidence only when all of this holds:
 - a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since);
 - its cell id is a cell of matrix.yaml, and the axes it records are that cell's: tags are rendered from the
   matrix cell, so a record can never give one version's image another version's tags;
+- its cell's definition is what it was when the record was made (matrix/definition.py `stale`; editing another
+  cell, lane or platform changes nothing here); a record made before definitions were recorded counts while the
+  whole matrix.yaml it was judged with is today's;
+- the image it judged is a build of that cell (`foreign`: the image's own cell, axes, inputs and platform
+  labels), never another image verified under the cell's name;
 - it is judged again (`results.judge`) with the matrix cell's targets, excluded reason and expected failure,
   and a GPU stage counts only where a GPU name and arch are recorded (the host fills those: what it handed
   over). The judgement is made here, once, and passed along in `Trusted.judged`;
@@ -28,6 +33,9 @@ from enum import StrEnum
 
 from . import results
 from .matrix import Cell, Matrix
+from .matrix import definition as definitions
+from .matrix.platforms import DEFAULT as DEFAULT_PLATFORM
+from .matrix.schema import LABEL_PREFIX
 from .results import GPU_STAGES, CellResult, StageResult, Status, Verdict, family, tag_form
 from .trust import dsse, seal
 from .trust.keys import PublicKey
@@ -121,6 +129,28 @@ def matrix_cell(record: CellResult, matrix: Matrix) -> Cell | str | None:
             f"{', '.join(differ)}): it is a record of another cell or another matrix")
 
 
+def foreign(record: CellResult, cell: Cell) -> str | None:
+    """Why the image `record` judged is not a build of `cell` (its labels name no such cell, other axes, no
+    build inputs or another platform), None when it is one. A record with no image (excluded, not built) judged
+    no image at all."""
+    if record.build is None or record.build.status is not Status.PASSED:
+        return None
+    labels = record.image.labels
+    named = labels.get(f"{LABEL_PREFIX}.cell")
+    if named != cell.id:
+        return (f"the image it judged ({record.image.ref or record.image.id or 'unnamed'}) is not a build of this "
+                f"cell: {f'its labels name cell {named!r}' if named else 'it carries no cell label'}")
+    differ = sorted(k for k, v in cell.axes().items() if labels.get(f"{LABEL_PREFIX}.{k}") != v)
+    platform = labels.get(f"{LABEL_PREFIX}.platform", DEFAULT_PLATFORM)
+    if platform != cell.platform:
+        differ.append(f"platform {platform}")
+    if not labels.get(f"{LABEL_PREFIX}.inputs"):
+        differ.append("no build inputs")
+    if differ:
+        return f"the image it judged is not this cell's build: its labels differ in {', '.join(differ)}"
+    return None
+
+
 def judged_with(record: CellResult, cell: Cell | None) -> CellResult:
     """The record judged again today: with the matrix cell's axes, targets and expectation when it is one, and
     a passed GPU stage without a recorded GPU name and arch counted as skipped."""
@@ -131,8 +161,10 @@ def judged_with(record: CellResult, cell: Cell | None) -> CellResult:
     return results.judged(record.model_copy(update=update))
 
 
-def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[PublicKey]) -> Trusted | Refused:
-    """The gate for one record: Trusted with its judgement, or Refused with the reason."""
+def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[PublicKey], *,
+          file_digest: str | None = None) -> Trusted | Refused:
+    """The gate for one record: Trusted with its judgement, or Refused with the reason (`file_digest`: the matrix
+    digest its file names, for a record that sealed none)."""
     def refused(reason: str) -> Refused:
         return Refused(position, record.cell_id, reason)
 
@@ -144,6 +176,12 @@ def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[P
         return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
     if isinstance(cell, str):
         return refused(cell)
+    why_stale = definitions.stale(record, cell, matrix.digest, file_digest)
+    if why_stale:
+        return refused(f"stale: {why_stale}")
+    why_foreign = foreign(record, cell)
+    if why_foreign:
+        return refused(f"foreign: {why_foreign}")
     judged = judged_with(record, cell)
     image_id = record.image.id or ""
     if judged.verified_archs and not IMAGE_ID.fullmatch(image_id):  # what earns nothing needs no image
@@ -165,7 +203,8 @@ class Mark(StrEnum):
 
     UNSEALED = "unsealed"            # no seal: written by hand, by import-probe, or before records were sealed
     UNTRUSTED = "untrusted-seal"     # a seal no trusted key made, or the record changed since it was sealed
-    OTHER_MATRIX = "other-matrix"    # made from another matrix.yaml, or the axes of another cell
+    STALE = "stale"                  # its cell's definition changed since (or the axes of another cell)
+    FOREIGN = "foreign"              # the image it judged is not a build of its cell
     SELF_REPORTED = "self-reported"  # GPU stages the probe reported itself: no host saw a GPU or the server
     OLDER_RULES = "older-rules"      # the verdict it records is not what today's rules make of it
 
@@ -179,14 +218,19 @@ class Weight:
 
     @property
     def vouches(self) -> bool:
-        """The gate's word: sealed by a trusted key, unchanged, of this matrix, host-judged, judged today."""
+        """The gate's word: sealed by a trusted key, unchanged, its cell's definition unchanged, of its cell's image,
+        host-judged, judged today."""
         return not self.marks
 
 
+NO_MATRIX = "no matrix.yaml was there to judge it against"
+
+
 def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey], *,
-          other_matrix: str | None) -> Weight:
-    """The record as `check` would weigh it, every failed step a mark (`other_matrix`: why the file it came from
-    is not of `matrix`, None when it is)."""
+          file_digest: str | None = None) -> Weight:
+    """The record as `check` would weigh it, every failed step a mark (`file_digest`: the matrix digest of the file
+    it came from, for a record that sealed none). A run that is no cell of matrix.yaml (host mode, in place in LXC)
+    is judged with what it recorded: no cell's definition can make it stale."""
     marks: list[tuple[Mark, str]] = []
     if record.seal is None:
         marks.append((Mark.UNSEALED, "no verifier sealed this record (written by hand, by import-probe, or "
@@ -194,8 +238,17 @@ def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey
     elif isinstance(why := signer_of(record, trusted), str):
         marks.append((Mark.UNTRUSTED, why))
     cell = matrix_cell(record, matrix) if matrix is not None else None
-    if isinstance(cell, str) or other_matrix:
-        marks.append((Mark.OTHER_MATRIX, cell if isinstance(cell, str) else str(other_matrix)))
+    if matrix is None:
+        marks.append((Mark.STALE, NO_MATRIX))
+    elif isinstance(cell, str):
+        marks.append((Mark.STALE, cell))
+    elif cell is not None:
+        why_stale = definitions.stale(record, cell, matrix.digest, file_digest)
+        if why_stale:
+            marks.append((Mark.STALE, why_stale))
+        why_foreign = foreign(record, cell)
+        if why_foreign:
+            marks.append((Mark.FOREIGN, why_foreign))
     judged = judged_with(record, cell if isinstance(cell, Cell) else None)
     unbacked = [s.name for s in record.stages if s.name in GPU_STAGES and (
         s.failure_class in UNBACKED_CLASSES or gpu_checked(s) is not s)]

@@ -205,7 +205,7 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
             if cell.id in later:
                 footprint.make_room(local, opts.cache_keep, ctx.builder.name, ctx.builder.driver)
             record = seal.record(run, run_cell(cell, matrix, statuses[cell.id], ctx, opts, run_dir), ctx.key,
-                                 run_dir / "results.json")
+                                 run_dir / "results.json", definition=cell.definition)
             tag_cell(run, matrix, ctx, run_dir / "results.json")
             bound_cache_after(record, opts.cache_keep, ctx.builder.name)
             if opts.fail_fast and results.is_unexpected(record.verdict):

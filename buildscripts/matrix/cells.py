@@ -11,10 +11,12 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..arguments import selected
 from ..errors import ConfigError, SelectionError
-from ..results import ExpectedFailure
+from ..results import ExpectedFailure, matrix_digest
+from . import definition as definitions
 from .schema import Base, Expectation, MatrixFile, Profile, SGLang, Toolkit, TorchLane
 
 
@@ -31,6 +33,12 @@ class Cell:
     excluded: str | None = None  # reason, when a rule or SGLang's torch pin rules the cell out
     opt_in: str | None = None    # reason, when its platform is built only when a selection names the cell
     expected: Expectation | None = field(default=None, compare=False)
+    # everything matrix.yaml says about this cell (matrix/definition.py): what a record of it is valid for
+    definition: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def definition_digest(self) -> str:
+        return definitions.digest(self.definition)
 
     @property
     def id(self) -> str:
@@ -79,6 +87,12 @@ class Matrix:
     path: Path
     cells: tuple[Cell, ...]
 
+    @property
+    def digest(self) -> str:
+        """The whole file's digest (results.matrix_digest): provenance in every record, no longer what it counts
+        for (a record counts while its own cell's definition holds: gate.py)."""
+        return matrix_digest(self.spec)
+
     def buildable(self) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if c.excluded is None)
 
@@ -107,7 +121,8 @@ def expand(spec: MatrixFile) -> Iterable[Cell]:
         )
         reason = _excluded_because(cell, spec)
         expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)
-        yield Cell(**{**cell.__dict__, "excluded": reason, "expected": expected})
+        judged = Cell(**{**cell.__dict__, "excluded": reason, "expected": expected})
+        yield Cell(**{**judged.__dict__, "definition": definitions.definition(judged, spec)})
 
 
 def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:

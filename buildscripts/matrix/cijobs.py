@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import log, results
-from .cells import Cell
+from . import definition
+from .cells import Cell, Matrix
 from .platforms import CPUS, Cpu, by_oci
 from .schema import Runners
 
@@ -86,16 +87,19 @@ def github_jobs(cells: Sequence[Cell], runners: Runners) -> list[dict[str, objec
     return jobs
 
 
-def staged_jobs(jobs: Sequence[dict[str, object]], paths: Sequence[Path], digest: str,
-                matrix: Path) -> list[dict[str, object]]:
+def staged_jobs(jobs: Sequence[dict[str, object]], paths: Sequence[Path], matrix: Matrix) -> list[dict[str, object]]:
     """The jobs of the cells the results at `paths` staged (one file per build job), each with `image`:
     `REPO@sha256:…` to verify. A cell that was not staged (it failed, or was expected to fail, a CPU stage) gets no
-    job."""
+    job; nor does one whose record is stale (its cell's definition changed since: definition.stale), said once."""
     subjects: dict[str, str] = {}
+    cells = {c.id: c for c in matrix.cells}
     for path in paths:
         run = results.load(path)
-        warning = results.check_matrix(run, path, matrix, digest, allow_other=False)
-        if warning:
-            log.warn(warning)
-        subjects |= {c.cell_id: c.image.subject for c in run.cells if c.image.subject}
+        for record in run.cells:
+            cell = cells.get(record.cell_id)
+            why = definition.stale(record, cell, matrix.digest, run.matrix_digest) if cell else None
+            if why:
+                log.warn(f"{path}: {record.cell_id} gets no verify job: its staged record is stale: {why}")
+            elif record.image.subject:
+                subjects[record.cell_id] = record.image.subject
     return [{**job, "image": subjects[str(job["cell"])]} for job in jobs if str(job["cell"]) in subjects]

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from .. import arguments, log, results
+from .. import arguments, log
 from ..workspace import Workspace, path_argument
 from .cells import select
 from .cijobs import ANY_ARCH, build_jobs, github_jobs, staged_jobs
@@ -57,7 +57,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if a.github or a.builds:
         jobs = build_jobs(cells, matrix.spec.runners) if a.builds else github_jobs(cells, matrix.spec.runners)
         if a.staged:
-            jobs = staged_jobs(jobs, a.staged, results.matrix_digest(matrix.spec), a.matrix)
+            jobs = staged_jobs(jobs, a.staged, matrix)
         # Compact, one line: the workflow writes it to $GITHUB_OUTPUT as `matrix=...`.
         print(json.dumps({"include": jobs}, separators=(",", ":")))
         return 0

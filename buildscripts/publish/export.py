@@ -42,7 +42,7 @@ from ..errors import (
     RegistryError,
     ToolMissingError,
 )
-from ..matrix import Matrix, load
+from ..matrix import load
 from ..matrix.schema import LABEL_PREFIX, flavour_version
 from ..refs import FORMS, reference_problem
 from ..results import RunResults
@@ -117,20 +117,12 @@ def record_labels(labels: Mapping[str, str], record: trusted.Trusted | None) -> 
     return found
 
 
-def vouched_runs(patterns: Sequence[str], ws: Workspace, matrix: Matrix, allow_other: bool) -> list[RunResults]:
-    """The results files named (each of this matrix, else ResultsError unless `allow_other`), else the saved
-    runs of this matrix under runs/, newest first."""
+def vouched_runs(patterns: Sequence[str], ws: Workspace) -> list[RunResults]:
+    """The results files named, else the saved runs under runs/, newest first: the gate weighs each record
+    (its cell's definition included), whatever matrix.yaml its file was made from."""
     if not patterns:
-        digest = results.matrix_digest(matrix.spec)
-        return [run for run in saved_runs(ws.runs) if allow_other or run.matrix_digest == digest]
-    runs = []
-    for path in arguments.results_files(patterns):
-        run = results.load(path)
-        warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
-        if warning:
-            log.warn(warning)
-        runs.append(run)
-    return runs
+        return saved_runs(ws.runs)
+    return [results.load(path) for path in arguments.results_files(patterns)]
 
 
 def manifest_annotations(labels: Mapping[str, str], *, forced: str | None) -> dict[str, str]:
@@ -358,7 +350,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         safe_name(a.name)  # a bad name is said before the engine is asked anything
     matrix = load(a.matrix)
     keys = trusted.keys_from(a, ws, env)
-    vouched = trusted.earned(vouched_runs(a.results, ws, matrix, a.allow_other_matrix), matrix, keys)
+    vouched = trusted.earned(vouched_runs(a.results, ws), matrix, keys)
     client = engine.connect()
     image = resolve(client, a.image, vouched)
     record = vouching(str(image.id), vouched)

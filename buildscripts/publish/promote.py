@@ -200,7 +200,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         msg = "no results to promote (looked for runs/*/results.json)"
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
     keys = trusted.keys_from(args, ws, env)
-    runs = recorded.load_checked(paths, matrix, keys, only=args.only, allow_other=args.allow_other_matrix,
+    runs = recorded.load_checked(paths, matrix, keys, only=args.only,
                                  command="promote")
     total = bydigest.promote(runs, matrix, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
                              log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import arguments, disk, log, results
+from .. import arguments, disk, results
 from ..errors import ResultsError, SelectionError
 from ..matrix import Matrix
 from ..results import RunResults
@@ -35,16 +35,13 @@ def check_selection(runs: Mapping[Path, RunResults], only: Sequence[str]) -> Non
 
 
 def load_checked(paths: Sequence[Path], matrix: Matrix, keys: Sequence[PublicKey], *, only: Sequence[str],
-                 allow_other: bool, command: str) -> dict[Path, RunResults]:
+                 command: str) -> dict[Path, RunResults]:
     """The results files `command` acts from and writes back to, every one checked before its first tag or
-    push: made from this matrix (a warning when `allow_other` lets another through), writable, no record in
-    the selection that the gate refuses, and the selection not empty."""
+    push: writable, no record in the selection that the gate refuses (a stale or foreign one included), and the
+    selection not empty."""
     runs = {path: results.load(path) for path in paths}
     earning: dict[str, dict[str, Path]] = {}   # cell id -> tested image -> the file whose record earned tags
     for path, run in runs.items():
-        warning = trusted.check_run(run, path, matrix.path, matrix, allow_other=allow_other)
-        if warning:
-            log.warn(warning)
         check_writable(path, command)
         sifted = trusted.sift(run, matrix, keys, only)
         trusted.refuse(sifted, path)

@@ -37,7 +37,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     matrix = load(args.matrix)
     keys = trusted.keys_from(args, ws, env)
     runs = recorded.load_checked(arguments.results_files(args.results), matrix, keys, only=args.only,
-                                 allow_other=args.allow_other_matrix, command="tag")
+                                 command="tag")
     client = engine.connect()
     for path, run in runs.items():
         tagged = 0

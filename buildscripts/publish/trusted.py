@@ -6,16 +6,17 @@ Stable names (other modules and branches build on them):
   check(record, position, matrix, keys) -> Trusted | Refused   one cell record
   earned(runs, matrix, keys) -> list[Trusted]                  the cells of runs that earned good tags
   refuse(checked, path)                                        ResultsError naming each Refused, if any
-  check_run(run, path, matrix_path, matrix, allow_other)       the matrix the file was made from
-  add_arguments(parser) / keys_from(args, ws, env)             --trust-key and --allow-other-matrix
+  add_arguments(parser) / keys_from(args, ws, env)             --trust-key
   Trusted(position, record, cell, judged, signer)              a record let through, judged here
        .why_not (None: earns good tags)  .archs (`sm90` …)  .gpus  .every_arch  .image_id  .cell_id
   Refused(position, cell_id, reason)  .why_not (the reason)
   IMAGE_ID                                                    a full image id: sha256: and 64 hex digits
 
 What a record is worth is judged in one place, buildscripts/gate.py (sealed by a trusted key, a cell of
-matrix.yaml with its axes, judged again, a full image id where it earns a tag); this module is that gate
-as the commands that act on records use it: over a whole file, the file's matrix, and their arguments.
+matrix.yaml with its axes, its cell's definition unchanged since, of its cell's image, judged again, a full image
+id where it earns a tag); this module is that gate as the commands that act on records use it: over a whole file
+and their arguments. A file of another matrix.yaml is read like any other: each record counts while its own cell's
+definition holds, and a stale one earns nothing: verify it again.
 A Refused record is no evidence (bad input: `refuse` makes it an error before anything is tagged or pushed);
 a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a target arch).
 """
@@ -26,7 +27,7 @@ import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .. import arguments, results
+from .. import arguments
 from ..errors import ResultsError
 from ..gate import IMAGE_ID, NO_GPU_RECORDED, Refused, Trusted, check
 from ..matrix import Matrix
@@ -35,8 +36,8 @@ from ..trust import keys
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
 
-__all__ = ["IMAGE_ID", "NO_GPU_RECORDED", "Refused", "Trusted", "add_arguments", "check", "check_run", "earned",
-           "keys_from", "refuse", "sift"]
+__all__ = ["IMAGE_ID", "NO_GPU_RECORDED", "Refused", "Trusted", "add_arguments", "check", "earned", "keys_from",
+           "refuse", "sift"]
 
 
 def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
@@ -53,28 +54,21 @@ def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
 def sift(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey],
          only: Sequence[str] = ()) -> list[Trusted | Refused]:
     """Every cell of `run` an `only` glob selects (all when none), through the gate, in file order."""
-    return [check(cell, i, matrix, trusted) for i, cell in enumerate(run.cells)
-            if arguments.selected(cell.cell_id, only)]
+    return [check(cell, i, matrix, trusted, file_digest=run.matrix_digest)
+            for i, cell in enumerate(run.cells) if arguments.selected(cell.cell_id, only)]
 
 
 def earned(runs: Iterable[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> list[Trusted]:
     """The cells of `runs` the gate lets through that earned a good tag, in the order of `runs`."""
-    return [c for run in runs for c in sift(run, matrix, trusted) if isinstance(c, Trusted) and c.why_not is None]
-
-
-def check_run(run: RunResults, path: Path, matrix_path: Path, matrix: Matrix, *, allow_other: bool) -> str | None:
-    """The file was made from this matrix.yaml (ResultsError else, a missing digest included, unless
-    `allow_other`); a warning to show when it was not and `allow_other` lets it through."""
-    return results.check_matrix(run, path, matrix_path, results.matrix_digest(matrix.spec), allow_other=allow_other,
-                                allow_unknown=False)
+    return [c for run in runs for c in sift(run, matrix, trusted)
+            if isinstance(c, Trusted) and c.why_not is None]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--trust-key and --allow-other-matrix, the same for every command that acts on records."""
+    """--trust-key, the same for every command that acts on records."""
     parser.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
                         help="also trust records sealed by this public key (repeatable; keys/*.pub and this "
                              "machine's verifier key are trusted always)")
-    arguments.add_allow_other_matrix(parser)
 
 
 def keys_from(args: argparse.Namespace, ws: Workspace, env: Mapping[str, str]) -> list[PublicKey]:

@@ -7,9 +7,9 @@ prints the console summary. The README's compatibility table is tracked, so it i
 (`--update-readme`), and then from the committed evidence (EVIDENCE_RESULTS) unless --results names the
 files: a quick local run never dirties the checkout.
 
-Results of another matrix.yaml (their recorded digest differs from the current file's) are refused when named
-with --results (unless --allow-other-matrix); when found by the default search (runs/, evidence/: history
-that outlives edits of matrix.yaml) they are shown, marked as another matrix's, never as verified. A match of
+Results of another matrix.yaml are read like any other: each record counts while its own cell's definition is
+unchanged (gate.py), so editing another cell takes nothing away; a record whose cell changed is shown marked
+stale, with what changed, never as verified. A match of
 the search that is not a regular file (a link to a device, a fifo, a folder) is skipped with a warning
 naming it and why.
 """
@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import arguments, disk, log, matrix, results
+from .. import arguments, disk, log, matrix
 from ..errors import ConfigError, ResultsError
 from ..results import RunResults
 from ..trust.keys import PublicKey
@@ -95,26 +95,11 @@ def readme_results(ws: Workspace) -> tuple[str, ...]:
     return tuple(str(ws.root / pattern) for pattern in EVIDENCE_RESULTS)
 
 
-def check_named(runs: Mapping[Path, RunResults], matrix_path: Path, digest: str, *, allow_other: bool) -> None:
-    """Files named with --results must be of this matrix unless --allow-other-matrix (a typo must not quietly
-    render other records); found by the default search, they are shown and marked (report/weigh.py)."""
-    for path, run in runs.items():
-        warning = results.check_matrix(run, path, matrix_path, digest, allow_other=allow_other)
-        if warning and allow_other:
-            log.warn(warning)
-
-
-def weighed_from(paths: Sequence[Path], matrix_path: Path | None, keys: Sequence[PublicKey], *, named: bool,
-                 allow_other: bool) -> Weighed:
-    """The files read, checked (when named) and weighed with `keys`; with no matrix.yaml (`matrix_path` None)
-    every record is marked as of another matrix."""
-    runs = dict(zip(paths, merge.load_all(paths), strict=True))
-    if matrix_path is None:
-        return weigh.weigh_runs(list(runs.values()), None, keys)
-    the_matrix = matrix.load(matrix_path)
-    if named:
-        check_named(runs, matrix_path, results.matrix_digest(the_matrix.spec), allow_other=allow_other)
-    return weigh.weigh_runs(list(runs.values()), the_matrix, keys)
+def weighed_from(paths: Sequence[Path], matrix_path: Path | None, keys: Sequence[PublicKey]) -> Weighed:
+    """The files read and weighed with `keys`, each record against its own cell's definition in matrix.yaml; with
+    none (`matrix_path` None) every record is marked stale."""
+    runs = merge.load_all(paths)
+    return weigh.weigh_runs(runs, matrix.load(matrix_path) if matrix_path is not None else None, keys)
 
 
 def _check_destinations(out: Path, readme: Path | None) -> None:
@@ -149,8 +134,6 @@ def _parser(ws: Workspace) -> argparse.ArgumentParser:
     parser.add_argument("--no-readme", action="store_true",
                         help="leave the README alone (the default; refused with --update-readme or --readme)")
     arguments.add_matrix(parser, None, help="the matrix.yaml the results must come from (default: matrix.yaml)")
-    arguments.add_allow_other_matrix(parser, help="take files named with --results that were made from another "
-                                                  "matrix.yaml (shown, marked as such, never as verified)")
     parser.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
                         help="also trust records sealed by this public key (keys/*.pub, this machine's verifier key "
                              "and evidence/keys/*.pub are trusted always)")
@@ -177,12 +160,12 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
     matrix_path: Path | None = args.matrix or ws.matrix
     if args.matrix is None and not ws.matrix.is_file():
-        log.warn(f"no {ws.matrix}: every record is shown as of another matrix, none as verified (pass --matrix PATH)")
+        log.warn(f"no {ws.matrix}: every record is shown as stale, none as verified (pass --matrix PATH)")
         matrix_path = None
     # The README's table from the evidence trusts only committed keys: it renders the same on every machine
     keys = weigh.committed_keys(ws.root, args.trust_key) if update_readme and not args.results else \
         weigh.report_keys(ws.root, env or {}, args.trust_key)
-    weighed = weighed_from(paths, matrix_path, keys, named=bool(args.results), allow_other=args.allow_other_matrix)
+    weighed = weighed_from(paths, matrix_path, keys)
     try:
         written = render_all(weighed, args.out, env)
     except OSError as exc:  # e.g. a parent of --out is a file, or not writable

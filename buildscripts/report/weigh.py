@@ -22,13 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import results
 from ..gate import Mark, Weight, weigh
 from ..matrix import Matrix
 from ..matrix.platforms import DEFAULT as DEFAULT_PLATFORM
 from ..matrix.schema import LABEL_PREFIX
 from ..results import CellResult, RunResults, Verdict
-from ..results.provenance import short
 from ..trust import keys
 from ..trust.keys import PublicKey
 from . import merge
@@ -37,13 +35,15 @@ EVIDENCE_KEYS = Path("evidence") / "keys"   # under the project root: public key
 
 Marks = tuple[tuple[Mark, str], ...]
 
-ICONS = {Mark.UNSEALED: "🔓", Mark.UNTRUSTED: "🔏", Mark.OTHER_MATRIX: "🧭", Mark.SELF_REPORTED: "🗣️",
+ICONS = {Mark.UNSEALED: "🔓", Mark.UNTRUSTED: "🔏", Mark.STALE: "🧭", Mark.FOREIGN: "👽", Mark.SELF_REPORTED: "🗣️",
          Mark.OLDER_RULES: "🕰️"}
-WORDS = {Mark.UNSEALED: "unsealed", Mark.UNTRUSTED: "seal not trusted", Mark.OTHER_MATRIX: "another matrix",
-         Mark.SELF_REPORTED: "self-reported by the probe", Mark.OLDER_RULES: "judged by older rules"}
+WORDS = {Mark.UNSEALED: "unsealed", Mark.UNTRUSTED: "seal not trusted", Mark.STALE: "stale",
+         Mark.FOREIGN: "not the cell's image", Mark.SELF_REPORTED: "self-reported by the probe",
+         Mark.OLDER_RULES: "judged by older rules"}
 LEGEND = ("✅ only where a key this report trusts sealed the record and today's rules accept it · "
           "🔓 unsealed (written by hand, by import-probe, or before records were sealed) · "
-          "🔏 a seal no trusted key made, or changed since · 🧭 made from another matrix.yaml · "
+          "🔏 a seal no trusted key made, or changed since · 🧭 stale: its cell's definition changed since · "
+          "👽 not the cell's image (another image verified under its name) · "
           "🗣️ GPU stages the probe reported itself (no host saw them) · "
           "🕰️ judged by older rules (today's judgement differs) · "
           "❔ claimed: a marked record whose GPU stages passed by its own account")
@@ -96,32 +96,28 @@ def _unique(found: Sequence[PublicKey]) -> list[PublicKey]:
     return list({k.keyid: k for k in found}.values())
 
 
-def other_matrix(run: RunResults, record: CellResult, digest: str) -> str | None:
-    """Why `record` of `run` is not of the matrix whose digest is `digest`; None when it is. A sealed record
-    answers with the digest it sealed (the file's own is outside every seal), any other with its file's."""
-    found = record.matrix_digest if record.seal is not None else run.matrix_digest
-    if found == digest:
-        return None
-    if found is None:
-        return (f"run {run.run_id} records no matrix digest for it (made before it was recorded, or not by a "
-                "verifier)")
-    return f"run {run.run_id} was made from another matrix.yaml (digest {short(found)}, not {short(digest)})"
+FOREIGN_SUFFIX = "@foreign-image"   # a record of another image under a cell's name: its own row, never the cell's
 
 
-NO_MATRIX = "no matrix.yaml was there to judge it against"
+def shown_as(record: CellResult, weight: Weight) -> str:
+    """The id a record is shown under: its cell's, unless the image it judged is no build of that cell (a run of
+    its own then, among those that are no matrix cell)."""
+    foreign = any(mark is Mark.FOREIGN for mark, _ in weight.marks)
+    return record.cell_id + FOREIGN_SUFFIX if foreign else record.cell_id
 
 
 def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Sequence[PublicKey]) -> Weighed:
     """Every record weighed, then merged as the module docstring says (with no matrix, every record is marked
     as of another matrix: nothing says what its cell is)."""
-    digest = results.matrix_digest(matrix.spec) if matrix is not None else None
     ordered = sorted(runs, key=merge.when)  # oldest first
     weights: dict[str, list[tuple[RunResults, CellResult, Weight]]] = {}
     for run in ordered:
         for record in run.cells:
-            why = other_matrix(run, record, digest) if digest is not None else NO_MATRIX
-            weight = weigh(record, matrix, trusted, other_matrix=why)
-            weights.setdefault(record.cell_id, []).append((run, record, weight))
+            weight = weigh(record, matrix, trusted, file_digest=run.matrix_digest)
+            shown = shown_as(record, weight)
+            if shown != record.cell_id:   # the judged copy only: the record itself (and its seal) stays as it is
+                weight = Weight(weight.judged.model_copy(update={"cell_id": shown}), weight.marks)
+            weights.setdefault(shown, []).append((run, record, weight))
     chosen: dict[int, list[CellResult]] = {}
     marks: dict[str, Marks] = {}
     unused: dict[str, tuple[str, ...]] = {}

@@ -13,6 +13,9 @@ from .archs import families, family
 from .decisive import EVIDENCE_KEY, decisive_line
 from .schema import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, StageResult, Status, Verdict
 
+# The version of the judging rules. A record counts for its cell while the cell's definition (which holds this
+# number: matrix/definition.py) is unchanged: raise it when a change here would judge a record differently.
+RULES = 1
 UNCLASSIFIED = "unclassified"
 ARCH_VERIFIED = "verified"        # every GPU stage passed there, on a target arch
 ARCH_FAILED = "failed"            # a GPU stage failed there

@@ -140,9 +140,14 @@ class CellResult(Record):
     finished: str | None = None
     verification_key: str | None = None      # hash of every input of the verification (verify/reuse.py)
     reused_from: str | None = None           # "run ID of TIME on RUNNER" when its stages were reused
-    # The run's matrix digest, copied in before the seal: the run's own field is outside every seal, so this
-    # copy is what binds a record to the matrix.yaml it was judged with (results/provenance.check_matrix).
+    # The run's matrix digest, copied in before the seal (the run's own field is outside every seal): provenance,
+    # which matrix.yaml the record was judged with; what it counts for is its cell's definition, below.
     matrix_digest: str | None = None
+    # What matrix.yaml said about this cell when it was judged (matrix/definition.py), and its digest, copied in
+    # before the seal: the record counts for its cell while the cell's definition is unchanged (gate.py); None
+    # in records made before (judged by the whole file's digest) and in runs that are no cell of matrix.yaml.
+    definition: dict[str, Any] | None = None
+    definition_digest: str | None = None
     # A DSSE envelope over the rest of the record by the verifier that made it (trust/seal.py): what
     # tag, promote, export and the reuse lookup check before they act on the record.
     seal: dict[str, Any] | None = None

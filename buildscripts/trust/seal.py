@@ -10,7 +10,7 @@ nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,17 @@ def seal(cell: CellResult, key: SigningKey) -> CellResult:
     return cell.model_copy(update={"seal": envelope})
 
 
-def record(run: RunResults, cell: CellResult, key: SigningKey | None, path: Path) -> CellResult:
-    """What every verifier of ours does with a cell it judged: seal it with the run's matrix digest, add it
-    to `run`, save the run. Only a verifier that judged the record seals it (the build, `verify`); a record
+def record(run: RunResults, cell: CellResult, key: SigningKey | None, path: Path, *,
+           definition: Mapping[str, Any] | None = None) -> CellResult:
+    """What every verifier of ours does with a cell it judged: seal it with the run's matrix digest and, for a cell
+    of matrix.yaml, its cell's `definition` (matrix/definition.py: what the record counts for), add it to `run`,
+    save the run. Only a verifier that judged the record seals it (the build, `verify`); a record
     made of what others report (`import-probe`), merged from several runs, or judged where the code under test
     could reach the keys (`key` None: verify/identity.py) is never sealed, so it is shown but vouches for
     nothing."""
-    bound = cell.model_copy(update={"matrix_digest": run.matrix_digest, "seal": None})
+    bound = cell.model_copy(update={
+        "matrix_digest": run.matrix_digest, "seal": None, "definition": dict(definition) if definition else None,
+        "definition_digest": results.definition_digest(definition) if definition else None})
     sealed = seal(bound, key) if key is not None else bound
     run.cells.append(sealed)
     results.save(run, path)

@@ -146,7 +146,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         cell = _verify_image(a, run_dir, run_id, archs, stages, profile, matrix, env)
     run = RunResults(run_id=run_id, started=started, finished=results.now(), matrix=str(ws.matrix),
                      matrix_digest=results.matrix_digest(matrix.spec))
-    cell = seal.record(run, cell, None if unsealed else signing, out)
+    named = matrix_cell(matrix, cell.cell_id)   # a record of a matrix cell counts while its definition holds
+    cell = seal.record(run, cell, None if unsealed else signing, out, definition=named.definition if named else None)
     if unsealed:
         log.warn(f"{cell.cell_id}: the record is not sealed, so it vouches for nothing: {unsealed}")
     if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
