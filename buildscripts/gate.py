@@ -171,14 +171,15 @@ def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[P
     signer = signer_of(record, trusted)
     if isinstance(signer, str):
         return refused(signer)
-    cell = matrix_cell(record, matrix)
-    if cell is None:
+    named = next((c for c in matrix.cells if c.id == record.cell_id), None)
+    if named is None:
         return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
-    if isinstance(cell, str):
-        return refused(cell)
-    why_stale = definitions.stale(record, cell, matrix.digest, file_digest)
+    why_stale = definitions.stale(record, named, matrix.digest, file_digest)   # says best what changed
     if why_stale:
         return refused(f"stale: {why_stale}")
+    cell = matrix_cell(record, matrix)
+    if not isinstance(cell, Cell):
+        return refused(cell or "no such cell")
     why_foreign = foreign(record, cell)
     if why_foreign:
         return refused(f"foreign: {why_foreign}")
@@ -237,18 +238,17 @@ def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey
                                      "before records were sealed)"))
     elif isinstance(why := signer_of(record, trusted), str):
         marks.append((Mark.UNTRUSTED, why))
+    named = next((c for c in matrix.cells if c.id == record.cell_id), None) if matrix is not None else None
     cell = matrix_cell(record, matrix) if matrix is not None else None
+    why_stale = definitions.stale(record, named, matrix.digest, file_digest) if named and matrix else None
     if matrix is None:
         marks.append((Mark.STALE, NO_MATRIX))
-    elif isinstance(cell, str):
-        marks.append((Mark.STALE, cell))
-    elif cell is not None:
-        why_stale = definitions.stale(record, cell, matrix.digest, file_digest)
-        if why_stale:
-            marks.append((Mark.STALE, why_stale))
-        why_foreign = foreign(record, cell)
-        if why_foreign:
-            marks.append((Mark.FOREIGN, why_foreign))
+    elif why_stale or isinstance(cell, str):
+        marks.append((Mark.STALE, why_stale or str(cell)))
+    elif cell is None and record.axes.get("cell") == record.cell_id:   # a cell's record, of no cell of today's
+        marks.append((Mark.STALE, f"{record.cell_id} is no cell of {matrix.path} today"))
+    if isinstance(cell, Cell) and (why_foreign := foreign(record, cell)):
+        marks.append((Mark.FOREIGN, why_foreign))
     judged = judged_with(record, cell if isinstance(cell, Cell) else None)
     unbacked = [s.name for s in record.stages if s.name in GPU_STAGES and (
         s.failure_class in UNBACKED_CLASSES or gpu_checked(s) is not s)]

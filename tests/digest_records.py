@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from buildscripts import matrix, results
-from buildscripts.results import CellResult, ImageInfo, RunResults, StageResult
+from buildscripts.results import CellResult, RunResults, StageResult
 from tests.results_factory import B200, RTX, cpu_passed, finish, gpu_passed, gpu_skipped, make_cell, of_cell, sealed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,9 @@ def cell_of(loaded: matrix.Matrix, cell_id: str = PIP_CELL) -> matrix.Cell:
 def built(cell: matrix.Cell, image_id: str, inputs: str = "0123456789ab") -> CellResult:
     """A record of `cell` built as `image_id` whose CPU stages passed (GPU stages skipped: no GPU)."""
     record = of_cell(make_cell("cpu-checked", image_id=image_id), cell)
-    return finish(record, image=ImageInfo(ref=f"sglang-images:{cell.id}-{inputs}", id=image_id),
+    image = record.image.model_copy(update={"ref": f"sglang-images:{cell.id}-{inputs}", "id": image_id,
+                                            "size_bytes": None})
+    return finish(record, image=image,
                   stages=cpu_passed() + gpu_skipped())
 
 

@@ -55,6 +55,16 @@ def engine_advice() -> str:
         return "free space: `docker image prune`, `docker buildx prune --force`"
 
 
+def reclaim_cache() -> None:
+    """Take back the BuildKit cache that no image holds, as a build does when it is short of room
+    (footprint.make_room): right after `nox -s build` that cache is most of what the tests may need, and a newcomer
+    runs the README's two commands back to back with nothing pruned between. The images stay, and so do the cache
+    hits of the cells already built."""
+    from buildscripts.build import footprint
+
+    footprint.prune_cache(0, None)
+
+
 def _holder(ledger: Path, token: str) -> Path:
     return ledger.with_name(f"{ledger.name}.{token}.lock")
 
@@ -114,12 +124,13 @@ def _short(held: dict[str, dict[str, Any]], need: int, devices: dict[int, Path],
 @contextlib.contextmanager
 def disk_room(need: int, what: str, where: Iterable[Path], advice: Callable[[], str] = engine_advice, *,
               ledger: Path = LEDGER, free: Callable[[Path], int] = free_bytes, poll: float = POLL_S,
-              deadline: float = DEADLINE_S) -> Iterator[None]:
+              deadline: float = DEADLINE_S, reclaim: Callable[[], None] = reclaim_cache) -> Iterator[None]:
     """Hold `need` bytes on the file system of each path in `where` for the body (in full on each, when they are
-    several); wait while the reservations of others leave too little; fail when there is too little and nobody
-    else holds any (with `advice()`, what to free), or after `deadline` seconds of waiting."""
+    several); wait while the reservations of others leave too little; when there is too little and nobody else
+    holds any, `reclaim()` once (the build cache no image holds) and look again; fail when that did not make
+    enough room (with `advice()`, what to free), or after `deadline` seconds of waiting."""
     devices = {os.stat(path).st_dev: path for path in where}
-    token, started = uuid.uuid4().hex, time.monotonic()
+    token, started, reclaimed = uuid.uuid4().hex, time.monotonic(), False
     holder = _holder(ledger, token).open("w")
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
@@ -132,6 +143,10 @@ def disk_room(need: int, what: str, where: Iterable[Path], advice: Callable[[], 
                                                      "bytes": need, "what": what}
                     break
                 waiting_for = [r["what"] for r in held.values()]
+            if not waiting_for and not reclaimed:
+                reclaim()
+                reclaimed = True
+                continue
             if not waiting_for:
                 path, available = short[0]
                 pytest.fail(f"{what} needs about {need / 1e9:.0f} GB free under {path}, there are "

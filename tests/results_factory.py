@@ -12,6 +12,8 @@ from functools import cache
 from pathlib import Path
 
 from buildscripts import matrix
+from buildscripts.matrix.platforms import DEFAULT as DEFAULT_PLATFORM
+from buildscripts.matrix.schema import LABEL_PREFIX
 from buildscripts.publish import trusted
 from buildscripts.report.weigh import Weighed
 from buildscripts.results import (
@@ -47,6 +49,13 @@ def axes(sglang: str, torch: str, cuda: str, toolkit: str) -> dict[str, str]:
             "archs": "sm_90a sm_100a sm_120a"}
 
 
+def build_labels(ax: dict[str, str], platform: str = DEFAULT_PLATFORM, inputs: str = "0123456789ab") -> dict[str, str]:
+    """The labels the build puts on a cell's image (build/buildx.py cell_metadata): its cell, axes, inputs and,
+    off linux/amd64, its platform. The gate shows a record under a cell only when its image carries them."""
+    labels = {f"{LABEL_PREFIX}.{k}": v for k, v in ax.items()} | {f"{LABEL_PREFIX}.inputs": inputs}
+    return labels | ({f"{LABEL_PREFIX}.platform": platform} if platform != DEFAULT_PLATFORM else {})
+
+
 def cpu_passed() -> list[StageResult]:
     return [StageResult(name=n, status=Status.PASSED, duration_s=1.5) for n in CPU_STAGES]
 
@@ -65,12 +74,17 @@ def finish(cell: CellResult, **changes: object) -> CellResult:
     return judged(cell.model_copy(update=changes))
 
 
-def sealed(cell: CellResult, key: SigningKey | None = None, *, matrix_digest: str | None = None) -> CellResult:
+def sealed(cell: CellResult, key: SigningKey | None = None, *, matrix_digest: str | None = None,
+           against: matrix.Matrix | None = None) -> CellResult:
     """`cell` sealed as a verifier seals it, for the matrix of digest `matrix_digest` (what its results file
-    will say): by `key`, else this test session's throw-away verifier key (tests/session.py points
-    SGLANG_IMAGES_KEY_DIR at a temporary folder)."""
-    bound = cell.model_copy(update={"matrix_digest": matrix_digest}) if matrix_digest else cell
-    return seal.seal(bound, key or keys.signing_key(os.environ))
+    will say) and, when it is a cell of the matrix `against` (default: kinds_matrix), with that cell's definition:
+    by `key`, else this test session's throw-away verifier key (tests/session.py points SGLANG_IMAGES_KEY_DIR at
+    a temporary folder)."""
+    of = next((c for c in (against or kinds_matrix()).cells if c.id == cell.cell_id), None)
+    update: dict[str, object] = {"matrix_digest": matrix_digest} if matrix_digest else {}
+    if of is not None:
+        update |= {"definition": of.definition, "definition_digest": of.definition_digest}
+    return seal.seal(cell.model_copy(update=update), key or keys.signing_key(os.environ))
 
 
 PROJECT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
@@ -88,7 +102,8 @@ def kinds_matrix() -> matrix.Matrix:
 def gated(cell: CellResult, against: matrix.Matrix | None = None) -> trusted.Trusted | trusted.Refused:
     """`cell` sealed with this session's key and put through the gate against the matrix `against` (default:
     kinds_matrix), for tests of what the tag policy makes of a record."""
-    return trusted.check(sealed(cell), 0, against or kinds_matrix(), [keys.signing_key(os.environ).public])
+    return trusted.check(sealed(cell, against=against), 0, against or kinds_matrix(),
+                         [keys.signing_key(os.environ).public])
 
 
 def passed_gate(cell: CellResult, against: matrix.Matrix | None = None) -> trusted.Trusted:
@@ -101,8 +116,9 @@ def passed_gate(cell: CellResult, against: matrix.Matrix | None = None) -> trust
 def of_cell(record: CellResult, cell: matrix.Cell) -> CellResult:
     """`record` made a record of the matrix cell `cell` (its id, axes, targets and expectation), judged again:
     what a verifier of that cell would have written."""
+    image = record.image.model_copy(update={"labels": build_labels(cell.axes(), cell.platform)})
     return finish(record, cell_id=cell.id, axes=cell.axes(), targets=list(cell.archs),
-                  expected=cell.expected_failure())
+                  expected=cell.expected_failure(), image=image)
 
 
 def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") -> CellResult:
@@ -140,7 +156,7 @@ def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") ->
         ax["cell"], axes=ax, targets=ax["archs"].split(), expected=expected,
         build=BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log"),
         image=ImageInfo(ref=f"sglang-images:{ax['cell']}-0123456789ab", id=image_id or "sha256:" + "ab" * 32,
-                        size_bytes=9_876_543_210),
+                        size_bytes=9_876_543_210, labels=build_labels(ax)),
         versions={"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"},
         locks={"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32}, stages=stages)
 

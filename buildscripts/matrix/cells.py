@@ -16,6 +16,7 @@ from typing import Any
 from ..arguments import selected
 from ..errors import ConfigError, SelectionError
 from ..results import ExpectedFailure, matrix_digest
+from ..results.judge import RULES
 from . import definition as definitions
 from .schema import Base, Expectation, MatrixFile, Profile, SGLang, Toolkit, TorchLane
 
@@ -122,7 +123,7 @@ def expand(spec: MatrixFile) -> Iterable[Cell]:
         reason = _excluded_because(cell, spec)
         expected = next((e for e in spec.expect if fnmatch.fnmatchcase(cell.id, e.match)), None)
         judged = Cell(**{**cell.__dict__, "excluded": reason, "expected": expected})
-        yield Cell(**{**judged.__dict__, "definition": definitions.definition(judged, spec)})
+        yield Cell(**{**judged.__dict__, "definition": definition(judged, spec)})
 
 
 def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:
@@ -135,6 +136,32 @@ def _excluded_because(cell: Cell, spec: MatrixFile) -> str | None:
     if cell.toolkit.pip and cell.lane.cuda not in cell.toolkit.pip:
         return f"toolkit {cell.toolkit_name!r} has no recipe for {cell.lane.cuda}"
     return None
+
+
+def definition(cell: Cell, spec: MatrixFile) -> dict[str, Any]:
+    """The cell's definition as canonical JSON-ready data (defaults left out where a model has them)."""
+    def dumped(model: Any) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+    own = {flavour: pins for flavour, pins in cell.toolkit.pip.items() if flavour == cell.lane.cuda}
+    profiles = dict.fromkeys(("default", *cell.toolkit.warm_profiles))
+    flavour = spec.cuda.get(cell.lane.cuda)
+    return {
+        "base": {"name": cell.base_name, **dumped(cell.base)},
+        "platform": cell.platform,
+        "lane": {**dumped(cell.lane), "cuda_version": flavour.version if flavour else None},
+        "sglang": dumped(cell.sglang),
+        "toolkit": {"name": cell.toolkit_name,   # its description is prose: editing it changes no image
+                    **dumped(cell.toolkit.model_copy(update={"pip": own, "description": ""}))},
+        "targets": list(cell.archs),
+        "also_audit": list(cell.also_audit),
+        "profiles": {name: dumped(spec.profiles[name]) for name in profiles if name in spec.profiles},
+        "expected": definitions.expectation(cell.expected_failure()),
+        "excluded": cell.excluded,
+        "opt_in": cell.opt_in,
+        "tags": dumped(spec.tags),
+        "rules": RULES,
+    }
 
 
 # ---------------------------------------------------------------- selection

@@ -13,45 +13,24 @@ what changed ("targets gained sm_103a").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..results import CellResult, ExpectedFailure
 from ..results import definition_digest as digest
-from ..results.judge import RULES
 from ..results.provenance import short
 
-if TYPE_CHECKING:
-    from .cells import Cell
-    from .schema import MatrixFile
+
+class Defined(Protocol):
+    """What `stale` needs of a matrix cell (cells.Cell): its definition, and the definition's digest."""
+
+    @property
+    def definition(self) -> Mapping[str, Any]: ...
+
+    @property
+    def definition_digest(self) -> str: ...
 
 Definition = dict[str, Any]
-__all__ = ["PARTS", "Definition", "changes", "definition", "digest", "expectation", "stale"]
-
-
-def definition(cell: Cell, spec: MatrixFile) -> Definition:
-    """The cell's definition as canonical JSON-ready data (defaults left out where a model has them)."""
-    def dumped(model: Any) -> Any:
-        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-
-    own = {flavour: pins for flavour, pins in cell.toolkit.pip.items() if flavour == cell.lane.cuda}
-    profiles = dict.fromkeys(("default", *cell.toolkit.warm_profiles))
-    flavour = spec.cuda.get(cell.lane.cuda)
-    return {
-        "base": {"name": cell.base_name, **dumped(cell.base)},
-        "platform": cell.platform,
-        "lane": {**dumped(cell.lane), "cuda_version": flavour.version if flavour else None},
-        "sglang": dumped(cell.sglang),
-        "toolkit": {"name": cell.toolkit_name,   # its description is prose: editing it changes no image
-                    **dumped(cell.toolkit.model_copy(update={"pip": own, "description": ""}))},
-        "targets": list(cell.archs),
-        "also_audit": list(cell.also_audit),
-        "profiles": {name: dumped(spec.profiles[name]) for name in profiles if name in spec.profiles},
-        "expected": expectation(cell.expected_failure()),
-        "excluded": cell.excluded,
-        "opt_in": cell.opt_in,
-        "tags": dumped(spec.tags),
-        "rules": RULES,
-    }
+__all__ = ["PARTS", "Defined", "Definition", "changes", "digest", "expectation", "stale"]
 
 
 def expectation(expected: ExpectedFailure | None) -> dict[str, Any] | None:
@@ -74,7 +53,7 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What differs from `old` to `new`, one phrase per part: 'targets gained sm_103a', 'toolkit recipe changed
     (apt)', 'judging rules 1 -> 2'. Empty when nothing does."""
     said = []
-    for key in [*PARTS, *sorted(set(old) | set(new) - set(PARTS))]:
+    for key in [*PARTS, *sorted((set(old) | set(new)) - set(PARTS))]:
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
@@ -94,7 +73,7 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return said
 
 
-def stale(record: CellResult, cell: Cell, matrix_digest: str, file_digest: str | None = None) -> str | None:
+def stale(record: CellResult, cell: Defined, matrix_digest: str, file_digest: str | None = None) -> str | None:
     """Why `record` no longer counts for `cell` (its cell's definition changed since it was judged), None while it
     does. A record made before definitions were recorded counts while the whole matrix.yaml it was judged with
     (`matrix_digest` is today's; `file_digest` is its file's, for a record that sealed none) is today's; else what

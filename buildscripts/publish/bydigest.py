@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .. import distribution, log
 from ..errors import RegistryError, ResultsError
-from ..matrix import Matrix
+from ..matrix import Matrix, tagtemplates
 from ..matrix.schema import Tags
 from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
 from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
@@ -134,10 +134,11 @@ def _weigh_one(cell_id: str, evidence: Sequence[Evidence], matrix: Matrix, cfg: 
         f"a record of this digest failed ({', '.join(sorted(set(failed)))})" if failed else ""])) or None)
     axes = first.cell.axes()
     return Promotion(cell_id, str(first.record.image.repository), str(first.record.image.digest), list(evidence),
-                     arch_tags=_names(tags.named(cfg, axes, verified, every_arch=False)),
-                     free_tags=[] if withheld else _names(tags.named(cfg, axes, [], every_arch=True)),
+                     arch_tags=_names(tagtemplates.named(cfg, axes, verified, every_arch=False)),
+                     free_tags=[] if withheld else _names(tagtemplates.named(cfg, axes, [], every_arch=True)),
                      withheld=withheld,
-                     tag_archs={t: a for a in verified for t in _names(tags.named(cfg, axes, [a], every_arch=False))},
+                     tag_archs={t: a for a in verified
+                                for t in _names(tagtemplates.named(cfg, axes, [a], every_arch=False))},
                      platform=first.cell.platform,
                      manifest=str(first.record.image.platform_digest or first.record.image.digest))
 

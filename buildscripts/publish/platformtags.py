@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import distribution, log, platforms, strictjson
 from ..errors import RegistryError, ResultsError
-from ..matrix import Cell, Matrix
+from ..matrix import Cell, Matrix, tagtemplates
 from ..results import tag_form
 from ..trust import cosign, verdicts
 from ..trust.keys import PublicKey
@@ -240,7 +240,7 @@ def _sibling(matrix: Matrix, platform: str, tag: str) -> Cell | None:
     """The cell of `platform` whose good tags include `tag` (None: no such cell)."""
     cfg = matrix.spec.tags
     found = [c for c in matrix.cells if platforms.normalised(c.platform) == platform
-             and f"{cfg.repository}:{tag}" in tag_policy.named(cfg, c.axes(), [tag_form(a) for a in c.archs],
+             and f"{cfg.repository}:{tag}" in tagtemplates.named(cfg, c.axes(), [tag_form(a) for a in c.archs],
                                                               every_arch=True)]
     if len(found) > 1:
         msg = f"cells {', '.join(c.id for c in found)} of {platform} render the same good tag {tag}"

@@ -13,12 +13,9 @@ A cell that did not earn its tags never touches them: the previous good image st
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..matrix.tagtemplates import template_problems
+from ..matrix.tagtemplates import check_templates, named, render
 from ..results import tag_form
 
 if TYPE_CHECKING:
@@ -27,34 +24,6 @@ if TYPE_CHECKING:
     from ..matrix import Cell, Matrix
     from ..matrix.schema import Tags
     from .trusted import Trusted
-
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-# ---------------------------------------------------------------- templates
-
-
-def check_templates(cfg: Tags) -> None:
-    """Raise ConfigError when a template names an unknown field (run at matrix load and before tagging)."""
-    problems = template_problems(cfg.candidate, cfg.good, cfg.repository)
-    if problems:
-        raise ConfigError("; ".join(problems), hint="fix the `tags:` section of matrix.yaml")
-
-
-def render(template: str, fields: Mapping[str, str]) -> str:
-    """One tag from a template; characters a docker tag cannot hold become '-'."""
-    try:
-        raw = template.format_map(dict(fields))
-    except (KeyError, ValueError, IndexError) as exc:
-        known = ", ".join(fields)
-        msg = f"tag template {template!r} cannot be rendered ({exc}); known fields: {known}"
-        raise ConfigError(msg, hint="fix the `tags:` section of matrix.yaml") from None
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).lstrip(".-")[:128]
-    if not TAG_RE.match(tag):
-        msg = f"tag template {template!r} renders to {raw!r}, which is not a valid docker tag"
-        raise ConfigError(msg, hint="use fields that give letters, digits, '.', '_' or '-'")
-    return tag
-
 
 def candidate_tag(cell: Cell, inputs: str, cfg: Tags) -> str:
     """Full reference `repository:tag` of a built cell's candidate image."""
@@ -84,19 +53,6 @@ def required_archs(cell: Cell, matrix: Matrix) -> list[str]:
     name none (any one GPU runner verifies the cell, and one verified arch is enough)."""
     runner_archs = matrix.spec.runners.of(cell.platform).archs
     return [tag_form(a) for a in cell.archs if a in runner_archs]
-
-
-def named(cfg: Tags, axes: Mapping[str, str], archs: Sequence[str], *, every_arch: bool) -> list[str]:
-    """`repository:tag` of each good tag template, in their order, each once: one per arch of `archs` (as tags
-    spell them, `sm90`) for a template with `{arch}`; for one without, its tag when `every_arch`."""
-    check_templates(cfg)
-    refs: list[str] = []
-    for template in cfg.good:
-        for arch in archs if "{arch}" in template else ([""] if every_arch else []):
-            ref = f"{cfg.repository}:{render(template, {**axes, 'arch': arch})}"
-            if ref not in refs:
-                refs.append(ref)
-    return refs
 
 
 # ---------------------------------------------------------------- applying

@@ -141,6 +141,33 @@ def _parser(ws: Workspace) -> argparse.ArgumentParser:
     return parser
 
 
+def _write_readme(readme: Path, weighed: Weighed) -> dict[str, Path]:
+    """The README's block and docs/compatibility.md beside it, each written when it changed."""
+    written: dict[str, Path] = {}
+    try:
+        written_to = markdown.update_readme(readme, weighed)
+    except UnicodeDecodeError:
+        msg = f"{readme} is not UTF-8 text"
+        hint = "pass --readme PATH of the project's README.md, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
+    except OSError as exc:
+        msg = f"cannot write the table into {readme}: {exc.strerror} ({exc.filename})"
+        hint = "pass --readme PATH of a file you can write, or leave out --update-readme"
+        raise ConfigError(msg, hint=hint) from None
+    try:
+        details = markdown.update_details(readme, weighed)
+    except OSError as exc:
+        msg = f"cannot write {markdown.DETAILS} beside {readme}: {exc.strerror} ({exc.filename})"
+        raise ConfigError(msg, hint="make the docs/ folder beside the README writable") from None
+    if details is not None:
+        written["details"] = details
+    if written_to is not None:
+        written["readme"] = written_to
+        if written_to != readme:
+            log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
+    return written
+
+
 def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
     ws = ws or Workspace.at()
     parser = _parser(ws)
@@ -171,20 +198,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     except OSError as exc:  # e.g. a parent of --out is a file, or not writable
         msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
         raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
-    try:
-        written_to = markdown.update_readme(readme, weighed) if readme is not None else None
-    except UnicodeDecodeError:
-        msg = f"{readme} is not UTF-8 text"
-        hint = "pass --readme PATH of the project's README.md, or leave out --update-readme"
-        raise ConfigError(msg, hint=hint) from None
-    except OSError as exc:
-        msg = f"cannot write the table into {readme}: {exc.strerror} ({exc.filename})"
-        hint = "pass --readme PATH of a file you can write, or leave out --update-readme"
-        raise ConfigError(msg, hint=hint) from None
-    if written_to is not None:
-        written["readme"] = written_to
-        if written_to != readme:
-            log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
+    if readme is not None:
+        written |= _write_readme(readme, weighed)
     console.summary(weighed, build=False, verbose=args.verbose)
     for kind, path in written.items():
         log.info(f"{kind}: {path}")

@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
-from ..results import CPU_STAGES, GPU_STAGES, CellResult, Status, family, verified_archs
+from ..matrix.tagtemplates import named
+from ..results import CPU_STAGES, GPU_STAGES, CellResult, Status, family, tag_form, verified_archs
 from ..results.archs import families
-from . import grid
+from . import common, grid
 from .weigh import Weighed
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
@@ -38,6 +39,24 @@ class Verified:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """The row's answer: the image to pull for that GPU and platform, and how far it was verified there."""
+
+    cell_id: str | None     # None: no image of this platform targets the arch, or none has a record that counts
+    tag: str                # repository:tag as the templates name it (registry first when one is configured)
+    state: str              # a key of common.ANSWER_MARKS
+    check: str | None       # the command that checks its signed verdict (verified by digest only)
+
+    @property
+    def label(self) -> str:
+        return f"{common.ANSWER_MARKS[self.state]} {common.ANSWER_WORDS[self.state]}"
+
+
+NO_ANSWER = Answer(None, "—", "nothing", None)
+RANK = {"verified": 0, "cpu-only": 1, "failed": 2}
+
+
+@dataclass(frozen=True)
 class GpuRow:
     platform: str                              # linux/arm64: the images of this row are of that platform
     arch: str                                  # family: sm_100
@@ -46,6 +65,7 @@ class GpuRow:
     compiled: list[str] = field(default_factory=list)     # cell ids: compiled and audited for it, not run there
     ran: list[str] = field(default_factory=list)          # cell ids whose GPU stages ran there, not verified
     claimed: list[str] = field(default_factory=list)      # records nobody vouches for that say they passed there
+    answer: Answer = NO_ANSWER
 
     @property
     def nothing_ran(self) -> bool:
@@ -118,7 +138,7 @@ def _rows(platform: str, known: dict[str, tuple[str, ...]], weighed: Weighed,
     archs = sorted(set(known) | {family(t) for c in cells for t in c.targets}, key=lambda a: (len(a), a))
     found = []
     for arch in archs:
-        row = GpuRow(platform, arch, known.get(arch, ()))
+        row = GpuRow(platform, arch, known.get(arch, ()), answer=answer(arch, cells, weighed))
         for cell in cells:
             passed_here = arch in verified_archs(cell)
             if passed_here and weighed.vouched(cell):
@@ -131,3 +151,36 @@ def _rows(platform: str, known: dict[str, tuple[str, ...]], weighed: Weighed,
                 row.compiled.append(cell.cell_id)
         found.append(row)
     return found
+
+
+def answer(arch: str, cells: list[CellResult], weighed: Weighed) -> Answer:
+    """The image to pull for `arch`: of the cells that target it and are meant to run (no declared failure), the
+    one whose record counts for the most (verified there, then CPU stages only, then failed), newest SGLang first."""
+    ranked = []
+    for cell in cells:
+        if cell.expected is not None or arch not in families(cell.targets):
+            continue
+        found = common.state(cell, weighed)
+        if found == "verified" and arch not in verified_archs(cell):
+            found = "cpu-only" if _compiled_for(cell, arch) else "nothing"
+        elif found == "cpu-only" and not _compiled_for(cell, arch):
+            found = "nothing"
+        if found in RANK:
+            ranked.append((RANK[found], cell, found))
+    if not ranked:
+        return NO_ANSWER
+    best = min(rank for rank, _, _ in ranked)
+    _, cell, found = max((r for r in ranked if r[0] == best),
+                         key=lambda r: grid.version_key(r[1].axes.get("sglang", "")))
+    verified = _verified(cell, arch) if found == "verified" else None
+    return Answer(cell.cell_id, _tag(cell, arch if found == "verified" else None, weighed), found,
+                  verified.check if verified else None)
+
+
+def _tag(cell: CellResult, arch: str | None, weighed: Weighed) -> str:
+    """The good tag the templates name for `cell` (for `arch` when verified there), the registry first."""
+    if weighed.tags is None:
+        return cell.image.ref or cell.cell_id
+    tags = named(weighed.tags, cell.axes, [tag_form(arch)] if arch else [], every_arch=arch is None)
+    tag = tags[0] if tags else f"{weighed.tags.repository}:{cell.cell_id}"
+    return f"{weighed.registry.rstrip('/')}/{tag}" if weighed.registry else tag

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..probe.core import ORDER
-from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, judge
+from ..results import GPU_STAGES, CellResult, RunResults, StageResult, Status, Verdict, judge, verified_archs
 from ..results.judge import failure_detail
 from ..results.notes import warnings
 from .weigh import ICONS, WORDS, Marks, Weighed
@@ -197,3 +197,28 @@ def gpu_stage_places(cell: CellResult) -> list[tuple[str, str]]:
 
 def sort_cells(cells: Iterable[CellResult]) -> list[CellResult]:
     return sorted(cells, key=lambda c: c.cell_id)
+
+
+# The answer's few marks (README, the answer by GPU, the grids): what the gate vouches for, in one word each.
+ANSWER_MARKS = {"verified": "✅", "cpu-only": "☑️", "failed": "❌", "as-declared": "⚠️", "nothing": "—"}
+ANSWER_WORDS = {"verified": "verified", "cpu-only": "CPU stages only", "failed": "failed",
+                "as-declared": "fails as declared", "nothing": "nothing yet"}
+ANSWER_LEGEND = ("✅ = verified on a GPU of that arch (by digest, a signed verdict) · ☑️ = CPU stages only: built, "
+                 "imports, JIT compiles and the arch audit passed, no GPU ran it · ❌ = failed · ⚠️ = fails as "
+                 "matrix.yaml declares (it documents an incident) · — = nothing yet that counts")
+_STATE = {Verdict.VERIFIED: "verified", Verdict.CPU_CHECKED: "cpu-only", Verdict.FAILED: "failed",
+          Verdict.UNEXPECTED_PASS: "failed", Verdict.EXPECTED_FAILURE: "as-declared"}
+
+
+def state(cell: CellResult, weighed: Weighed) -> str:
+    """The answer's state of a cell: only a record the gate lets through counts (else `nothing`)."""
+    if not weighed.vouched(cell):
+        return "nothing"
+    return _STATE.get(verdict_of(cell)[0], "nothing")
+
+
+def state_label(cell: CellResult, weighed: Weighed) -> str:
+    """'✅ verified sm_90', '☑️ CPU stages only', '— nothing yet'."""
+    found = state(cell, weighed)
+    archs = " ".join(a for a in verified_archs(cell)) if found == "verified" else ""
+    return " ".join(p for p in (ANSWER_MARKS[found], ANSWER_WORDS[found], archs) if p)

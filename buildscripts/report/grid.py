@@ -5,6 +5,8 @@ A slot holds a cell of the matrix on the main base (the base most matrix cells h
 its SGLang pins another torch than its lane's cannot exist: it takes no slot, and the pins are said once
 (`pins`). Everything else — host-mode runs, runs in place in LXC (`CELL@lxc-NAME`), cells of another base —
 is listed under "other runs" with the same verdict and archs, so no result is dropped from the view.
+`platform_grids` makes one grid per platform of today's matrix cells, reachable cells only, the combinations
+not built counted once per reason; `others` is every record no grid holds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from ..results import GPU_STAGES, CellResult, RunResults, arch_outcomes, family, verified_archs
 from ..results.judge import ARCH_FAILED, ARCH_VERIFIED
 from . import common
+from .weigh import Weighed
 
 AXES = ("sglang", "lane", "toolkit")
 ARCH_MARKS = {ARCH_VERIFIED: "✓", ARCH_FAILED: "✕"}  # others (incomplete, not a target): "·"
@@ -46,10 +49,10 @@ class Grid:
     def pins(self) -> dict[str, str]:
         """SGLang version -> the torch it pins, from the cells excluded by a pin."""
         found = (PIN.match(c.excluded or "") for c in self.pinned)
-        return dict(sorted({m["sglang"]: m["torch"] for m in found if m}.items(), key=lambda i: _version_key(i[0])))
+        return dict(sorted({m["sglang"]: m["torch"] for m in found if m}.items(), key=lambda i: version_key(i[0])))
 
 
-def _version_key(text: str) -> tuple[int, Version | str]:
+def version_key(text: str) -> tuple[int, Version | str]:
     try:
         return (0, Version(text))
     except InvalidVersion:
@@ -59,7 +62,7 @@ def _version_key(text: str) -> tuple[int, Version | str]:
 def _lane_key(lane: str, cells: Iterable[CellResult]) -> tuple[tuple[int, Version | str], str]:
     """A lane orders by its torch version (2.9.1 before 2.11.0), then by name."""
     torch = next((c.axes.get("torch", "") for c in cells if c.axes.get("lane") == lane), "")
-    return (_version_key(torch), lane)
+    return (version_key(torch), lane)
 
 
 def _in_matrix(cell: CellResult) -> bool:
@@ -88,11 +91,11 @@ def layout(run: RunResults) -> Grid:
     placed = list(slots.values())
     return Grid(
         base=base,
-        versions=sorted({s[0] for s in slots}, key=_version_key),
+        versions=sorted({s[0] for s in slots}, key=version_key),
         lanes=sorted({s[1] for s in slots}, key=lambda lane: _lane_key(lane, placed)),
         toolkits=sorted({s[2] for s in slots}, key=lambda t: (t != "none", t)),  # "none" (pip only) first
         slots=slots, others=others, pinned=pinned,
-        rows=sorted({s[:2] for s in slots}, key=lambda r: (_version_key(r[0]), _lane_key(r[1], placed))),
+        rows=sorted({s[:2] for s in slots}, key=lambda r: (version_key(r[0]), _lane_key(r[1], placed))),
     )
 
 
@@ -140,3 +143,52 @@ def place(cell: CellResult) -> str:
         return "host mode"
     base = cell.axes.get("base")
     return f"in a container, base {base}" if base else "in a container"
+
+
+@dataclass(frozen=True)
+class PlatformGrid:
+    """One platform's grid: its reachable cells only (rows and toolkits with no buildable cell left out), and the
+    combinations not built, counted once per reason (every exact pin counted as one reason)."""
+
+    platform: str
+    grid: Grid
+    excluded: list[tuple[str, int]]
+
+
+PINNED = "pair a SGLang release with a torch it does not pin"
+
+
+def platform_grids(weighed: Weighed) -> list[PlatformGrid]:
+    """A grid per platform (the catalogue's order, then any other), of today's matrix cells of that platform."""
+    by_platform: dict[str, list[CellResult]] = {}
+    for cell in weighed.run.cells:
+        if _is_cell(cell, weighed):
+            by_platform.setdefault(weighed.platform_of(cell), []).append(cell)
+    order = {p: i for i, p in enumerate(("linux/amd64", "linux/arm64"))}
+    found = []
+    for platform in sorted(by_platform, key=lambda p: (order.get(p, len(order)), p)):
+        view = layout(weighed.run.model_copy(update={"cells": by_platform[platform]}))
+        reasons = Counter([PINNED] * len(view.pinned) + [c.excluded for c in view.slots.values() if c.excluded])
+        reachable = {slot: c for slot, c in view.slots.items() if not c.excluded}
+        if not reachable:
+            continue
+        rows = [r for r in view.rows if any(s[:2] == r for s in reachable)]
+        kept = Grid(base=view.base, versions=[v for v in view.versions if any(r[0] == v for r in rows)],
+                    lanes=[lane for lane in view.lanes if any(r[1] == lane for r in rows)],
+                    toolkits=[t for t in view.toolkits if any(s[2] == t for s in reachable)],
+                    slots=reachable, pinned=view.pinned, rows=rows)
+        found.append(PlatformGrid(platform, kept, [(str(why), n) for why, n in reasons.most_common()]))
+    return found
+
+
+def others(weighed: Weighed) -> list[CellResult]:
+    """What no grid holds: host-mode runs, runs in place in LXC, another image verified under a cell's name, cells
+    of another base or of no cell of today's matrix."""
+    in_grids = {c.cell_id for g in platform_grids(weighed) for c in [*g.grid.slots.values(), *g.grid.pinned]}
+    return [c for c in common.sort_cells(weighed.run.cells) if c.cell_id not in in_grids and not c.excluded]
+
+
+def _is_cell(cell: CellResult, weighed: Weighed) -> bool:
+    """A record of a cell of today's matrix (of any cell that looks like one when no matrix was read)."""
+    known = weighed.matrix_cells
+    return _in_matrix(cell) if known is None else cell.cell_id in known and _in_matrix(cell)

@@ -56,7 +56,7 @@ SCRIPT = """
     row.setAttribute('aria-expanded',detail.hidden?'false':'true');
   }
   selects.forEach(function(s){s.addEventListener('change',apply);});
-  document.querySelectorAll('#compat td.slot[data-index]').forEach(function(slot){
+  document.querySelectorAll('.compat td.slot[data-index]').forEach(function(slot){
     slot.addEventListener('click',function(){
       var row=document.querySelector('tr.cell-row[data-index="'+slot.dataset.index+'"]');
       if(row.hidden){selects.forEach(function(s){s.value='';});apply();}

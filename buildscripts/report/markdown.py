@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import disk
 from ..errors import ConfigError
-from ..results import CellResult, Verdict
+from ..results import CellResult
 from . import bygpu, common, grid, weigh
 from .weigh import Weighed
 
@@ -39,44 +39,56 @@ def _code(text: str) -> str:
     return f"`{text}`" if _PLAIN_CODE.fullmatch(text) else f"<code>{_cell_text(text)}</code>"
 
 
-SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
-NO_RESULT = "—"
 
 
-def matrix_view(weighed: Weighed) -> list[str]:
-    """The reachable grid: SGLang version and its torch lane down, toolkit across; excluded slots get a mark
-    whose reason is listed under the table (Markdown has no hover); the exact pins said once."""
-    view = grid.layout(weighed.run)
-    if not view.slots:
-        return []
-    head = ["SGLang", "torch lane", *map(_cell_text, view.toolkits)]
-    lines = [f"Compatibility matrix (base {_cell_text(view.base)}): each SGLang release with the torch lane it can "
-             "run on, CUDA toolkit layers across; each cell shows its verdict, then the GPU archs its GPU stages "
-             "ran on (✓ all passed there, ✕ one failed there).", "",
-             "| " + " | ".join(head) + " |", "|:--|:--|" + "|".join([":-:"] * (len(head) - 2)) + "|"]
-    excluded: dict[str, int] = {}
-    empty = False
-    for version, lane in view.rows:
-        row = [f"**{_cell_text(version)}**", _cell_text(lane)]
-        for toolkit in view.toolkits:
-            cell = view.at(version, lane, toolkit)
-            row.append(_slot(cell, excluded, weighed) if cell else NO_RESULT)
-            empty = empty or cell is None
-        lines.append("| " + " | ".join(row) + " |")
-    pins = grid.pins_line(view)
-    lines += ["", *([f"{NO_RESULT} no results for that combination.", ""] if empty else []),
-              *([_cell_text(pins), ""] if pins else [])]
-    lines += [f"- {str(n).translate(SUPERSCRIPT)} excluded: {_cell_text(why)}" for why, n in excluded.items()]
+def answer_view(weighed: Weighed) -> list[str]:
+    """The answer a user came for: per platform and GPU arch, the tag to pull, how far it was verified there (one
+    word, one mark), and the command that checks its signed verdict."""
+    lines = ["| platform | GPU arch | for example | tag to pull | state there | check its signed verdict |",
+             "|:--|:--|:--|:--|:--|:--|"]
+    for row in bygpu.rows(weighed):
+        answer = row.answer
+        products = _cell_text(", ".join(p.removeprefix("NVIDIA ") for p in row.products)) or "—"
+        check = _code(answer.check) if answer.check else "—"
+        tag = _code(answer.tag) if answer.cell_id else "—"
+        lines.append(f"| {_cell_text(row.platform)} | {row.arch} | {products} | {tag} | {answer.label} | {check} |")
     return lines
 
 
-def _slot(cell: CellResult, excluded: dict[str, int], weighed: Weighed) -> str:
-    shown = common.shown(cell, weighed)
-    if shown.verdict is Verdict.INCOMPATIBLE:
-        number = excluded.setdefault(shown.reason, len(excluded) + 1)
-        return f"{shown.label}{str(number).translate(SUPERSCRIPT)}"
-    archs = grid.arch_line(cell, vouched=weighed.vouched(cell))
-    return f"{shown.label}<br>{_cell_text(archs)}" if archs else shown.label
+def platform_grids(weighed: Weighed) -> list[str]:
+    """One grid per platform, its reachable cells only, each slot in one mark and word; the combinations not built
+    counted once per reason."""
+    lines: list[str] = []
+    for found in grid.platform_grids(weighed):
+        view = found.grid
+        head = ["SGLang", "torch lane", *map(_cell_text, view.toolkits)]
+        lines += [*([""] if lines else []), f"**{_cell_text(found.platform)}** (base {_cell_text(view.base)}):", "",
+                  "| " + " | ".join(head) + " |", "|:--|:--|" + "|".join([":-:"] * (len(head) - 2)) + "|"]
+        for version, lane in view.rows:
+            slots = [view.at(version, lane, t) for t in view.toolkits]
+            row = [_cell_text(version), _cell_text(lane),
+                   *(common.state_label(c, weighed) if c else "" for c in slots)]
+            lines.append("| " + " | ".join(row) + " |")
+        if found.excluded:
+            said = "; ".join(f"{n} {_cell_text(_short_reason(why))}" for why, n in found.excluded)
+            lines += ["", f"Not built for {_cell_text(found.platform)}: {said}."]
+    return lines
+
+
+def _short_reason(reason: str) -> str:
+    """An exclusion's reason up to its first colon or period: what it is, not its whole story."""
+    return reason.split(":", maxsplit=1)[0].split(". ", maxsplit=1)[0].strip().rstrip(".")
+
+
+def readme_block(weighed: Weighed) -> str:
+    """What the README shows: the answer by GPU, the grids, a short legend and the way to the details."""
+    return "\n".join([
+        "Which image for your GPU, and was it verified there, from the committed evidence "
+        "(every stage, reason and run: [docs/compatibility.md](docs/compatibility.md)):", "",
+        *answer_view(weighed), "", *platform_grids(weighed), "", common.ANSWER_LEGEND + ".",
+        "Only a record sealed by a committed key, of the cell's own image and its current definition in matrix.yaml, "
+        "counts ([trust.md](docs/trust.md)).",
+    ])
 
 
 def gpu_view(weighed: Weighed) -> list[str]:
@@ -99,11 +111,12 @@ def gpu_view(weighed: Weighed) -> list[str]:
 
 
 def other_runs(weighed: Weighed) -> list[str]:
-    """Host-mode, LXC and other-base runs: one line each, with the same verdict and archs."""
-    others = grid.layout(weighed.run).others
+    """What no grid holds (host mode, in place in LXC, another image under a cell's name, other bases): one line
+    each, with the same verdict and archs."""
+    others = grid.others(weighed)
     if not others:
         return []
-    lines = ["Other runs (host mode, in place in LXC, other bases):", ""]
+    lines = ["Other runs (not images of today's matrix: host mode, in place in LXC, other images, other bases):", ""]
     for cell in others:
         shown = common.shown(cell, weighed)
         archs = grid.arch_line(cell, vouched=weighed.vouched(cell))
@@ -130,27 +143,45 @@ def stage_table(weighed: Weighed) -> list[str]:
 
 def _reachable(weighed: Weighed) -> list[CellResult]:
     """Every cell but those an exact pin rules out (said once under the grid)."""
-    pinned = {c.cell_id for c in grid.layout(weighed.run).pinned}
+    pinned = {c.cell_id for found in grid.platform_grids(weighed) for c in found.grid.pinned}
     return [c for c in common.sort_cells(weighed.run.cells) if c.cell_id not in pinned]
 
 
 def table(weighed: Weighed) -> str:
-    """The matrix view, the other runs, then the stage-by-stage table with each verdict's reason."""
+    """Everything: the answer, the grids, the view by GPU in detail, the other runs, then the stage-by-stage table
+    with each verdict's reason (reports/compat.md, docs/compatibility.md, the GitHub step summary)."""
     run = weighed.run
     notes = [f"- {_code(cell.cell_id)}: {_cell_text(common.shown(cell, weighed).why)}" for cell in _reachable(weighed)]
     when = run.finished or run.started
-    parts = [matrix_view(weighed), gpu_view(weighed), other_runs(weighed)]
+    parts = [["## Which image for your GPU", "", *answer_view(weighed), "", common.ANSWER_LEGEND + "."],
+             ["## Each platform's cells", "", *platform_grids(weighed)],
+             ["## By GPU, in detail", "", *gpu_view(weighed)], other_runs(weighed)]
     return "\n".join([
         *[line for part in parts if part for line in [*part, ""]],
-        "Every cell, stage by stage:", "", *stage_table(weighed), "", common.LEGEND, "", weigh.LEGEND, "",
+        "## Every cell, stage by stage", "", *stage_table(weighed), "", common.LEGEND, "", weigh.LEGEND, "",
         "<details><summary>Why each cell got its verdict</summary>", "", *notes, "", "</details>", "",
         f"_Rendered from results of {_cell_text(run.run_id)} ({_cell_text(when)}) by `nox -s report`; do not edit._",
     ])
 
 
 def document(weighed: Weighed) -> str:
-    """A standalone page (reports/compat.md) with the same table."""
-    return f"# Compatibility matrix\n\n{table(weighed)}\n"
+    """A standalone page (reports/compat.md, docs/compatibility.md) with everything."""
+    return f"# Compatibility: which image for your GPU, and what ran where\n\n{table(weighed)}\n"
+
+
+DETAILS = Path("docs") / "compatibility.md"   # beside the README: everything the README's block leaves out
+
+
+def update_details(readme: Path, weighed: Weighed) -> Path | None:
+    """Write `document` to docs/compatibility.md beside `readme`; the file written when it changed, else None."""
+    path = disk.target_of(readme).parent / DETAILS
+    text = document(weighed)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return None
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return disk.write_text(path, text)
 
 
 def update_readme(readme: Path, weighed: Weighed) -> Path | None:
@@ -174,7 +205,7 @@ def update_readme(readme: Path, weighed: Weighed) -> Path | None:
         msg = f"{readme} has {counts[0]} start and {counts[1]} end compatibility-table markers; it needs one of each"
         raise ConfigError(msg, hint="keep one marker line of each where the table belongs (delete what lies between "
                                     "extra ones), then run `nox -s report`")
-    new = text[: start + len(START)] + "\n" + table(weighed) + "\n" + text[end:]
+    new = text[: start + len(START)] + "\n" + readme_block(weighed) + "\n" + text[end:]
     if new == text:
         return None
     return disk.write_text(readme, new)

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..gate import Mark, Weight, weigh
 from ..matrix import Matrix
 from ..matrix.platforms import DEFAULT as DEFAULT_PLATFORM
-from ..matrix.schema import LABEL_PREFIX
+from ..matrix.schema import LABEL_PREFIX, Tags
 from ..results import CellResult, RunResults, Verdict
 from ..trust import keys
 from ..trust.keys import PublicKey
@@ -43,7 +43,7 @@ WORDS = {Mark.UNSEALED: "unsealed", Mark.UNTRUSTED: "seal not trusted", Mark.STA
 LEGEND = ("✅ only where a key this report trusts sealed the record and today's rules accept it · "
           "🔓 unsealed (written by hand, by import-probe, or before records were sealed) · "
           "🔏 a seal no trusted key made, or changed since · 🧭 stale: its cell's definition changed since · "
-          "👽 not the cell's image (another image verified under its name) · "
+          "👽 not the cell's image (another image judged under its name) · "
           "🗣️ GPU stages the probe reported itself (no host saw them) · "
           "🕰️ judged by older rules (today's judgement differs) · "
           "❔ claimed: a marked record whose GPU stages passed by its own account")
@@ -61,6 +61,11 @@ class Weighed:
     marks: Mapping[str, Marks] = field(default_factory=dict)
     unused: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # per cell: records left aside, and why
     platforms: Mapping[str, str] = field(default_factory=dict)   # base name -> the platform of its images
+    # today's matrix.yaml, for the answer by GPU and the grids: its cells' ids (None: no matrix was read), the tag
+    # templates that name their images, and the registry they are promoted to
+    matrix_cells: frozenset[str] | None = None
+    tags: Tags | None = None
+    registry: str | None = None
 
     def platform_of(self, cell: CellResult) -> str:
         """The platform of a cell's image: its base's in matrix.yaml, else the one its image's label names (an
@@ -134,8 +139,11 @@ def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Seque
         for run, judged in vouched:
             chosen.setdefault(id(run), []).append(judged)
     kept = [run.model_copy(update={"cells": chosen[id(run)]}) for run in ordered if id(run) in chosen]
-    platforms = {name: base.cpu.oci for name, base in matrix.spec.bases.items()} if matrix is not None else {}
-    return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v}, platforms)
+    if matrix is None:
+        return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v})
+    platforms = {name: base.cpu.oci for name, base in matrix.spec.bases.items()}
+    return Weighed(merge.merge(kept), marks, {k: v for k, v in unused.items() if v}, platforms,
+                   frozenset(c.id for c in matrix.cells), matrix.spec.tags, matrix.spec.registry.url)
 
 
 def _superseded(found: Sequence[tuple[RunResults, CellResult, Weight]]) -> Marks:

@@ -41,7 +41,7 @@ def another(ledger: Path, tmp_path: Path, nbytes: int, *, device: int | None = N
 def enter(ledger: Path, tmp_path: Path, need: int, free: int, deadline: float = 5) -> list[str]:
     """The reservations the ledger holds inside the body (their `what`), for a disk with `free` bytes free."""
     with disk_room(need, "this test", [tmp_path], lambda: "free something", ledger=ledger, free=lambda _: free,
-                   poll=0.01, deadline=deadline):
+                   poll=0.01, deadline=deadline, reclaim=lambda: None):
         return sorted(r["what"] for r in json.loads(ledger.read_text()).values())
 
 
@@ -116,7 +116,7 @@ def test_two_that_do_not_fit_together_are_never_inside_together(tmp_path: Path) 
 
     def one() -> None:
         with disk_room(20 * GB, "a test", [tmp_path], lambda: "", ledger=ledger, free=slow_free, poll=0.01,
-                       deadline=10):
+                       reclaim=lambda: None, deadline=10):
             peak.stay(0.05)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
@@ -130,6 +130,26 @@ def test_two_that_do_not_fit_together_are_never_inside_together(tmp_path: Path) 
 def test_a_body_that_fails_gives_its_room_back(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.json"
     with pytest.raises(RuntimeError), disk_room(20 * GB, "this test", [tmp_path], lambda: "", ledger=ledger,
-                                                free=lambda _: 30 * GB):
+                                                reclaim=lambda: None, free=lambda _: 30 * GB):
         raise RuntimeError
     assert json.loads(ledger.read_text()) == {}
+
+
+def test_short_of_room_with_nobody_else_the_unheld_build_cache_is_reclaimed_once(tmp_path: Path) -> None:
+    """Right after `nox -s build` (the README's two commands back to back), the cache no image holds is room."""
+    ledger, calls, free = tmp_path / "ledger.json", [], [10 * GB]
+
+    def reclaim() -> None:
+        calls.append("pruned")
+        free[0] = 40 * GB
+
+    with disk_room(20 * GB, "this test", [tmp_path], lambda: "", ledger=ledger, free=lambda _: free[0], poll=0.01,
+                   deadline=5, reclaim=reclaim):
+        assert calls == ["pruned"]
+    calls.clear()
+    free[0] = 10 * GB
+    with pytest.raises(pytest.fail.Exception, match="needs about 20 GB"), disk_room(
+            20 * GB, "this test", [tmp_path], lambda: "", ledger=ledger, free=lambda _: 10 * GB, poll=0.01,
+            deadline=5, reclaim=lambda: calls.append("pruned")):
+        pass
+    assert calls == ["pruned"]   # once, then the clear failure

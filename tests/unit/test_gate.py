@@ -136,16 +136,6 @@ def test_sift_keeps_the_file_order_and_the_selection() -> None:
     assert [c.cell_id for c in trusted.earned([run], DEFAULT, KEYS)] == [second.cell_id]
 
 
-def test_a_results_file_without_a_matrix_digest_is_an_error_for_the_gate(tmp_path: Path) -> None:
-    run = RunResults(run_id="r", started="t")
-    with pytest.raises(ResultsError, match="records no matrix digest") as err:
-        trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=False)
-    assert "--allow-other-matrix" in (err.value.hint or "")
-    assert trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=True)
-    run.matrix_digest = results.matrix_digest(DEFAULT.spec)
-    assert trusted.check_run(run, tmp_path / "r.json", DEFAULT.path, DEFAULT, allow_other=False) is None
-
-
 class FakeEngine:
     """What the tag step asks of the engine: the tested image by id, then one tag per good tag."""
 

@@ -71,7 +71,8 @@ def test_the_renderers_say_which_platform_each_row_is_of() -> None:
 
 
 def test_a_cell_of_a_base_no_matrix_names_takes_its_platform_from_its_image_label() -> None:
-    plain = record(ARM64, cpu_passed())
+    found = record(ARM64, cpu_passed())
+    plain = found.model_copy(update={"image": found.image.model_copy(update={"labels": {}})})
     labelled = plain.model_copy(update={"image": plain.image.model_copy(
         update={"labels": {"io.sglang-images.platform": "linux/arm64"}})})
     bare = Weighed(RunResults(run_id="r", started="2026-12-01T00:00:00+00:00", cells=[labelled]), {ARM64: ()})

@@ -9,13 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import results
-from buildscripts.errors import ConfigError, ResultsError
-from buildscripts.results import RunResults
+from buildscripts.errors import ConfigError
 from buildscripts.trust import keys
 from buildscripts.verify import command, identity, lxc
 from tests import needs
-from tests.results_factory import make_cell, sealed
 
 
 def planted(folder: Path) -> Path:
@@ -101,15 +98,3 @@ def test_only_a_container_whose_running_id_map_keeps_this_machines_root_out_is_a
     assert lxc.maps_root(id_map) is root_inside_is_root
 
 
-def test_a_file_relabelled_with_this_matrix_is_refused(tmp_path: Path) -> None:
-    """The file's own matrix digest is outside every seal: a file of another matrix given this one's digest
-    is caught by the digest each record sealed."""
-    ours, theirs = "a" * 64, "b" * 64
-    cell = sealed(make_cell("verified", image_id="sha256:" + "c" * 64), matrix_digest=theirs)
-    run = RunResults(run_id="r", started=results.now(), matrix_digest=ours, cells=[cell])
-    path = tmp_path / "results.json"
-    with pytest.raises(ResultsError, match=r"sealed for another matrix\.yaml"):
-        results.check_matrix(run, path, tmp_path / "matrix.yaml", ours, allow_other=False, allow_unknown=False)
-    bound = run.model_copy(update={"cells": [sealed(cell, matrix_digest=ours)]})
-    assert results.check_matrix(bound, path, tmp_path / "matrix.yaml", ours, allow_other=False,
-                                allow_unknown=False) is None

@@ -50,7 +50,7 @@ def test_nothing_says_verified_unless_judge_does() -> None:
     run.cells[0] = run.cells[0].model_copy(update={"verdict": Verdict.VERIFIED})  # hand-edited: must not show
     page = _Collector()
     page.feed(html.render(vouched(run)))
-    fixed = ["“verified” means", weigh.LEGEND_WORDS, bygpu.ABOUT, *bygpu.HEADINGS]  # headings and legends
+    fixed = ["“verified” means", weigh.LEGEND_WORDS, common.ANSWER_LEGEND, bygpu.ABOUT, *bygpu.HEADINGS]  # legends
     for text in (markdown.table(vouched(run)), "".join(page.text), junit.render(vouched(run))):
         for phrase in fixed:
             text = text.replace(phrase, "")
@@ -235,8 +235,9 @@ def test_update_readme_renders_the_committed_evidence_not_runs(tmp_path: Path) -
     results.save(evidence, tmp_path / "evidence" / "h200" / "results.json")
     (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
     assert report.main(["--update-readme"], Workspace.at(tmp_path), env={}) == 0
-    text = (tmp_path / "README.md").read_text()
+    text = (tmp_path / "docs" / "compatibility.md").read_text()   # the README's block links it
     assert CPU_ID in text and "results of h200 " in text and "run-a" not in text
+    assert "docs/compatibility.md" in (tmp_path / "README.md").read_text()
     assert results.load(tmp_path / "reports" / "results.json").run_id == "h200"
 
 
@@ -247,7 +248,7 @@ def test_update_readme_takes_results_when_named(tmp_path: Path) -> None:
     readme.write_text(f"{markdown.START}\n{markdown.END}\n")
     argv = ["--readme", str(readme), "--results", str(tmp_path / "runs" / "*" / "results.json")]
     assert report.main(argv, Workspace.at(tmp_path), env={}) == 0  # naming a README asks for it
-    assert "results of run-a " in readme.read_text()
+    assert "results of run-a " in (readme.parent / "docs" / "compatibility.md").read_text()
     assert not (tmp_path / "README.md").exists()
 
 

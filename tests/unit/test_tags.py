@@ -8,6 +8,7 @@ import pytest
 
 from buildscripts import matrix
 from buildscripts.errors import ConfigError
+from buildscripts.matrix import tagtemplates
 from buildscripts.matrix.schema import Tags
 from buildscripts.matrix.tagtemplates import AXIS_FIELDS, template_problems
 from buildscripts.publish import tags, trusted
@@ -73,7 +74,7 @@ def test_a_skipped_cpu_stage_withholds_the_good_tag() -> None:
 
 def test_unknown_template_field_names_template_and_known_fields() -> None:
     with pytest.raises(ConfigError) as err:
-        tags.check_templates(Tags.model_construct(candidate="{cell}-{sha}", good=("{sglang}",),
+        tagtemplates.check_templates(Tags.model_construct(candidate="{cell}-{sha}", good=("{sglang}",),
                                                   repository="sglang-images"))
     assert "'{cell}-{sha}'" in str(err.value) and "'sha'" in str(err.value)
     assert "known fields: cell, base" in str(err.value)
@@ -96,5 +97,5 @@ def test_invalid_repository_is_rejected() -> None:
 
 
 def test_rendered_tags_are_valid_docker_tags() -> None:
-    assert tags.render("{archs}", {"archs": "sm_90a sm_100a"}) == "sm_90a-sm_100a"
+    assert tagtemplates.render("{archs}", {"archs": "sm_90a sm_100a"}) == "sm_90a-sm_100a"
     assert tag_form("sm_90") == "sm90" and tag_form("sm_120a") == "sm120"
