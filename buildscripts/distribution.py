@@ -175,8 +175,11 @@ class Manifest:
         `x86_64` is amd64); None: not an index, or none there. AmbiguousManifest when two entries are that
         platform, since which one an engine pulls then depends on its own rules."""
         asked = f"{os}/{architecture}"
-        entries = [e for e in self.data.get("manifests") or [] if isinstance(e, dict)]
-        named = [(platforms.of_entry(e), str(e.get("digest"))) for e in entries]
+        try:
+            named = [(platform, str(e.get("digest"))) for platform, e in platforms.listed(self.data.get("manifests"))]
+        except platforms.NotCanonical as exc:
+            msg = f"{self.ref} is an index that readers of images read apart: {exc}"
+            raise AmbiguousManifest(msg, hint=platforms.HINT) from None
         found = {digest for platform, digest in named if platform and platforms.matches(platform, asked)}
         if len(found) > 1:
             msg = (f"{self.ref} is an index with {len(found)} manifests for {asked} ({', '.join(sorted(found))}): "
@@ -316,8 +319,11 @@ def config_platform(ref: str, env: Mapping[str, str], *, log: Path | None = None
     except strictjson.Ambiguous as exc:
         msg = f"the image config of {ref} is ambiguous ({exc})"
         raise AmbiguousManifest(msg, hint="readers of images would disagree which platform it is") from None
-    os, architecture, variant = (str(config.get(k) or "") for k in ("os", "architecture", "variant"))
-    return "/".join(filter(None, (os, architecture, variant))) if os and architecture else None
+    try:
+        return platforms.read(config, required=False)
+    except platforms.NotCanonical as exc:
+        msg = f"the image config of {ref} names a platform readers of images read apart: {exc}"
+        raise AmbiguousManifest(msg, hint=platforms.HINT) from None
 
 
 def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:

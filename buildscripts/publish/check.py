@@ -4,10 +4,11 @@ was this very image verified on a GPU? Anyone can run it, offline but for readin
 The manifests first (trust/sources.py: what the registry serves for the tag now, what the local engine
 recorded, or the manifest an archive holds; an index leads to each platform's manifest), then the verdicts
 attached to each, checked with the project's public keys (keys/*.pub) and any --key: only a dated Statement a
-trusted key signed, for that platform manifest, counts, and per arch the newest decides. Exit 0 only when the
-asked arch (default: every arch the valid verdicts name) is verified for the asked platform (an index's entry
-for --platform, default this machine's); 18 when it is not; 19 when the check could not be made (a registry
-that does not answer, cosign or skopeo missing, an unreadable archive).
+trusted key signed, for that platform manifest, counts, and per arch the newest decides (to the second; one
+dated more than 5 min after this machine's clock counts for nothing and leaves its arch not verified).
+Exit 0 only when the asked arch (default: every arch the valid verdicts name) is verified for the asked
+platform (an index's entry for --platform, default this machine's); 18 when it is not; 19 when the check could
+not be made (a registry that does not answer, cosign or skopeo missing, an unreadable archive).
 `--write-policies` writes the cosign policies (trust/policy.py) of matrix.yaml's archs under policies/.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,8 @@ from ..matrix import load
 from ..matrix.schema import arch_problem
 from ..refs import FORMS, reference_problem
 from ..trust import keys, policy, sources
-from ..trust.verdicts import Judgement, stamp
+from ..trust.freshness import stamp
+from ..trust.verdicts import Judgement
 from ..workspace import Workspace, path_argument
 
 HINT = ("use an image whose good tag was promoted after a GPU verification, or pass --key with the public key "
@@ -103,14 +106,16 @@ def as_json(source: sources.Source, judgement: Judgement) -> dict[str, Any]:
             "ignored": list(dict.fromkeys(judgement.ignored))}
 
 
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
+def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None, *,
+         now: datetime | None = None) -> int:
+    """`now`: the clock verdicts are placed by (trust/freshness.py), this machine's unless a test gives one."""
     ws, env = ws or Workspace.at(), env or {}
     a = parse(argv)
     if a.write_policies:
         for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
-    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch)
+    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch, now=now)
     for source, judgement in judged:
         show(source, judgement, to_stderr=a.json)
     if a.json:

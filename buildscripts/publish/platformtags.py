@@ -165,8 +165,12 @@ def serving(ref: str, env: Mapping[str, str], log_file: Path | None = None) -> t
     if top is None:
         return None, []
     if top.is_index:
-        listed = [e for e in top.data.get("manifests") or [] if isinstance(e, dict)]
-        return top.digest, [(platforms.of_entry(e), str(e.get("digest") or "")) for e in listed]
+        try:
+            listed = platforms.listed(top.data.get("manifests"))
+        except platforms.NotCanonical as exc:
+            msg = f"{ref} serves {top.digest}, an index that readers of images read apart: {exc}"
+            raise distribution.AmbiguousManifest(msg, hint=platforms.HINT) from None
+        return top.digest, [(platform, str(e.get("digest") or "")) for platform, e in listed]
     try:
         platform = distribution.config_platform(f"{distribution.repository_of(ref)}@{top.digest}", env, log=log_file)
     except RegistryError:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..build import imagesize
 from ..probe import sitesize
 from ..results import RunResults
+from .common import plain
+from .markdown import _cell_text, _code
 
 if TYPE_CHECKING:  # the client is the caller's: a report that measures nothing starts without the docker SDK
     import docker
@@ -70,6 +72,15 @@ def measure(client: docker.DockerClient, ref: str) -> ImageSizes:
                       layers=layers_from_history(image.history()), packages=packages_from_json(text))
 
 
+def _md(value: object, *, code: bool = False) -> str:
+    """A record's text as a Markdown table cell shows it: terminal escapes dropped and other control bytes shown
+    as `\\xNN` (common.plain), then no line break, pipe, HTML, backtick or link bracket left as it is (the
+    compatibility table's own escaping, markdown.py); `code`: as inline code (a backtick span cannot escape a
+    pipe, so any text that is not plain goes in a <code> element)."""
+    text = plain(str(value))
+    return _code(text) if code else _cell_text(text)
+
+
 def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
 
@@ -78,9 +89,9 @@ def markdown(images: Sequence[ImageSizes], top: int = 6) -> str:
     """One row per image: its size, its largest layers and its largest packages."""
     lines = ["| image | size | largest layers | largest packages |", "| --- | --- | --- | --- |"]
     for sizes in images:
-        layers = ", ".join(f"{p.name} {_gb(p.size_bytes)}" for p in sizes.layers[:top])
-        packages = ", ".join(f"`{p.name}` {_gb(p.size_bytes)}" for p in sizes.packages[:top])
-        lines.append(f"| `{sizes.ref}` | {_gb(sizes.size_bytes)} | {layers} | {packages} |")
+        layers = ", ".join(f"{_md(p.name)} {_gb(p.size_bytes)}" for p in sizes.layers[:top])
+        packages = ", ".join(f"{_md(p.name, code=True)} {_gb(p.size_bytes)}" for p in sizes.packages[:top])
+        lines.append(f"| {_md(sizes.ref, code=True)} | {_gb(sizes.size_bytes)} | {layers} | {packages} |")
     return "\n".join(lines) + "\n"
 
 
@@ -98,9 +109,11 @@ def document(run: RunResults) -> str:
     for cell in built:
         facts = cell.stage("facts")
         evidence = facts.evidence if facts else {}
-        layers = ", ".join(f"{name} {_gb(size)}" for name, size in list(cell.image.layers.items())[:3])
-        packages = ", ".join(f"`{name}` {_gb(int(size))}" for name, size in evidence.get("largest_packages", [])[:4])
-        lines.append(f"| `{cell.cell_id}` | `{cell.image.ref}` | {_gb(cell.image.size_bytes or 0)} | "
+        layers = ", ".join(f"{_md(name)} {_gb(size)}" for name, size in list(cell.image.layers.items())[:3])
+        packages = ", ".join(f"{_md(name, code=True)} {_gb(int(size))}"
+                             for name, size in evidence.get("largest_packages", [])[:4])
+        lines.append(f"| {_md(cell.cell_id, code=True)} | {_md(cell.image.ref, code=True)} | "
+                     f"{_gb(cell.image.size_bytes or 0)} | "
                      f"{layers or 'not recorded'} | {packages or 'not recorded'} | "
                      f"{_pruned(evidence.get('pruned_fatbins'))} | {_warm(evidence.get('warm_caches'))} |")
     if not built:
@@ -113,14 +126,14 @@ def _pruned(summary: Mapping[str, Any] | None) -> str:
         return "not recorded"
     if not summary.get("libraries"):
         return "none"
-    archs = ", ".join(summary.get("dropped_archs", []))
-    return f"{_gb(int(summary['saved_bytes']))} from {summary['libraries']} libraries ({archs})"
+    archs = ", ".join(_md(arch) for arch in summary.get("dropped_archs", []))
+    return f"{_gb(int(summary['saved_bytes']))} from {_md(summary['libraries'])} libraries ({archs})"
 
 
 def _warm(summary: Mapping[str, Any] | None) -> str:
     """Two cells: what was baked, and what a first start still compiles."""
     if not summary:
         return "no (every kernel compiles at first start) | everything"
-    baked = f"{summary.get('modules', 0)} modules for {', '.join(summary.get('archs', []))}"
-    first = "; ".join(str(x) for x in summary.get("first_start", [])) or "nothing listed"
+    baked = f"{_md(summary.get('modules', 0))} modules for {', '.join(_md(a) for a in summary.get('archs', []))}"
+    first = "; ".join(_md(x) for x in summary.get("first_start", [])) or "nothing listed"
     return f"{baked} | {first}"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import strictjson
+from .. import platforms, strictjson
 from ..errors import CannotCheck, NotVerified
 
 BLOCK = 512
@@ -226,7 +226,21 @@ def _chain(archive: Path, members: Mapping[str, _Member]) -> Layout:
     stray = sorted(m.group(1) for name in members if (m := BLOB.fullmatch(name)) and m.group(1) not in reached)
     if stray:
         raise refused(archive, f"blob {stray[0][:12]}… is reached by no descriptor: bytes nobody checked")
-    platform = "/".join(str(config.get(k)) for k in ("os", "architecture", "variant") if config.get(k))
+    platform = _platform(archive, entry, config)
     notes = entry.get("annotations")
     return Layout(archive, "sha256:" + str(manifest_blob.sha256), media_type, platform,
                   {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else {})
+
+
+def _platform(archive: Path, entry: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """The platform the config names ("" for none), refused when readers of images could read it apart, or
+    when index.json's entry names another (a loader that picks by the entry's label takes it for that one)."""
+    try:
+        platform = platforms.read(config, required=False) or ""
+        label = platforms.of_entry(entry)
+    except platforms.NotCanonical as exc:
+        raise refused(archive, f"its platform is spelled so that readers of images read it apart: {exc}") from None
+    if label is not None and (not platform or platforms.normalised(label) != platforms.normalised(platform)):
+        raise refused(archive, f"index.json lists its manifest as {label}, but its config is "
+                               f"{f'a {platform} image' if platform else 'of no platform'}")
+    return platform

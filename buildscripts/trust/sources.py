@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -63,9 +64,13 @@ def matches(found: str | None, asked: str) -> bool:
 
 def ambiguous(judged: Judged) -> str | None:
     """Why an index `judged` came from is ambiguous: two of its entries are one platform to Docker (which
-    one a loader takes then depends on its own rules); None when none is."""
+    one a loader takes then depends on its own rules), or one of them is spelled so that readers of images read
+    it apart (platforms.py); None when none is."""
     seen: dict[tuple[str, str], str] = {}
     for source, _ in judged:
+        spelled = None if source.platform in (None, ANY_PLATFORM) else platforms.written_problem(source.platform)
+        if spelled:
+            return f"{source.shown}: {spelled}"
         if source.index is not None and source.platform is not None:
             key = (source.index, normalised(source.platform))
             if key in seen:
@@ -113,14 +118,16 @@ def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Ma
     if not top.is_index:   # its platform is its config's: what `check --platform` compares
         return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)),
                        distribution.config_platform(f"{repository}@{digest}", env))]
+    try:   # an index any entry of which readers of images read apart is refused whole (platforms.py)
+        entries = platforms.listed(top.data.get("manifests"))
+    except platforms.NotCanonical as exc:
+        msg = f"{ref} is an index that readers of images read apart: {exc}"
+        raise distribution.AmbiguousManifest(msg, hint=platforms.HINT) from None
     found = []
-    for entry in top.data.get("manifests") or []:
-        found_platform = entry.get("platform") if isinstance(entry, dict) else None
-        wanted = found_platform if isinstance(found_platform, dict) else {}
-        if wanted.get("os") == "unknown":
+    for label, entry in entries:
+        if label is not None and label.split("/")[0] == "unknown":
             continue   # an attestation manifest (buildx): no engine pulls it to run
-        child = str(entry.get("digest") if isinstance(entry, dict) else None)
-        label = platforms.of_entry(entry) if isinstance(entry, dict) else None
+        child = str(entry.get("digest"))
         name, refused = _entry_platform(f"{repository}@{child}", label, env)
         found.append(Source(f"{shown} -> {name} {child}", child, tuple(cosign.download(f"{repository}@{child}", env)),
                             name, digest, refused))
@@ -165,12 +172,14 @@ def _local_digests(what: str) -> list[str] | None:
     return [str(d) for d in image.attrs.get("RepoDigests") or []]
 
 
-def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = ()) -> Judged:
-    """Every manifest `what` leads to, judged by its verdicts (`summary` says which one must be verified)."""
+def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = (), *,
+          now: datetime | None = None) -> Judged:
+    """Every manifest `what` leads to, judged by its verdicts (`summary` says which one must be verified) at
+    `now` (default: this machine's clock; verdicts.judge)."""
     if not trusted:
         msg = "no public key to check with (keys/*.pub holds none, and no --key was given)"
         raise CannotCheck(msg, hint="pass --key PUB with the signer's public key")
-    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs) if source.refused is None
+    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs, now=now) if source.refused is None
              else verdicts.Judgement(source.digest, (verdicts.ArchFinding("any arch", False, source.refused, ()),), ()))
             for source in sources(what, env)]
 

@@ -11,8 +11,9 @@ cosign writes (DER signatures, a keyid cosign ignores).
 An arch gets a Statement only when this run's GPU stages ran on it: absence says "not tested here", never
 "failed". What was tested and failed is signed too, as FAILED. A Statement's subject is the platform manifest
 that ran (for an index, the verifier's platform's), and it says when it was signed: per digest and arch the
-newest verdict decides (a re-run that passed after a failure, or failed after a pass); one with no signing
-time (an older verifier's) cannot be placed and counts for nothing.
+newest verdict decides (a re-run that passed after a failure, or failed after a pass), to the second and
+bounded by this machine's clock (freshness.py); one with no signing time (an older verifier's) cannot be
+placed and counts for nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from .. import distribution, log
 from ..errors import ConfigError, NotVerified
 from ..results import GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, family
 from ..workspace import checked_name
-from . import cosign, dsse, keys, statement
+from . import cosign, dsse, freshness, keys, statement
+from .freshness import age_text, parse_time, stamp
 from .keys import PublicKey
 
 SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
@@ -80,30 +82,6 @@ class SignedVerdict:
         if self.signed_at is None:
             return "undated"
         return f"signed {stamp(self.signed_at)} ({age_text((now - self.signed_at).total_seconds())})"
-
-
-def stamp(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def age_text(seconds: float) -> str:
-    if seconds < 0:
-        return "in the future: the signer's clock is ahead"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit} ago"
-    return f"{seconds:.0f} s ago"
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO-8601 time with its zone (`…Z` or `…+00:00`); None for anything else (no zone: no order)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        found = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
-        return None
-    return found if found.tzinfo is not None else None
 
 
 def split_digest_ref(ref: str) -> tuple[str, str]:
@@ -286,7 +264,7 @@ class ArchFinding:
     arch: str
     verified: bool
     detail: str
-    verdicts: tuple[SignedVerdict, ...]      # the newest (more than one only when signed at the same second)
+    verdicts: tuple[SignedVerdict, ...]      # the newest (several when signed in one second), or those dated ahead
     older: int = 0                           # valid verdicts of this arch that a newer one outdates
 
 
@@ -301,10 +279,12 @@ class Judgement:
         return bool(self.archs) and all(a.verified for a in self.archs)
 
 
-def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey]) -> tuple[list[SignedVerdict],
-                                                                                              list[str]]:
-    """The verdicts that count for `digest`, and why each other envelope does not."""
+def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
+             now: datetime) -> tuple[list[SignedVerdict], list[SignedVerdict], list[str]]:
+    """The verdicts that count for `digest`, those dated ahead of `now` (freshness.py: they count for nothing
+    and keep their arch from being verified), and why each other envelope does not count."""
     valid: list[SignedVerdict] = []
+    unplaced: list[SignedVerdict] = []
     ignored: list[str] = []
     for number, envelope in enumerate(envelopes, 1):
         try:
@@ -320,9 +300,13 @@ def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey]
         elif verdict.signed_at is None:
             ignored.append(f"attestation {number}: a verdict with no signing time (an older verifier's): it "
                            "cannot be told from a newer one; verify the image again")
+        elif (why := freshness.ahead(verdict.signed_at, now)) is not None:
+            ignored.append(f"attestation {number} ({verdict.arch}, {verdict.result}): {why}; check the verifier's "
+                           "clock and verify the image again")
+            unplaced.append(verdict)
         else:
             valid.append(verdict)
-    return valid, ignored
+    return valid, unplaced, ignored
 
 
 def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey], archs: Sequence[str] = (), *,
@@ -330,26 +314,37 @@ def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey], a
     """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
 
     Only a dated verdict a trusted key signed, for this very digest, counts; the others are listed as ignored.
-    Per arch the newest counts (a FAILED and a PASSED signed at the same second: not verified). What the
-    registry does not show cannot be weighed: a writer of the registry who removes the newer verdict leaves
-    the older one to decide (docs/trust.md)."""
+    Per arch the newest counts, to the second (a FAILED and a PASSED signed in one second: not verified); a
+    verdict dated more than freshness.SKEW after `now` (default: this machine's clock) counts for nothing and
+    leaves its arch not verified. What the registry does not show cannot be weighed: a writer of the registry
+    who removes the newer verdict leaves the older one to decide (docs/trust.md)."""
     now = now or datetime.now(UTC)
-    valid, ignored = _counted(envelopes, digest, trusted)
-    asked = list(archs) or sorted({v.arch for v in valid if v.arch}, key=family)
-    findings = []
-    for arch in asked:
-        group = [v for v in valid if v.names_arch(arch)]
-        if not group:
-            named = sorted({v.arch for v in valid if v.arch})
-            also = f" (valid verdicts name {', '.join(named)})" if named else ""
-            findings.append(ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", ()))
-            continue
-        newest = max(v.signed_at for v in group if v.signed_at)
-        used = tuple(v for v in group if v.signed_at == newest)
-        reasons = list(dict.fromkeys(why for why in (v.why_not() for v in used) if why))
-        said = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in used}))}: every GPU " \
-                                                  f"stage passed on {arch}"
-        older = len(group) - len(used)
-        also = f", outdating {older} older verdict{'s' if older > 1 else ''}" if older else ""
-        findings.append(ArchFinding(arch, not reasons, f"{said}; {used[0].signed_text(now)}{also}", used, older))
-    return Judgement(digest, tuple(findings), tuple(ignored))
+    valid, unplaced, ignored = _counted(envelopes, digest, trusted, now)
+    asked = list(archs) or sorted({v.arch for v in valid + unplaced if v.arch}, key=family)
+    return Judgement(digest, tuple(_finding(arch, valid, unplaced, now) for arch in asked), tuple(ignored))
+
+
+def _finding(arch: str, valid: Sequence[SignedVerdict], unplaced: Sequence[SignedVerdict],
+             now: datetime) -> ArchFinding:
+    """What `valid` says of `arch`: the verdicts of its newest second decide, unless one that cannot be placed
+    names it too."""
+    group = [v for v in valid if v.names_arch(arch)]
+    ahead = [v for v in unplaced if v.names_arch(arch)]
+    if ahead:
+        when = max(stamp(v.signed_at) for v in ahead if v.signed_at)
+        return ArchFinding(arch, False, f"a verdict for {arch} is dated {when}, more than {freshness.SKEW_TEXT} "
+                                        "ahead of this machine's clock: it may be newer than any other, so none "
+                                        "decides", tuple(ahead), len(group))
+    if not group:
+        named = sorted({v.arch for v in valid if v.arch})
+        also = f" (valid verdicts name {', '.join(named)})" if named else ""
+        return ArchFinding(arch, False, f"no valid signed verdict for {arch}{also}", ())
+    newest = max(freshness.second_of(v.signed_at) for v in group if v.signed_at)
+    used = tuple(v for v in group if v.signed_at and freshness.second_of(v.signed_at) == newest)
+    reasons = list(dict.fromkeys(why for why in (v.why_not() for v in used) if why))
+    said = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in used}))}: every GPU " \
+                                              f"stage passed on {arch}"
+    tie = f" ({len(used)} verdicts signed in one second: all must pass)" if len(used) > 1 else ""
+    older = len(group) - len(used)
+    also = f", outdating {older} older verdict{'s' if older > 1 else ''}" if older else ""
+    return ArchFinding(arch, not reasons, f"{said}{tie}; {used[0].signed_text(now)}{also}", used, older)

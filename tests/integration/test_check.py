@@ -19,7 +19,7 @@ import pytest
 
 from buildscripts.errors import NotVerified
 from buildscripts.publish import registry
-from buildscripts.trust import carried, cosign, keys, statement, verdicts
+from buildscripts.trust import carried, cosign, freshness, keys, statement, verdicts
 from tests.attest_world import (
     CANNOT_CHECK,
     NOT_VERIFIED,
@@ -47,7 +47,7 @@ def test_cosign_verify_attestation_accepts_what_promotion_attached(world: World,
     document = json.loads(base64.b64decode(json.loads(line)["payload"]))
     assert document["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
     assert document["predicate"]["result"] == "PASSED" and "server@sm_100a" in document["predicate"]["passedTests"]
-    assert document["predicate"]["arch"] == "sm_100a" and verdicts.parse_time(document["predicate"]["signedAt"])
+    assert document["predicate"]["arch"] == "sm_100a" and freshness.parse_time(document["predicate"]["signedAt"])
     names = {c["name"] for c in document["predicate"]["configuration"]}
     assert {"matrix.yaml", "buildscripts/probe"} < names and any(n.startswith("lockfiles/") for n in names)
 

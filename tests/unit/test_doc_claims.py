@@ -35,6 +35,8 @@ SETTINGS = {
     ("checking-an-image.md", "one deadline, 20 s"): "the registry deadline's default, a setting",
     ("checking-an-image.md", "did not answer within 20 s"): "the message that setting gives",
     ("checking-an-image.md", "(3 h ago)"): "an example of check's output, not a measurement",
+    ("checking-an-image.md", "by more than **5 minutes**"): "the clock skew check allows (freshness.SKEW), a setting",
+    ("trust.md", "clock plus 5 minutes (`SKEW`)"): "the clock skew check allows (freshness.SKEW), a setting",
 }
 
 
