@@ -216,4 +216,6 @@ def three_ci_jobs(matrix_digest: str | None = None) -> list[RunResults]:
 def vouched(run: RunResults) -> Weighed:
     """`run` as a report shows records the gate let through (no marks): for tests of layout and escaping; what
     weighing itself decides is tested in test_report_trust.py."""
-    return Weighed(run, {cell.cell_id: () for cell in run.cells})
+    spec = kinds_matrix().spec
+    return Weighed(run, {cell.cell_id: () for cell in run.cells}, tags=spec.tags,
+                   platforms={name: base.cpu.oci for name, base in spec.bases.items()})

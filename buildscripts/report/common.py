@@ -206,6 +206,10 @@ ANSWER_WORDS = {"verified": "verified", "cpu-only": "CPU stages only", "failed":
 ANSWER_LEGEND = ("✅ = verified on a GPU of that arch (by digest, a signed verdict) · ☑️ = CPU stages only: built, "
                  "imports, JIT compiles and the arch audit passed, no GPU ran it · ❌ = failed · ⚠️ = fails as "
                  "matrix.yaml declares (it documents an incident) · — = nothing yet that counts")
+# The same in words, for the HTML page (it draws no emoji: report/html_marks.py)
+ANSWER_LEGEND_WORDS = ("verified: on a GPU of that arch (by digest, a signed verdict) · CPU stages only: built, "
+                       "imports, JIT compiles and the arch audit passed, no GPU ran it · failed · fails as declared: "
+                       "as matrix.yaml declares (it documents an incident) · — nothing yet that counts")
 _STATE = {Verdict.VERIFIED: "verified", Verdict.CPU_CHECKED: "cpu-only", Verdict.FAILED: "failed",
           Verdict.UNEXPECTED_PASS: "failed", Verdict.EXPECTED_FAILURE: "as-declared"}
 

@@ -60,6 +60,20 @@ def shown_words(shown: Shown) -> list[str]:
     return [WORDS[m] for m, _ in shown.marks]
 
 
+# The answer's states (common.ANSWER_MARKS) drawn as the verdicts they stand for
+_STATE_OF = {"verified": Verdict.VERIFIED, "cpu-only": Verdict.CPU_CHECKED, "failed": Verdict.FAILED,
+             "as-declared": Verdict.EXPECTED_FAILURE}
+
+
+def state_badge(state: str) -> str:
+    """The answer's state as a badge, in words and an icon (no emoji); `nothing` as a plain dash and its words."""
+    verdict = _STATE_OF.get(state)
+    if verdict is None:
+        return f'<span class="none">— {text(common.ANSWER_WORDS["nothing"])}</span>'
+    return (f'<span class="v v-{verdict.value}">{_SVG.format(_ICONS[verdict])}'
+            f"{text(common.ANSWER_WORDS[state])}</span>")
+
+
 def badge(verdict: Verdict, title: str | None = None) -> str:
     """The verdict as a badge: icon and word, the reason on hover when given."""
     hover = f' title="{text(title)}"' if title else ""

@@ -24,8 +24,7 @@ td.slot-expected-failure{background:#fff8c5}td.slot-claimed{background:#fffdf2}t
 #other-runs li{margin:.15rem 0}h2{font-size:1.1rem;margin:1.2rem 0 .5rem}
 .scroll{overflow-x:auto;max-width:100%}#by-gpu td,#by-gpu th{font-size:.85rem}#by-gpu code{word-break:break-all}
 #by-gpu .none{color:#9a6700}#by-gpu tr.platform th{background:#f6f8fa;text-align:left}
-#answer td,#answer th{font-size:.9rem}#answer code{word-break:break-all}.state-verified{background:#dafbe1}
-.state-failed{background:#ffebe9}.state-nothing{color:#8c959f}
+#answer td,#answer th{font-size:.9rem}#answer code{word-break:break-all}#answer .none{color:#8c959f}
 @media (max-width:600px){#answer thead{display:none}#answer tr,#answer th,#answer td{display:block;border:0}
 #answer tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}
 #answer td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
@@ -95,12 +94,14 @@ def answer_view(weighed: Weighed) -> str:
                     f'<td data-label="platform">{_e(row.platform)}</td><th scope="row">{_e(row.arch)}</th>'
                     f'<td data-label="for example">{_e(", ".join(row.products)) or "—"}</td>'
                     f'<td data-label="tag to pull">{tag}</td>'
-                    f'<td data-label="state there" class="state-{answer.state}">{_e(answer.label)}</td>'
+                    f'<td data-label="state there">{html_marks.state_badge(answer.state)}</td>'
                     f'<td data-label="check its signed verdict">{check}</td></tr>')
     head = "".join(f'<th scope="col">{h}</th>' for h in ("platform", "GPU arch", "for example", "tag to pull",
                                                           "state there", "check its signed verdict"))
     return (f'<h2>Which image for your GPU</h2><div class="scroll"><table id="answer"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div><p class="legend">{_e(common.ANSWER_LEGEND)}.</p>')
+            f'<tbody>{"".join(rows)}</tbody></table></div><p class="legend">{_e(common.ANSWER_LEGEND_WORDS)}. Only a '
+            "record sealed by a key this report trusts, of the cell's own image and its current definition in "
+            "matrix.yaml, counts.</p>")
 
 
 def platform_grid(found: grid.PlatformGrid, index: Mapping[str, int], weighed: Weighed) -> str:

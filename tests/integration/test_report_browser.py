@@ -25,7 +25,7 @@ import pytest
 from buildscripts import report
 from buildscripts.results import RunResults
 from tests import needs
-from tests.results_factory import make_run, vouched
+from tests.results_factory import kinds_matrix, make_cell, make_run, of_cell, vouched
 
 pytestmark = pytest.mark.browser
 
@@ -159,15 +159,16 @@ def test_html_report_renders_filters_and_drills_down(chromium: DevTools, tmp_pat
 
     # The compatibility matrix above: a slot's verdict and archs, an excluded slot greyed with its reason.
     slot = chromium.evaluate("""(() => { const td = document.querySelector(
-        '#compat td.slot[data-cell="sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]');
+        '.compat td.slot[data-cell="sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]');
         return [td.textContent, td.className, getComputedStyle(td).color]; })()""")
     assert slot[0] == "verifiedsm_90" and "slot-verified" in slot[1]
     assert slot[2] != "rgb(255, 255, 255)"  # readable on its light background
     # The cell an exact pin rules out takes no slot: the pin is said once under the grid.
-    assert chromium.evaluate("document.querySelectorAll('#compat td.excluded').length") == 0
-    assert "SGLang 0.5.16 pins torch 2.11.0" in chromium.evaluate("document.getElementById('view').textContent")
+    assert chromium.evaluate("document.querySelectorAll('.compat td.excluded').length") == 0
+    assert "not built for linux/amd64: 1 pair a SGLang release with a torch it does not pin" in chromium.evaluate(
+        "document.getElementById('view').textContent")
     # A click on a slot opens that cell's stages below, even when a filter had hidden its row.
-    chromium.evaluate("document.querySelector('#compat td.slot-verified').click()")
+    chromium.evaluate("document.querySelector('.compat td.slot-verified').click()")
     opened = chromium.evaluate("Array.from(document.querySelectorAll('tr.detail:not([hidden]) h3'))"
                                ".map(h => h.textContent)")
     assert "sglang0.5.16-torch2.11.0-cu130-pip-bookworm" in opened
@@ -191,17 +192,18 @@ def test_verdict_marks_render_without_an_emoji_font(chromium: DevTools, tmp_path
     chromium.wait_for("Page.loadEventFired")
     # The verdict marks wherever they appear (matrix slots without their arch line, the badges of the stage
     # table and of the other runs): their text is the verdict word alone.
-    texts = chromium.evaluate("""Array.from(document.querySelectorAll('#compat td.slot:not(.empty), .v')).map(e => {
+    texts = chromium.evaluate("""Array.from(document.querySelectorAll('.compat td.slot:not(.empty), .v')).map(e => {
         const c = e.cloneNode(true); c.querySelectorAll('.archs').forEach(a => a.remove());
         return c.textContent.trim(); })""")
-    assert set(texts) == {"verified", "cpu-checked", "expected-failure", "failed", "incompatible"}, texts
+    answer = {"CPU stages only", "fails as declared"}   # the answer's states, in words (report/common.py)
+    assert set(texts) - answer == {"verified", "cpu-checked", "expected-failure", "failed", "incompatible"}, texts
     # Each badge holds an icon of a real size, not a zero-size box.
     sizes = chromium.evaluate("Array.from(document.querySelectorAll('.v')).map(b => { const r = "
                               "b.querySelector('svg.icon').getBoundingClientRect(); return [r.width, r.height]; })")
     assert sizes and all(w >= 10 and h >= 10 for w, h in sizes), sizes
 
     # What the screen shows where the verified slot's icon is: pixels of the icon's colour on the badge.
-    box = chromium.evaluate("""(() => { const icon = document.querySelector('#compat td.slot-verified svg.icon');
+    box = chromium.evaluate("""(() => { const icon = document.querySelector('.compat td.slot-verified svg.icon');
         icon.scrollIntoView(); const r = icon.getBoundingClientRect();
         return {x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height}; })()""")
     shot = chromium.call("Page.captureScreenshot", format="png", clip={**box, "scale": 4})
@@ -243,7 +245,8 @@ def test_the_page_and_its_view_by_gpu_fit_a_phone_and_a_desktop(chromium: DevToo
     says per arch what was verified (by digest, with its check command) and where nothing ran yet."""
     run = make_run()
     verified = run.cells[0].model_copy(update={"promoted": {"registry.example/sglang-images": "sha256:" + "cd" * 32}})
-    run = run.model_copy(update={"cells": [verified, *run.cells[1:]]})
+    arm = next(c for c in kinds_matrix().cells if c.id == "sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64")
+    run = run.model_copy(update={"cells": [verified, *run.cells[1:], of_cell(make_cell("cpu-checked"), arm)]})
     page = report.render_all(vouched(run), tmp_path / "out", env={})["html"]
     chromium.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                   mobile=width < 600)
@@ -252,6 +255,18 @@ def test_the_page_and_its_view_by_gpu_fit_a_phone_and_a_desktop(chromium: DevToo
     chromium.call("Page.navigate", url=page.as_uri())
     chromium.wait_for("Page.loadEventFired")
     assert chromium.evaluate("document.documentElement.scrollWidth") <= width
+    # the answer first: per platform and arch the tag, its state there, the check command
+    answer = chromium.evaluate("""Array.from(document.querySelectorAll('#answer tbody tr')).map(r =>
+        [r.dataset.platform, r.dataset.arch, r.dataset.state, r.cells[3].textContent, r.cells[5].textContent])""")
+    assert ["linux/amd64", "sm_90", "verified", "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm90",
+            f"nox -s check -- registry.example/sglang-images@sha256:{'cd' * 32} --arch sm_90a"] in answer
+    assert ["linux/arm64", "sm_121", "cpu-only", "sglang-images:0.5.23-torch2.14.1-cu130-pip", "—"] in answer
+    assert chromium.evaluate("document.getElementById('answer').getBoundingClientRect().top") < \
+        chromium.evaluate("document.querySelector('table.compat').getBoundingClientRect().top")
+    # the arm64 cell in its platform's grid, not among the other runs
+    assert chromium.evaluate(f"""document.querySelectorAll('table.compat[data-platform="linux/arm64"] '
+        + 'td.slot[data-cell="{arm.id}"]').length""") == 1
+    assert arm.id not in chromium.evaluate("(document.getElementById('other-runs') || {textContent: ''}).textContent")
     text = chromium.evaluate("document.body.textContent")
     assert not [c for c in text if ord(c) >= 0x1F000 or c in "❔🔓🔏🧭🗣🕰✅"], "no emoji: no font draws them here"
     rows = chromium.evaluate("""Array.from(document.querySelectorAll('#by-gpu tbody tr[data-arch]')).map(r =>
