@@ -27,7 +27,9 @@ td.slot-expected-failure{background:#fff8c5}td.slot-claimed{background:#fffdf2}t
 #answer td,#answer th{font-size:.9rem}#answer code{word-break:break-all}#answer .none{color:#8c959f}
 @media (max-width:600px){#answer thead{display:none}#answer tr,#answer th,#answer td{display:block;border:0}
 #answer tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}
-#answer td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
+#answer td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}
+#answer td[data-label=platform],#answer tr>th{display:inline-block;font-weight:bold;padding:.2rem .3rem 0 .45rem}
+#answer td[data-label=platform]::before{content:none}}
 @media (max-width:600px){#by-gpu thead{display:none}#by-gpu tr,#by-gpu th,#by-gpu td{display:block;border:0}
 #by-gpu tr{border:1px solid #d8dde3;margin-bottom:.5rem;padding:.2rem}#by-gpu th{text-align:left}
 #by-gpu td::before{content:attr(data-label);display:block;color:#57606a;font-size:.75rem}}
