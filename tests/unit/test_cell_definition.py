@@ -127,3 +127,20 @@ def test_another_image_verified_under_a_cells_name_is_foreign(tmp_path: Path) ->
     block = markdown.readme_block(shown)
     assert "✅ verified" not in block and "@foreign-image" not in block
     assert PIP + FOREIGN_SUFFIX in markdown.table(shown)
+
+
+def test_tag_and_promote_take_a_file_of_the_matrix_before_a_release_was_added(tmp_path: Path) -> None:
+    """What `tag` and `promote` check before their first tag or push (publish/recorded.py), for a file made
+    before matrix.yaml gained a release: nothing refused, the cell's record still earns its tags."""
+    from buildscripts.publish import recorded
+
+    before, after = project(tmp_path), project(tmp_path, add_release)
+    path = tmp_path / "runs" / "old" / "results.json"
+    record = verified_record(before, PIP).model_copy(update={"image": verified_record(before, PIP).image.model_copy(
+        update={"id": "sha256:" + "ab" * 32})})
+    results.save(RunResults(run_id="old", started=results.now(), matrix_digest=before.digest,
+                            cells=[sealed(record.model_copy(update={"seal": None}), matrix_digest=before.digest,
+                                          against=before)]), path)
+    runs = recorded.load_checked([path], after, keyring(), only=(), command="promote")
+    earned = trusted.earned(runs.values(), after, keyring())
+    assert [t.cell_id for t in earned] == [PIP] and earned[0].archs == ["sm90"]
