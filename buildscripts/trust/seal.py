@@ -25,8 +25,18 @@ PAYLOAD_TYPE = "application/vnd.sglang-images.cell-results+json"
 UNSEALED = frozenset({"tags", "promoted", "seal"})   # what tagging and promotion write after the seal
 
 
-def canonical(cell: CellResult) -> bytes:
+# Fields the record gained after records were first sealed: left out of the sealed form while unset, so that a
+# record sealed before them still verifies (an unset field and an absent one say the same). Once set, they are sealed.
+LATER = frozenset({"definition", "definition_digest"})
+
+
+def canonical(cell: CellResult, *, unset_written: bool = False) -> bytes:
+    """The sealed form of `cell`; `unset_written`: with the LATER fields written as null while unset, as the
+    verifiers of 2026-12-04 sealed them before they were left out (both say the same, and both verify)."""
     data = cell.model_dump(mode="json", exclude=set(UNSEALED))
+    for name in LATER:
+        if data.get(name) is None and not unset_written:
+            data.pop(name, None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -76,7 +86,7 @@ def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:
     except dsse.EnvelopeError as exc:
         msg = f"{cell.cell_id}: the results record's seal is not valid: {exc.message}"
         raise dsse.EnvelopeError(msg, hint=exc.hint) from None
-    if payload != canonical(cell):
+    if payload not in (canonical(cell), canonical(cell, unset_written=True)):
         msg = f"{cell.cell_id}: the results record was changed after it was sealed ({_first_change(payload, cell)})"
         raise dsse.EnvelopeError(msg, hint="use the record as the verifier wrote it, or verify again")
     return key
