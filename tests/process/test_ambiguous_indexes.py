@@ -10,7 +10,6 @@ pulled by the engine here: it is skopeo that shows which image a Go reader loads
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import tarfile
@@ -25,7 +24,7 @@ from tests import needs
 from tests.attest_world import key_env
 from tests.cli import cli
 from tests.registry_server import RegistryServer
-from tests.registry_writer import INDEX, MANIFEST, RegistryWriter, digest_of
+from tests.registry_writer import INDEX, MANIFEST, RegistryWriter, digest_of, one_file_layer
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 AMD64 = {"os": "linux", "architecture": "amd64"}
@@ -134,12 +133,7 @@ def test_a_lone_entry_spelled_otherwise_is_refused_too(registry: Registry) -> No
 
 def _pushed(writer: RegistryWriter, name: str, text: str) -> tuple[str, int]:
     """A one-file image whose file `who` says `text`, pushed by hand: (manifest digest, manifest size)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("who")
-        info.size = len(text)
-        tar.addfile(info, io.BytesIO(text.encode()))
-    layer = buffer.getvalue()
+    layer = one_file_layer("who", text.encode())
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/who"]},
                          "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]}}).encode()
     body = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,

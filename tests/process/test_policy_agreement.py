@@ -10,10 +10,8 @@ difference (docs/checking-an-image.md) is checked, not assumed.
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from tests import needs
 from tests.attest_world import key_env
 from tests.cli import cli
 from tests.registry_server import RegistryServer
-from tests.registry_writer import MANIFEST, RegistryWriter, digest_of
+from tests.registry_writer import MANIFEST, RegistryWriter, digest_of, one_file_layer
 from tests.verdict_cases import ARCH, CASES, HIDDEN, Case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,13 +47,7 @@ class Registry:
 
     def image(self) -> str:
         """A new one-file image of unique content; its manifest digest."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            data = uuid.uuid4().hex.encode()
-            info = tarfile.TarInfo("who")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        layer = buffer.getvalue()
+        layer = one_file_layer("who", uuid.uuid4().hex.encode())
         config = json.dumps({"architecture": "amd64", "os": "linux",
                              "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]}}).encode()
         body = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,
