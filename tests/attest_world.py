@@ -26,9 +26,8 @@ from buildscripts.trust import carried, cosign, dsse, keys, statement, verdicts
 from buildscripts.verify.reuse import probe_digest
 from tests import needs
 from tests.cli import cli
-from tests.integration.tinyimages import owner_change
+from tests.integration.tinyimages import one_file_tar, owner_change
 from tests.registry_server import RegistryServer
-from tests.registry_writer import one_file_layer
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +52,7 @@ class World:
         """A new tiny image (unique content) pushed as REPOSITORY:tag, an OCI manifest with gzip layers (what
         Proxmox and LXC's oci template load); its digest. With `keep_local` the engine pulls it back by digest
         (its RepoDigests name it, as for an image pulled from its registry)."""
-        data = io.BytesIO(one_file_layer("hello.txt", uuid.uuid4().hex.encode()))
+        data = io.BytesIO(one_file_tar(uuid.uuid4().hex.encode()))
         name, tag_here = "sglang-images-test-attest", uuid.uuid4().hex[:10]
         self.client.api.import_image_from_data(data.getvalue(), repository=name, tag=tag_here,
                                                changes=[owner_change(), 'CMD ["/hi"]'])

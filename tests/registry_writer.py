@@ -5,9 +5,7 @@ older manifest). Plain HTTP, for the loopback registry of tests/registry_server.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
 import urllib.request
 from typing import Any
 
@@ -15,16 +13,6 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ACCEPT = ", ".join([INDEX, MANIFEST, "application/vnd.docker.distribution.manifest.v2+json",
                     "application/vnd.docker.distribution.manifest.list.v2+json"])
-
-
-def one_file_layer(name: str, data: bytes) -> bytes:
-    """An uncompressed layer tar holding one file `name` with `data`: the smallest image content there is."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def digest_of(data: bytes) -> str:

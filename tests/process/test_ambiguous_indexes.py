@@ -23,8 +23,9 @@ from buildscripts.trust import cosign, dsse, keys, statement
 from tests import needs
 from tests.attest_world import key_env
 from tests.cli import cli
+from tests.integration.tinyimages import one_file_tar
 from tests.registry_server import RegistryServer
-from tests.registry_writer import INDEX, MANIFEST, RegistryWriter, digest_of, one_file_layer
+from tests.registry_writer import INDEX, MANIFEST, RegistryWriter, digest_of
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 AMD64 = {"os": "linux", "architecture": "amd64"}
@@ -133,7 +134,7 @@ def test_a_lone_entry_spelled_otherwise_is_refused_too(registry: Registry) -> No
 
 def _pushed(writer: RegistryWriter, name: str, text: str) -> tuple[str, int]:
     """A one-file image whose file `who` says `text`, pushed by hand: (manifest digest, manifest size)."""
-    layer = one_file_layer("who", text.encode())
+    layer = one_file_tar(text.encode(), "who")
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/who"]},
                          "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]}}).encode()
     body = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,

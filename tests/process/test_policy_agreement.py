@@ -23,8 +23,9 @@ from buildscripts.trust import cosign, dsse, keys, policy, statement, verdicts
 from tests import needs
 from tests.attest_world import key_env
 from tests.cli import cli
+from tests.integration.tinyimages import one_file_tar
 from tests.registry_server import RegistryServer
-from tests.registry_writer import MANIFEST, RegistryWriter, digest_of, one_file_layer
+from tests.registry_writer import MANIFEST, RegistryWriter, digest_of
 from tests.verdict_cases import ARCH, CASES, HIDDEN, Case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ class Registry:
 
     def image(self) -> str:
         """A new one-file image of unique content; its manifest digest."""
-        layer = one_file_layer("who", uuid.uuid4().hex.encode())
+        layer = one_file_tar(uuid.uuid4().hex.encode(), "who")
         config = json.dumps({"architecture": "amd64", "os": "linux",
                              "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]}}).encode()
         body = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,
