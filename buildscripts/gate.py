@@ -125,7 +125,7 @@ def matrix_cell(record: CellResult, matrix: Matrix) -> Cell | str | None:
     if cell is None or record.axes == cell.axes():
         return cell
     differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
-    return (f"the record's axes are not those of the cell in {matrix.path} (they differ in "
+    return (f"the record's axes are not those of the cell in {matrix.path.name} (they differ in "
             f"{', '.join(differ)}): it is a record of another cell or another matrix")
 
 
@@ -246,7 +246,7 @@ def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey
     elif why_stale or isinstance(cell, str):
         marks.append((Mark.STALE, why_stale or str(cell)))
     elif cell is None and record.axes.get("cell") == record.cell_id:   # a cell's record, of no cell of today's
-        marks.append((Mark.STALE, f"{record.cell_id} is no cell of {matrix.path} today"))
+        marks.append((Mark.STALE, f"{record.cell_id} is no cell of {matrix.path.name} today"))
     if isinstance(cell, Cell) and (why_foreign := foreign(record, cell)):
         marks.append((Mark.FOREIGN, why_foreign))
     judged = judged_with(record, cell if isinstance(cell, Cell) else None)
