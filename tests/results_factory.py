@@ -76,11 +76,13 @@ def finish(cell: CellResult, **changes: object) -> CellResult:
 
 def sealed(cell: CellResult, key: SigningKey | None = None, *, matrix_digest: str | None = None,
            against: matrix.Matrix | None = None) -> CellResult:
-    """`cell` sealed as a verifier seals it, for the matrix of digest `matrix_digest` (what its results file
-    will say) and, when it is a cell of the matrix `against` (default: kinds_matrix), with that cell's definition:
-    by `key`, else this test session's throw-away verifier key (tests/session.py points SGLANG_IMAGES_KEY_DIR at
-    a temporary folder)."""
-    of = next((c for c in (against or kinds_matrix()).cells if c.id == cell.cell_id), None)
+    """`cell` sealed as a verifier seals it: by `key`, else this test session's throw-away verifier key
+    (tests/session.py points SGLANG_IMAGES_KEY_DIR at a temporary folder). Bound to a cell's definition when it
+    is a cell of the matrix `against`, or of kinds_matrix when neither that nor `matrix_digest` is given; with
+    only `matrix_digest`, bound to that whole matrix as records were before definitions (what a test's own
+    matrix.yaml and its digest make)."""
+    pool = against or (kinds_matrix() if matrix_digest is None else None)
+    of = next((c for c in pool.cells if c.id == cell.cell_id), None) if pool is not None else None
     update: dict[str, object] = {"matrix_digest": matrix_digest} if matrix_digest else {}
     if of is not None:
         update |= {"definition": of.definition, "definition_digest": of.definition_digest}

@@ -99,8 +99,8 @@ def project(tmp_path: Path, cfg: Tags) -> matrix.Matrix:
     return matrix.load(tmp_path / "matrix.yaml")
 
 
-def gate(cell: CellResult) -> trusted.Trusted:
-    found = trusted.check(cell, 0, DEFAULT, KEYS)
+def gate(cell: CellResult, loaded: matrix.Matrix = DEFAULT) -> trusted.Trusted:
+    found = trusted.check(cell, 0, loaded, KEYS)
     assert isinstance(found, trusted.Trusted), found
     return found
 
@@ -119,7 +119,7 @@ def verified(client: docker.DockerClient, image_id: str, cfg: Tags, loaded: matr
     tags)."""
     cell = sealed(with_candidate(client, make_cell("verified", image_id=image_id), cfg),
                   matrix_digest=results.matrix_digest(loaded.spec))
-    return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell), cfg)})
+    return cell.model_copy(update={"tags": tags.apply_good_tags(client, gate(cell, loaded), cfg)})
 
 
 def save_run(cell: CellResult, path: Path, loaded: matrix.Matrix = DEFAULT) -> Path:
@@ -168,7 +168,8 @@ def forged(kind: str, image_id: str, digest: str) -> CellResult:
     if kind == "hand-written":
         return cell
     if kind == "edited after sealing":  # a cpu-checked record, its GPU stages flipped to passed afterwards
-        honest = seal_it(of_cell(make_cell("cpu-checked", image_id=image_id), gate(seal_it(cell)).cell))
+        pip = next(c for c in DEFAULT.cells if c.id == cell.cell_id)
+        honest = seal_it(of_cell(make_cell("cpu-checked", image_id=image_id), pip))
         return honest.model_copy(update={"stages": cell.stages})
     if kind == "sealed by another key":
         return seal_it(cell, SigningKey("elsewhere", keys.generate()))

@@ -26,7 +26,7 @@ import pytest
 from buildscripts import distribution, matrix
 from buildscripts.errors import NotVerified, RegistryError
 from buildscripts.publish import check, platformtags, promote, staging, writer
-from buildscripts.results import CellResult, ImageInfo
+from buildscripts.results import CellResult
 from buildscripts.trust import keys, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
@@ -103,7 +103,8 @@ class Platforms:
             ref = f"{self.source}:{cell.id}-{uuid.uuid4().hex[:8]}"
             digest, image_id = push_layout(ref, architecture)
             record = built(cell, image_id)
-            image = ImageInfo(ref=ref, id=image_id, repository=self.source, digest=digest)
+            image = record.image.model_copy(update={"ref": ref, "id": image_id, "repository": self.source,
+                                                    "digest": digest})   # its labels: the cell's build
         self.builds[cell_id] = record.model_copy(update={"image": image})
         save(self.builds[cell_id], self.tmp / "collected" / f"build-{self.jobs}" / "results.json", self.loaded)
         self.jobs += 1

@@ -16,7 +16,7 @@ from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
 from buildscripts.trust import keys
 from buildscripts.workspace import Workspace
-from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate, vouched
+from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate, sealed, vouched
 from tests.results_factory import three_ci_jobs as _three_ci_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,8 +145,12 @@ def save_jobs(tmp_path: Path) -> list[Path]:
 
 
 def other_matrix_file(tmp_path: Path) -> Path:
-    other = "sha256:" + "0f" * 32   # its records sealed for that matrix too, as a verifier of it seals them
+    """A file of another matrix.yaml whose records carry their cell's definition, unchanged in this matrix (as a
+    verifier of today's code seals them)."""
+    other = "sha256:" + "0f" * 32
     run = ci_job("job-other", "runner-d", "2026-11-30T09:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")}, other)
+    run = run.model_copy(update={"cells": [sealed(c.model_copy(update={"seal": None}), matrix_digest=other,
+                                                  against=kinds_matrix()) for c in run.cells]})
     path = tmp_path / "runs" / "job-other" / "results.json"
     results.save(run.model_copy(update={"matrix": "old/matrix.yaml"}), path)
     return path
