@@ -42,6 +42,7 @@ from ..errors import (
     RegistryError,
     ToolMissingError,
 )
+from ..lxc import pct
 from ..matrix import load
 from ..matrix.schema import LABEL_PREFIX, flavour_version
 from ..refs import FORMS, reference_problem
@@ -50,7 +51,7 @@ from ..trust import carried
 from ..trust.keys import PublicKey
 from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
-from . import pct, trusted
+from . import trusted
 
 # The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
 MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
