@@ -24,7 +24,7 @@ import docker
 import docker.errors
 from pydantic import ValidationError
 
-from . import arguments, distribution, engine, hostenv, log, report, results
+from . import arguments, engine, hostenv, log, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint, native
 from .errors import ConfigError, LockError, RunFailed
@@ -32,6 +32,7 @@ from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix, load, select
 from .matrix.schema import LABEL_PREFIX, Cache
 from .publish import staging, tagcmd, tags, trusted
+from .registry import references
 from .results import CPU_STAGES, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
@@ -169,7 +170,7 @@ def check_options(matrix: Matrix, opts: Options) -> None:
         if conflict:
             msg = f"--stage runs the CPU stages and pushes what passed them: it cannot go with {conflict}"
             raise ConfigError(msg, hint=f"drop {conflict}, or --stage")
-        distribution.check_repository(opts.stage, "--stage")
+        references.check_repository(opts.stage, "--stage")
     if tp.wants_all_gpus(matrix.profile(opts.profile)) and opts.per_gpu:
         msg = f"--per-gpu gives each server one GPU; profile {opts.profile!r} serves across all of them"
         raise ConfigError(msg, hint=f"drop --per-gpu (the {opts.profile} profile takes every GPU), or pick another "

@@ -17,13 +17,14 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import arguments, disk, distribution, engine, log, results
+from .. import arguments, disk, engine, log, results
 from ..errors import ConfigError, RunFailed
 from ..lxc.privileged import why_unsealed
 from ..lxc.target import Target, cell_labels
 from ..matrix import Matrix, load, platforms
 from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
 from ..refs import FORMS, reference_problem
+from ..registry import references
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
@@ -170,7 +171,7 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
                   stages: list[str] | None, profile: Profile, matrix: Matrix, env: Mapping[str, str]) -> CellResult:
     client = engine.connect()
     source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
-              if a.pull or distribution.by_digest(a.image) else None)
+              if a.pull or references.by_digest(a.image) else None)
     image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
     facts = image_facts(client, image)   # once: the checks here, the plan and the record use them
     labels = facts.labels

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution, platforms
+from buildscripts import platforms
 from buildscripts.errors import CannotCheck, ConfigError, NotVerified
+from buildscripts.registry import failures
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
 from buildscripts.trust import carried, dsse, keys, ociarchive, policy, sources, statement, verdicts
 from buildscripts.trust.sources import Source
@@ -354,12 +355,12 @@ def test_a_named_pipe_is_no_archive_and_no_verdicts_file(tmp_path: Path) -> None
 
 
 def test_one_registry_deadline_and_what_a_failure_is_called() -> None:
-    assert distribution.deadline({}) == distribution.DEADLINE_S == 20
-    assert distribution.deadline({distribution.DEADLINE_ENV: "90"}) == 90
+    assert failures.deadline({}) == failures.DEADLINE_S == 20
+    assert failures.deadline({failures.DEADLINE_ENV: "90"}) == 90
     for bad in ("soon", "0", "-5", "1e9"):
-        with pytest.raises(ConfigError, match=distribution.DEADLINE_ENV):
-            distribution.deadline({distribution.DEADLINE_ENV: bad})
-    late = distribution.no_answer("reading", "reg.example:5000/sglang:tag", 20)
+        with pytest.raises(ConfigError, match=failures.DEADLINE_ENV):
+            failures.deadline({failures.DEADLINE_ENV: bad})
+    late = failures.no_answer("reading", "reg.example:5000/sglang:tag", 20)
     assert "the registry reg.example:5000 did not answer within 20 s" in late.message
-    malformed = distribution.failure("reading", "r/x:t", "the registry served something that is not a JSON manifest")
+    malformed = failures.failure("reading", "r/x:t", "the registry served something that is not a JSON manifest")
     assert "malformed" in str(malformed.hint) and "docker login" not in str(malformed.hint)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution, platforms
+from buildscripts import platforms
 from buildscripts.errors import NotVerified
+from buildscripts.registry import manifests
 from buildscripts.trust import cosign, sources
 
 A, B, C = ("sha256:" + c * 64 for c in "abc")
@@ -94,10 +95,10 @@ def test_a_windows_entry_may_name_its_version() -> None:
                           required=True) == "windows/amd64"
 
 
-def _index(*named: object) -> distribution.Manifest:
+def _index(*named: object) -> manifests.Manifest:
     entries = [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": 1, "platform": p}
                for d, p in zip((A, B), named, strict=False)]
-    return distribution.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": entries})
+    return manifests.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": entries})
 
 
 @pytest.mark.parametrize("platform", [None, {"os": "linux", "architecture": "arm64", "variant": "v8"}])
@@ -111,7 +112,7 @@ def test_an_index_of_entries_written_as_containerd_writes_them_is_read(platform:
 def test_an_index_with_one_entry_read_apart_is_refused_for_every_platform(platform: object) -> None:
     index = _index({"os": "linux", "architecture": "amd64"}, platform)
     for asked in ("amd64", "arm64"):
-        with pytest.raises(distribution.AmbiguousManifest, match="read apart: entry 2"):
+        with pytest.raises(manifests.AmbiguousManifest, match="read apart: entry 2"):
             index.platform("linux", asked)
 
 
@@ -120,7 +121,7 @@ def test_check_refuses_the_index_containerd_would_pull_an_unverified_entry_from(
     """The attack: `lİnux/amd64` first (never verified), `linux/amd64` second (verified). containerd lowers İ to i
     and pulls the first; Python lowered it to `i̇` and checked the second alone."""
     index = _index({"os": "l\u0130nux", "architecture": "amd64"}, {"os": "linux", "architecture": "amd64"})
-    monkeypatch.setattr(distribution, "served", lambda ref, env, log=None: index)
+    monkeypatch.setattr(manifests, "served", lambda ref, env, log=None: index)
     monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: [])
     with pytest.raises(NotVerified, match=r"is not verified: .* read apart: entry 1 .*'l\u0130nux'"):
         sources.sources(f"127.0.0.1:5000/r@{C}", {})
@@ -128,8 +129,8 @@ def test_check_refuses_the_index_containerd_would_pull_an_unverified_entry_from(
 
 def test_an_image_config_read_apart_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     served = {"os": "linux", "architecture": "x86_64", "rootfs": {"type": "layers", "diff_ids": []}}
-    monkeypatch.setattr(distribution, "raw", lambda ref, env, config=False, log=None: json.dumps(served).encode())
-    with pytest.raises(distribution.AmbiguousManifest, match="x86_64 is containerd's linux/amd64"):
-        distribution.config_platform(f"r@{A}", {})
+    monkeypatch.setattr(manifests, "raw", lambda ref, env, config=False, log=None: json.dumps(served).encode())
+    with pytest.raises(manifests.AmbiguousManifest, match="x86_64 is containerd's linux/amd64"):
+        manifests.config_platform(f"r@{A}", {})
     served["architecture"] = "amd64"
-    assert distribution.config_platform(f"r@{A}", {}) == "linux/amd64"
+    assert manifests.config_platform(f"r@{A}", {}) == "linux/amd64"
