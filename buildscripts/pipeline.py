@@ -38,8 +38,8 @@ from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
 from .verify import gpus, provision, reuse, tp
 from .verify.container import KEEP_ENV
-from .verify.ladder import verify_image
-from .verify.pergpu import combine_per_gpu, verify_per_gpu
+from .verify.one_image import verify_image
+from .verify.per_gpu_containers import combine_per_gpu, verify_per_gpu
 from .verify.plan import Plan, stages_argument
 from .workspace import Workspace, path_argument
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import log, platforms, strictjson
+from .. import log, platform_reading, strictjson
 from ..errors import RegistryError, ResultsError
 from ..matrix import Cell, Matrix, tagtemplates
 from ..registry import manifests, references
@@ -50,7 +50,7 @@ class Entry:
 
     @property
     def key(self) -> str:
-        return platforms.normalised(self.platform)
+        return platform_reading.normalised(self.platform)
 
     def descriptor(self) -> dict[str, object]:
         os, architecture, *variant = self.platform.split("/")
@@ -115,7 +115,7 @@ def describe(ref: str, env: Mapping[str, str], *, log_file: Path | None = None) 
 def claimed_entry(claim: Claim, source: str, env: Mapping[str, str], *, log_file: Path | None = None) -> Entry:
     """The entry of `claim`'s manifest, read from `source`; RegistryError unless its image is the cell's platform."""
     entry = describe(f"{source}@{claim.digest}", env, log_file=log_file)
-    if not platforms.matches(entry.platform, claim.platform):
+    if not platform_reading.matches(entry.platform, claim.platform):
         msg = (f"{claim.cell_id} is a {claim.platform} cell, but {source}@{claim.digest} is a {entry.platform} image: "
                "the digest in the results is not an image of this cell; no tag was moved")
         raise RegistryError(msg, hint="use the results the verifier wrote for that cell's digest, or verify it again")
@@ -167,10 +167,10 @@ def serving(ref: str, env: Mapping[str, str], log_file: Path | None = None) -> t
         return None, []
     if top.is_index:
         try:
-            listed = platforms.listed(top.data.get("manifests"))
-        except platforms.NotCanonical as exc:
+            listed = platform_reading.listed(top.data.get("manifests"))
+        except platform_reading.NotCanonical as exc:
             msg = f"{ref} serves {top.digest}, an index that readers of images read apart: {exc}"
-            raise manifests.AmbiguousManifest(msg, hint=platforms.HINT) from None
+            raise manifests.AmbiguousManifest(msg, hint=platform_reading.HINT) from None
         return top.digest, [(platform, str(e.get("digest") or "")) for platform, e in listed]
     try:
         platform = manifests.config_platform(f"{references.repository_of(ref)}@{top.digest}", env, log=log_file)
@@ -187,7 +187,7 @@ def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix
     current, listed = serving(ref, env, log_file)
     groups: dict[str | None, list[str]] = {}
     for platform, digest in listed:
-        groups.setdefault(platforms.normalised(platform) if platform else None, []).append(digest)
+        groups.setdefault(platform_reading.normalised(platform) if platform else None, []).append(digest)
     kept: list[Entry] = []
     for key, digests in groups.items():
         unique = list(dict.fromkeys(digests))
@@ -236,7 +236,7 @@ def _vouched(tagged: Tagged, key: str | None, where: str, new: Mapping[str, tupl
         entry = describe(where, env, log_file=log_file)
     except RegistryError as exc:   # an index where a platform's manifest belongs, a config naming no platform
         return exc.message.removeprefix(f"{where} ").removeprefix(f"{where}: "), None
-    if platforms.normalised(entry.platform) != key:
+    if platform_reading.normalised(entry.platform) != key:
         return f"is a {entry.platform} image listed as {key}", None
     return None, entry
 
@@ -244,7 +244,7 @@ def _vouched(tagged: Tagged, key: str | None, where: str, new: Mapping[str, tupl
 def _sibling(matrix: Matrix, platform: str, tag: str) -> Cell | None:
     """The cell of `platform` whose good tags include `tag` (None: no such cell)."""
     cfg = matrix.spec.tags
-    found = [c for c in matrix.cells if platforms.normalised(c.platform) == platform
+    found = [c for c in matrix.cells if platform_reading.normalised(c.platform) == platform
              and f"{cfg.repository}:{tag}" in tagtemplates.named(cfg, c.axes(), [tag_form(a) for a in c.archs],
                                                               every_arch=True)]
     if len(found) > 1:

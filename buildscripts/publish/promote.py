@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import arguments, engine, log, platforms, results
+from .. import arguments, engine, log, platform_reading, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix import Matrix, load
 from ..matrix.schema import Tags
@@ -114,7 +114,7 @@ def _refuse_other_platforms(ref: str, cell_id: str, platform: str, env: Mapping[
         held = "an index of " + (", ".join(filter(None, (p for p, _ in listed))) or "no named platform")
     else:
         found = listed[0][0]
-        if found is not None and platforms.matches(found, platform):
+        if found is not None and platform_reading.matches(found, platform):
             return
         held = f"a {found} image" if found else "an image whose config names no platform"
     msg = (f"{cell_id}: {ref} holds {held}; a push of this {platform} image from the engine would replace what "

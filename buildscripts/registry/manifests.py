@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import platforms, proc, strictjson
+from .. import platform_reading, proc, strictjson
 from ..errors import RegistryError
 from .failures import COPY, GRACE_S, READ, deadline, failure, no_answer, stalled
 from .references import by_digest, is_loopback, repository_of
@@ -69,16 +69,17 @@ class Manifest:
         return str(config.get("digest")) if isinstance(config, dict) and config.get("digest") else None
 
     def platform(self, os: str, architecture: str) -> str | None:
-        """The digest of this index's manifest for `os`/`architecture` as the engine picks it (platforms.py:
+        """The digest of this index's manifest for `os`/`architecture` as the engine picks it (platform_reading.py:
         `x86_64` is amd64); None: not an index, or none there. AmbiguousManifest when two entries are that
         platform, since which one an engine pulls then depends on its own rules."""
         asked = f"{os}/{architecture}"
         try:
-            named = [(platform, str(e.get("digest"))) for platform, e in platforms.listed(self.data.get("manifests"))]
-        except platforms.NotCanonical as exc:
+            entries = platform_reading.listed(self.data.get("manifests"))
+            named = [(platform, str(e.get("digest"))) for platform, e in entries]
+        except platform_reading.NotCanonical as exc:
             msg = f"{self.ref} is an index that readers of images read apart: {exc}"
-            raise AmbiguousManifest(msg, hint=platforms.HINT) from None
-        found = {digest for platform, digest in named if platform and platforms.matches(platform, asked)}
+            raise AmbiguousManifest(msg, hint=platform_reading.HINT) from None
+        found = {digest for platform, digest in named if platform and platform_reading.matches(platform, asked)}
         if len(found) > 1:
             msg = (f"{self.ref} is an index with {len(found)} manifests for {asked} ({', '.join(sorted(found))}): "
                    "which one an engine pulls depends on its own rules")
@@ -218,10 +219,10 @@ def config_platform(ref: str, env: Mapping[str, str], *, log: Path | None = None
         msg = f"the image config of {ref} is ambiguous ({exc})"
         raise AmbiguousManifest(msg, hint="readers of images would disagree which platform it is") from None
     try:
-        return platforms.read(config, required=False)
-    except platforms.NotCanonical as exc:
+        return platform_reading.read(config, required=False)
+    except platform_reading.NotCanonical as exc:
         msg = f"the image config of {ref} names a platform readers of images read apart: {exc}"
-        raise AmbiguousManifest(msg, hint=platforms.HINT) from None
+        raise AmbiguousManifest(msg, hint=platform_reading.HINT) from None
 
 
 def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:

@@ -32,8 +32,8 @@ from ..workspace import PROJECT_ROOT, Workspace, checked_name, path_argument, pa
 from . import gpus, identity, provision, pulled, reuse, tp
 from .container import KEEP_ENV
 from .host import HostRunner
-from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
 from .lxcrunner import LxcRunner
+from .one_image import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, stage_timeout, stages_argument
 from .runner import Options, verify
 

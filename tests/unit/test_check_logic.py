@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts import platforms
+from buildscripts import platform_reading
 from buildscripts.errors import CannotCheck, ConfigError, NotVerified
 from buildscripts.registry import failures
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
@@ -141,7 +141,7 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
     # an entry that names no platform is one an engine may take for any: it must be verified too
     assert not sources.summary("r:t", judged(("linux/amd64", True), (sources.ANY_PLATFORM, False)), "linux/amd64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
-    assert platforms.problem("linux") and not platforms.problem("linux/arm64/v8")
+    assert platform_reading.problem("linux") and not platform_reading.problem("linux/arm64/v8")
 
 
 @pytest.mark.parametrize(("spelled", "docker"), [

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts import platforms
+from buildscripts import platform_reading
 from buildscripts.errors import NotVerified
 from buildscripts.registry import manifests
 from buildscripts.trust import cosign, sources
@@ -25,14 +25,14 @@ INDEX = "application/vnd.oci.image.index.v1+json"
     ("AMD6\uff14", "amd6\uff14"), ("\uff21", "\uff41"),     # fullwidth: a digit stays, a letter lowers to fullwidth
 ])
 def test_go_lower_is_the_simple_mapping(text: str, go: str) -> None:
-    assert platforms.go_lower(text) == go
+    assert platform_reading.go_lower(text) == go
 
 
 def test_only_one_code_point_lowers_to_two_in_python() -> None:
     """go_lower takes Python's lower case of each code point, which is the simple mapping wherever it is one code
     point: the exceptions table must hold every code point where it is not."""
     longer = [c for c in map(chr, range(sys.maxunicode + 1)) if len(c.lower()) != 1]
-    assert longer == list(platforms.GO_LOWER_EXCEPTIONS)
+    assert longer == list(platform_reading.GO_LOWER_EXCEPTIONS)
 
 
 # (os, architecture, variant) -> containerd's reading, and whether it is written as containerd writes it
@@ -66,15 +66,16 @@ READINGS = [
 @pytest.mark.parametrize(("spelled", "containerd", "canonical"), READINGS)
 def test_a_platform_is_read_as_containerd_reads_it(spelled: tuple[str, str, str], containerd: tuple[str, str, str],
                                                    canonical: bool) -> None:
-    assert platforms.containerd(*spelled) == containerd
+    assert platform_reading.containerd(*spelled) == containerd
     named = {k: v for k, v in zip(("os", "architecture", "variant"), spelled, strict=True) if v}
     if canonical:
-        assert platforms.read(named, required=True) == "/".join(filter(None, spelled))
+        assert platform_reading.read(named, required=True) == "/".join(filter(None, spelled))
     else:
-        with pytest.raises(platforms.NotCanonical):
-            platforms.read(named, required=True)
+        with pytest.raises(platform_reading.NotCanonical):
+            platform_reading.read(named, required=True)
     # whatever the spelling, the key it is weighed by is containerd's reading
-    assert platforms.normalised("/".join(spelled)) == platforms.normalised("/".join(filter(None, containerd)))
+    normalised = platform_reading.normalised
+    assert normalised("/".join(spelled)) == normalised("/".join(filter(None, containerd)))
 
 
 @pytest.mark.parametrize(("named", "says"), [
@@ -85,13 +86,13 @@ def test_a_platform_is_read_as_containerd_reads_it(spelled: tuple[str, str, str]
     ({"os": "l\u0130nux", "architecture": "amd64"}, "containerd reads it as 'linux', Python as 'li\u0307nux'"),
 ])
 def test_what_readers_take_apart_is_refused_with_its_reason(named: dict[str, Any], says: str) -> None:
-    with pytest.raises(platforms.NotCanonical, match=says):
-        platforms.read(named, required=True)
-    assert platforms.read({}, required=False) is None   # an image config may name no platform
+    with pytest.raises(platform_reading.NotCanonical, match=says):
+        platform_reading.read(named, required=True)
+    assert platform_reading.read({}, required=False) is None   # an image config may name no platform
 
 
 def test_a_windows_entry_may_name_its_version() -> None:
-    assert platforms.read({"os": "windows", "architecture": "amd64", "os.version": "10.0.17763.1"},
+    assert platform_reading.read({"os": "windows", "architecture": "amd64", "os.version": "10.0.17763.1"},
                           required=True) == "windows/amd64"
 
 
