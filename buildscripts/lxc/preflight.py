@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .. import log
 from ..errors import ConfigError, PreflightFailed
-from ..matrix.schema import CUDA_VERSION_RE
+from ..matrix.spellings import CUDA_VERSION_RE
 from ..trust import keys, sources
 from ..workspace import Workspace
 from . import config_file, root_access

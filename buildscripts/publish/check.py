@@ -27,7 +27,7 @@ from rich.table import Table
 from .. import log, platform_reading
 from ..errors import ConfigError, NotVerified
 from ..matrix import load
-from ..matrix.schema import arch_problem
+from ..matrix.spellings import arch_problem
 from ..refs import FORMS, reference_problem
 from ..trust import keys, policy, sources
 from ..trust.freshness import stamp

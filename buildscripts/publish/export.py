@@ -44,7 +44,8 @@ from ..errors import (
 )
 from ..lxc import pct
 from ..matrix import load
-from ..matrix.schema import LABEL_PREFIX, flavour_version
+from ..matrix.schema import LABEL_PREFIX
+from ..matrix.spellings import flavour_version
 from ..refs import FORMS, reference_problem
 from ..registry import manifests
 from ..results import RunResults

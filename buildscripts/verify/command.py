@@ -22,7 +22,8 @@ from ..errors import ConfigError, RunFailed
 from ..lxc.privileged import why_unsealed
 from ..lxc.target import Target, cell_labels
 from ..matrix import Matrix, load, platforms
-from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
+from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile
+from ..matrix.spellings import arch_problem
 from ..refs import FORMS, reference_problem
 from ..registry import references
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import matrix, pipeline, results
+from buildscripts import matrix, pipeline, pipeline_options, results
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.matrix import listing
 from buildscripts.publish import bydigest, trusted
@@ -88,15 +88,15 @@ def test_a_gpu_job_refuses_a_tag_before_asking_the_engine() -> None:
 def test_a_staging_build_refuses_what_it_cannot_do_before_building(argv: list[str], words: str) -> None:
     loaded = matrix.load(ROOT / "matrix.yaml")
     with pytest.raises(ConfigError, match=words):
-        pipeline.check_options(loaded, pipeline.parse(argv, Workspace.at(ROOT), {}))
+        pipeline_options.check_options(loaded, pipeline_options.parse(argv, Workspace.at(ROOT), {}))
 
 
 def test_a_staging_build_runs_the_cpu_stages_only() -> None:
-    opts = pipeline.parse(["--stage", STAGING], Workspace.at(ROOT), {})
+    opts = pipeline_options.parse(["--stage", STAGING], Workspace.at(ROOT), {})
     assert pipeline._stages(opts) == list(results.CPU_STAGES)
-    opts = pipeline.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
+    opts = pipeline_options.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
     assert pipeline._stages(opts) == ["facts"]
-    assert pipeline._stages(pipeline.parse([], Workspace.at(ROOT), {})) is None
+    assert pipeline._stages(pipeline_options.parse([], Workspace.at(ROOT), {})) is None
 
 
 def staged_run(tmp_path: Path, loaded: matrix.Matrix) -> Path:
