@@ -1,4 +1,5 @@
-"""One strict reader for the JSON documents of images (manifests, indexes, configs), whoever serves them.
+"""One strict reader for JSON that two readers could read otherwise: the documents of images (manifests, indexes,
+configs), whoever serves them, and every signed payload (trust/: envelopes, verdicts, sealed records).
 
 Readers disagree on JSON that is not plain: Go's encoding/json (skopeo, Docker, containerd, registries) fills
 a struct field from a key that matches it case-insensitively and takes the last of several, Python's dict
@@ -8,7 +9,9 @@ Go: what was checked is not what runs. So a document is refused when any reader 
 - two keys of one object that are equal but for case (Go's folding: `casefold` also folds ſ and K);
 - a key that differs only in case from a field name the OCI and Docker image formats define.
 Maps whose keys are chosen by people (annotations, labels) are held to the first three rules only: Go keeps
-their keys as they are, so a label named `OS` means no field.
+their keys as they are, so a label named `OS` means no field. The field names and the free maps default to the
+image formats'; a reader of other documents passes its own (trust/verdict_form.py, trust/dsse.py).
+A document nested deeper than Python can read is refused too (a hostile registry's answer must not crash us).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ FIELDS = frozenset({
     "os.version", "os.features", "digest", "size", "config", "layers", "annotations", "subject", "urls",
     "rootfs", "diff_ids",
 })
-_FOLDED = {name.casefold(): name for name in FIELDS}
 FREE_MAPS = frozenset({"annotations", "Labels", "ExposedPorts", "Volumes"})
 
 
@@ -30,22 +32,27 @@ class Ambiguous(ValueError):
     """A document two readers could read differently: the message says where and why."""
 
 
-def loads(data: bytes | str) -> Any:
-    """`data` as JSON, or Ambiguous saying why a reader of images could read it otherwise."""
+def loads(data: bytes | str, *, fields: frozenset[str] = FIELDS, free: frozenset[str] = FREE_MAPS) -> Any:
+    """`data` as JSON, or Ambiguous saying why another reader could read it otherwise. `fields`: the field names
+    a key may not differ from only in case; `free`: the keys whose maps hold keys of people's own choosing."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         found = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
+        _fields(found, {name.casefold(): name for name in fields}, free, inside_free=False)
     except Ambiguous:
         raise
+    except RecursionError:
+        msg = "nested deeper than any document of this project"
+        raise Ambiguous(msg) from None
     except ValueError as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         msg = f"not strict UTF-8 JSON: {exc}"
         raise Ambiguous(msg) from None
-    _fields(found, free=False)
     return found
 
 
-def loads_object(data: bytes | str) -> dict[str, Any]:
-    found = loads(data)
+def loads_object(data: bytes | str, *, fields: frozenset[str] = FIELDS,
+                 free: frozenset[str] = FREE_MAPS) -> dict[str, Any]:
+    found = loads(data, fields=fields, free=free)
     if not isinstance(found, dict):
         msg = "not a JSON object"
         raise Ambiguous(msg)
@@ -64,18 +71,18 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _fields(value: Any, *, free: bool) -> None:
+def _fields(value: Any, folded: dict[str, str], free: frozenset[str], *, inside_free: bool) -> None:
     """Refuse a key that differs only in case from a field name (not in maps of people's own keys)."""
     if isinstance(value, list):
         for item in value:
-            _fields(item, free=False)
+            _fields(item, folded, free, inside_free=False)
     elif isinstance(value, dict):
         for key, item in value.items():
-            field = _FOLDED.get(key.casefold())
-            if not free and field is not None and field != key:
+            field = folded.get(key.casefold())
+            if not inside_free and field is not None and field != key:
                 msg = f"the key {key!r} differs only in case from the field {field!r} (Go reads it as that field)"
                 raise Ambiguous(msg)
-            _fields(item, free=key in FREE_MAPS)
+            _fields(item, folded, free, inside_free=key in free)
 
 
 def _no_constant(name: str) -> Any:

@@ -24,10 +24,12 @@ from typing import Any
 from .. import log, strictjson
 from ..errors import CannotCheck, NotVerified
 from ..registry import manifests
-from . import cosign, ociarchive, verdicts
+from . import cosign, dsse, ociarchive, verdicts
 from .keys import PublicKey
 
 SUFFIX = ".verdicts.json"
+# The fields of the verdicts file, with the image formats' (strictjson: none may be spelled in another case).
+FIELDS = strictjson.FIELDS | {"schema", "repository", "index", "attestations"}
 SCHEMA = "sglang-images/carried-verdicts/v2"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -74,8 +76,12 @@ def gather(ref: str, trusted: Sequence[PublicKey], env: Mapping[str, str], *,
 
 
 def _counts(envelope: Any, digest: str, trusted: Sequence[PublicKey]) -> bool:
+    """A verdict a trusted key signed for `digest`; a malformed one too, so that the archive is judged as the
+    registry's digest is (it leaves no arch verified)."""
     try:
         return digest in verdicts.open_verdict(envelope, trusted).digests
+    except verdicts.MalformedVerdict as exc:
+        return not exc.digests or digest in exc.digests
     except NotVerified:
         return False
 
@@ -101,7 +107,7 @@ def read(archive: Path) -> Tested:
         if sidecar(archive).exists() and not sidecar(archive).is_file():   # a pipe would block the read
             msg = f"{sidecar(archive).name} is not a file"
             raise OSError(msg)
-        record = strictjson.loads(sidecar(archive).read_text(encoding="utf-8"))
+        record = strictjson.loads(sidecar(archive).read_bytes(), fields=FIELDS | dsse.FIELDS)
     except FileNotFoundError:
         msg = f"{archive} carries no signed verdict: {sidecar(archive).name} is not beside it"
         raise NotVerified(msg, hint=f"copy {sidecar(archive).name} with the archive (export writes it for an "

@@ -8,7 +8,6 @@ has the registry deadline of registry/failures.py (cosign's own `--timeout`, and
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from .. import proc
 from ..errors import RegistryError
 from ..registry import failures
+from . import dsse
 
 HINT = "Debian trixie's cosign 2.5 (`.ci/install-engine` installs it; `python -m buildscripts setup --for tests`)"
 NONE_FOUND = "found no attestations"
@@ -61,13 +61,8 @@ def download(ref: str, env: Mapping[str, str] | None = None, *, log_file: Path |
                 return []
             raise _failed(DOWNLOAD, ref, done, seconds)
         lines = out.read_text(encoding="utf-8", errors="replace").splitlines() if out.exists() else []
-    found = []
-    for line in lines:
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            found.append(line)  # kept, so that a reader counts it and says it is no envelope
-    return found
+    # each read strictly; one that cannot be is kept (dsse.Unreadable), so that a reader counts it and says why
+    return [dsse.read_envelope(line) for line in lines]
 
 
 def attach(envelope: Path, ref: str, env: Mapping[str, str] | None = None, *, log_file: Path | None = None) -> None:

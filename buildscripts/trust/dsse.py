@@ -4,24 +4,30 @@ The same envelope `cosign attest --no-upload` prints and `cosign attach attestat
 `cosign verify-attestation --key` take, so a verdict signed here is checked by cosign as well. The
 signature covers the payload *and its type* (the pre-authentication encoding, PAE): a signed results
 record can never pass for a signed attestation, or the other way round.
+
+Envelopes and the payloads they sign are read with the one strict reader (strictjson): cosign reads an envelope
+with Go's encoding/json, which takes `Payload` for `payload` and the last of two; an envelope or a payload that
+two readers could read otherwise is refused, never read one way here and another there.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from .. import strictjson
 from ..errors import FatalError
 from .keys import PublicKey, SigningKey
 
 IN_TOTO = "application/vnd.in-toto+json"
+FIELDS = frozenset({"payloadType", "payload", "signatures", "keyid", "sig"})   # of an envelope, as cosign reads it
 
 
 class EnvelopeError(FatalError):
@@ -43,9 +49,28 @@ def sign(payload: bytes, payload_type: str, key: SigningKey) -> dict[str, Any]:
             "signatures": [{"keyid": key.public.keyid, "sig": base64.b64encode(signature).decode()}]}
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """What stands for an envelope that could not be read (kept, so that a reader counts it and says why)."""
+
+    reason: str
+
+
+def read_envelope(data: bytes | str) -> Any:
+    """An envelope's JSON, read strictly; Unreadable (saying why) when it is no JSON or two readers could read
+    it otherwise."""
+    try:
+        return strictjson.loads(data, fields=FIELDS, free=frozenset())
+    except strictjson.Ambiguous as exc:
+        return Unreadable(str(exc))
+
+
 def verify(envelope: Any, payload_type: str, trusted: Sequence[PublicKey]) -> tuple[bytes, PublicKey]:
     """The payload of `envelope` and the trusted key that signed it; EnvelopeError when the envelope is
     malformed, of another payload type, or signed by no key of `trusted`."""
+    if isinstance(envelope, Unreadable):
+        msg = f"the envelope is not read: {envelope.reason}"
+        raise EnvelopeError(msg, hint="an envelope that two readers could read otherwise counts for nothing")
     if not isinstance(envelope, Mapping):
         msg = "not a signed envelope (a JSON object with payloadType, payload and signatures)"
         raise EnvelopeError(msg, hint="it was not written by a verifier of this project")
@@ -84,10 +109,12 @@ def _signer(entry: Any, payload_type: str, payload: bytes, trusted: Sequence[Pub
     return None
 
 
-def payload_json(payload: bytes) -> Any:
-    """The JSON document a verified payload holds (EnvelopeError when it holds none)."""
+def payload_json(payload: bytes, *, fields: frozenset[str] = frozenset(), free: frozenset[str] = frozenset()) -> Any:
+    """The JSON document a verified payload holds, read with the one strict reader (`fields` and `free` as
+    strictjson takes them); EnvelopeError when it holds none, or one that two readers could read otherwise."""
     try:
-        return json.loads(payload)
-    except ValueError:
-        msg = "the signed payload is not JSON"
-        raise EnvelopeError(msg, hint="it was not written by a verifier of this project") from None
+        return strictjson.loads(payload, fields=fields, free=free)
+    except strictjson.Ambiguous as exc:
+        msg = f"the signed payload is refused: {exc}"
+        raise EnvelopeError(msg, hint="a signed document that two readers could read otherwise vouches for "
+                                      "nothing; no verifier of this project writes one") from None

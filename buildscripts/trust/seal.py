@@ -4,7 +4,9 @@ The seal is a DSSE envelope over the canonical JSON of the record (all of it but
 the good tags applied and the registry references promoted, and the seal itself). `tag`, `promote`,
 `export` and the reuse lookup act only on a record whose seal a trusted key made and whose content is
 still what was sealed: a results file written or edited by hand, or by an image under test, earns
-nothing.
+nothing. The sealed payload is read with the one strict reader (dsse.payload_json) like every signed payload:
+a record holding keys equal but for case (which the code under test can put in its evidence) is never
+sealed, and a seal over such a payload vouches for nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import results
+from .. import log, results
 from ..results import CellResult, RunResults
 from . import dsse
 from .keys import PublicKey, SigningKey
@@ -23,8 +25,18 @@ PAYLOAD_TYPE = "application/vnd.sglang-images.cell-results+json"
 UNSEALED = frozenset({"tags", "promoted", "seal"})   # what tagging and promotion write after the seal
 
 
-def canonical(cell: CellResult) -> bytes:
+# Fields the record gained after records were first sealed: left out of the sealed form while unset, so that a
+# record sealed before them still verifies (an unset field and an absent one say the same). Once set, they are sealed.
+LATER = frozenset({"definition", "definition_digest"})
+
+
+def canonical(cell: CellResult, *, unset_written: bool = False) -> bytes:
+    """The sealed form of `cell`; `unset_written`: with the LATER fields written as null while unset, as the
+    verifiers of 2026-12-04 sealed them before they were left out (both say the same, and both verify)."""
     data = cell.model_dump(mode="json", exclude=set(UNSEALED))
+    for name in LATER:
+        if data.get(name) is None and not unset_written:
+            data.pop(name, None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -45,10 +57,20 @@ def record(run: RunResults, cell: CellResult, key: SigningKey | None, path: Path
     bound = cell.model_copy(update={
         "matrix_digest": run.matrix_digest, "seal": None, "definition": dict(definition) if definition else None,
         "definition_digest": results.definition_digest(definition) if definition else None})
-    sealed = seal(bound, key) if key is not None else bound
+    sealed = seal(bound, key) if key is not None and _readable(bound) else bound
     run.cells.append(sealed)
     results.save(run, path)
     return sealed
+
+
+def _readable(cell: CellResult) -> bool:
+    """Whether the record reads one way to every reader (logged when not: it stays unsealed)."""
+    try:
+        dsse.payload_json(canonical(cell))
+    except dsse.EnvelopeError as exc:
+        log.warn(f"{cell.cell_id}: the results record is not sealed: {exc.message}")
+        return False
+    return True
 
 
 def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:
@@ -60,10 +82,11 @@ def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:
                                            "or by a version before seals, it earns nothing: verify again")
     try:
         payload, key = dsse.verify(cell.seal, PAYLOAD_TYPE, trusted)
+        dsse.payload_json(payload)
     except dsse.EnvelopeError as exc:
         msg = f"{cell.cell_id}: the results record's seal is not valid: {exc.message}"
         raise dsse.EnvelopeError(msg, hint=exc.hint) from None
-    if payload != canonical(cell):
+    if payload not in (canonical(cell), canonical(cell, unset_written=True)):
         msg = f"{cell.cell_id}: the results record was changed after it was sealed ({_first_change(payload, cell)})"
         raise dsse.EnvelopeError(msg, hint="use the record as the verifier wrote it, or verify again")
     return key
@@ -72,9 +95,11 @@ def signer(cell: CellResult, trusted: Sequence[PublicKey]) -> PublicKey:
 def _first_change(payload: bytes, cell: CellResult) -> str:
     """Which top-level field differs, for the message."""
     try:
-        sealed: dict[str, Any] = json.loads(payload)
-    except ValueError:
-        return "the sealed payload is not JSON"
-    now = json.loads(canonical(cell))
+        sealed = dsse.payload_json(payload)
+        now = dsse.payload_json(canonical(cell))
+    except dsse.EnvelopeError as exc:
+        return exc.message
+    if not isinstance(sealed, dict) or not isinstance(now, dict):
+        return "the sealed payload is not a record"
     changed = sorted(k for k in set(sealed) | set(now) if sealed.get(k) != now.get(k))
     return "changed: " + ", ".join(changed) if changed else "the same fields, written differently"

@@ -28,12 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import log
+from .. import log, strictjson
 from ..errors import ConfigError, NotVerified
 from ..registry import manifests, references
 from ..results import GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, family
 from ..workspace import checked_name
-from . import cosign, dsse, freshness, keys, statement
+from . import cosign, dsse, freshness, keys, statement, verdict_form
 from .freshness import age_text, parse_time, stamp
 from .keys import PublicKey
 
@@ -76,13 +76,22 @@ class SignedVerdict:
         return None
 
     def names_arch(self, arch: str) -> bool:
-        return self.arch is not None and family(self.arch) == family(arch)
+        return self.arch is not None and arch_matches(arch, self.arch)
 
     def signed_text(self, now: datetime) -> str:
         """`signed 2026-12-01T21:05:09Z (3 h ago)`: which verdict was used, and how old it is."""
         if self.signed_at is None:
             return "undated"
         return f"signed {stamp(self.signed_at)} ({age_text((now - self.signed_at).total_seconds())})"
+
+
+def arch_matches(asked: str, named: str) -> bool:
+    """Whether a verdict naming `named` answers for `asked`: a target with its suffix (`sm_90a`, `sm_100f`) asks
+    for that very spelling, as the cosign policy of that target does; a family (`sm_90`, as `check --arch` also
+    takes, or `sm90` as tags spell it) for any target of it."""
+    if verdict_form.arch_problem(asked) is None and asked.endswith(("a", "f")):
+        return named == asked
+    return family(named) == family(asked)
 
 
 def split_digest_ref(ref: str) -> tuple[str, str]:
@@ -153,46 +162,48 @@ def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, 
     return written
 
 
+class MalformedVerdict(NotVerified):
+    """A payload a trusted key signed that is not in the one form of a verdict (verdict_form): it counts
+    against the digests it names (`digests`; none when its subject could not be read: against any)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, digests: Sequence[str] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.digests = tuple(digests)
+
+
 def open_verdict(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "the attestation") -> SignedVerdict:
     """What a signed Statement vouches for; NotVerified (naming `where`) when no trusted key signed it or it
-    is no test-result Statement."""
+    is no test-result Statement, MalformedVerdict when a trusted key signed one not in the one form."""
     try:
         payload, signer = dsse.verify(envelope, dsse.IN_TOTO, trusted)
-        document = dsse.payload_json(payload)
     except dsse.EnvelopeError as exc:
         msg = f"{where}: {exc.message}"
         raise NotVerified(msg, hint=exc.hint) from None
-    if not isinstance(document, dict) or document.get("_type") != statement.STATEMENT_TYPE \
-            or document.get("predicateType") != statement.TEST_RESULT:
+    try:
+        document = verdict_form.read(payload)
+    except verdict_form.OtherStatement as exc:
         msg = f"{where}: signed, but not an in-toto test-result Statement"
-        raise NotVerified(msg, hint=f"a verdict is a {statement.STATEMENT_TYPE} of {statement.TEST_RESULT}")
-    subjects = [s for s in document.get("subject") or [] if isinstance(s, dict)]
-    found = document.get("predicate")
-    predicate: dict[str, Any] = found if isinstance(found, dict) else {}
-    tests = {k: tuple(str(t) for t in predicate.get(k) or [] if isinstance(t, str))
-             for k in ("passedTests", "warnedTests", "failedTests")}
-    gpu_archs = {t.rsplit("@", 1)[1] for names in tests.values() for t in names
-                 if "@" in t and t.rsplit("@", 1)[0] in GPU_STAGES}
-    named = predicate.get("arch")
-    if isinstance(named, str):   # the arch it names, when no GPU test names another
-        gpu_archs = {named} if gpu_archs <= {named} else set()
-    digests = tuple(f"sha256:{s['digest']['sha256']}" for s in subjects
-                    if isinstance(s.get("digest"), dict) and isinstance(s["digest"].get("sha256"), str))
-    index, cell, axes = predicate.get("imageIndex"), predicate.get("cell"), predicate.get("axes")
+        raise NotVerified(msg, hint=str(exc)) from None
+    except verdict_form.Malformed as exc:
+        msg = f"{where}: a trusted key signed a malformed verdict: {exc}"
+        raise MalformedVerdict(msg, hint="no verifier of this project writes one: it counts for no arch, and "
+                                         "against the digest it names", digests=exc.digests) from None
+    predicate = document["predicate"]
+    subjects = document["subject"]
+    axes = predicate.get("axes", {})
     return SignedVerdict(
-        arch=next(iter(gpu_archs)) if len(gpu_archs) == 1 else None, result=str(predicate.get("result")),
-        digests=digests, subjects=tuple(str(s.get("name", "")) for s in subjects),
-        passed=tests["passedTests"], warned=tests["warnedTests"], failed=tests["failedTests"], signer=signer,
-        url=predicate.get("url") if isinstance(predicate.get("url"), str) else None,
-        signed_at=parse_time(predicate.get("signedAt")), index=index if isinstance(index, str) else None,
-        cell=cell if isinstance(cell, str) else None,
-        axes=tuple(sorted((str(k), str(v)) for k, v in axes.items())) if isinstance(axes, dict) else ())
+        arch=predicate["arch"], result=predicate["result"],
+        digests=tuple(verdict_form.subject_digests(subjects)), subjects=tuple(s.get("name", "") for s in subjects),
+        passed=tuple(predicate["passedTests"]), warned=tuple(predicate["warnedTests"]),
+        failed=tuple(predicate["failedTests"]), signer=signer, url=predicate.get("url"),
+        signed_at=parse_time(predicate.get("signedAt")), index=predicate.get("imageIndex"),
+        cell=predicate.get("cell"), axes=tuple(sorted(axes.items())))
 
 
 def read_envelope(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        return strictjson.loads(path.read_bytes(), fields=dsse.FIELDS, free=frozenset())
+    except (OSError, ValueError) as exc:   # strictjson.Ambiguous is a ValueError
         msg = f"cannot read the verdict {path}: {exc}"
         raise NotVerified(msg, hint="it was damaged or is no signed verdict: verify the image again") from None
 
@@ -281,15 +292,22 @@ class Judgement:
 
 
 def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey],
-             now: datetime) -> tuple[list[SignedVerdict], list[SignedVerdict], list[str]]:
+             now: datetime) -> tuple[list[SignedVerdict], list[SignedVerdict], list[str], list[str]]:
     """The verdicts that count for `digest`, those dated ahead of `now` (freshness.py: they count for nothing
-    and keep their arch from being verified), and why each other envelope does not count."""
+    and keep their arch from being verified), why each other envelope does not count, and why this digest cannot
+    be verified at all (a trusted key signed a malformed verdict for it)."""
     valid: list[SignedVerdict] = []
     unplaced: list[SignedVerdict] = []
     ignored: list[str] = []
+    against: list[str] = []
     for number, envelope in enumerate(envelopes, 1):
         try:
             verdict = open_verdict(envelope, trusted, where=f"attestation {number}")
+        except MalformedVerdict as exc:
+            ignored.append(exc.message)
+            if not exc.digests or digest in exc.digests:
+                against.append(exc.message)
+            continue
         except NotVerified as exc:
             ignored.append(exc.message)
             continue
@@ -307,22 +325,27 @@ def _counted(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey]
             unplaced.append(verdict)
         else:
             valid.append(verdict)
-    return valid, unplaced, ignored
+    return valid, unplaced, ignored, against
 
 
 def judge(envelopes: Sequence[Any], digest: str, trusted: Sequence[PublicKey], archs: Sequence[str] = (), *,
           now: datetime | None = None) -> Judgement:
     """Which of `archs` (default: every arch a valid verdict names) the verdicts show verified for `digest`.
 
-    Only a dated verdict a trusted key signed, for this very digest, counts; the others are listed as ignored.
+    Only a dated verdict a trusted key signed, for this very digest, in the one form (verdict_form), counts; the
+    others are listed as ignored, and a malformed one a trusted key signed for it leaves no arch verified.
     Per arch the newest counts, to the second (a FAILED and a PASSED signed in one second: not verified); a
     verdict dated more than freshness.SKEW after `now` (default: this machine's clock) counts for nothing and
     leaves its arch not verified. What the registry does not show cannot be weighed: a writer of the registry
     who removes the newer verdict leaves the older one to decide (docs/trust.md)."""
     now = now or datetime.now(UTC)
-    valid, unplaced, ignored = _counted(envelopes, digest, trusted, now)
+    valid, unplaced, ignored, against = _counted(envelopes, digest, trusted, now)
     asked = list(archs) or sorted({v.arch for v in valid + unplaced if v.arch}, key=family)
-    return Judgement(digest, tuple(_finding(arch, valid, unplaced, now) for arch in asked), tuple(ignored))
+    findings = [_finding(arch, valid, unplaced, now) for arch in asked]
+    if against:   # cannot be placed among the others, so nothing of this digest is shown verified beside it
+        findings = [ArchFinding(f.arch, False, f"{against[0]} (so no arch of this digest is verified); {f.detail}",
+                                f.verdicts, f.older) for f in findings]
+    return Judgement(digest, tuple(findings), tuple(ignored))
 
 
 def _finding(arch: str, valid: Sequence[SignedVerdict], unplaced: Sequence[SignedVerdict],

@@ -144,3 +144,21 @@ def test_tag_and_promote_take_a_file_of_the_matrix_before_a_release_was_added(tm
     runs = recorded.load_checked([path], after, keyring(), only=(), command="promote")
     earned = trusted.earned(runs.values(), after, keyring())
     assert [t.cell_id for t in earned] == [PIP] and earned[0].archs == ["sm90"]
+
+
+def test_a_record_sealed_before_definitions_existed_still_verifies() -> None:
+    """The sealed form leaves the fields the record gained later out while they are unset: the committed records
+    of earlier machines keep their seals; once set, they are sealed like every other field."""
+    legacy = next(c for c in results.load(ROOT / "evidence" / "h200-rerun-2026-12-02b" / "runs" / "u-good" /
+                                          "results.json").cells)
+    assert legacy.definition is None and legacy.seal is not None
+    evidence_keys = [keys.read_public(p) for p in sorted((ROOT / "evidence" / "keys").glob("*.pub"))]
+    seal.signer(legacy, evidence_keys)   # raises when the seal does not hold
+    forged = legacy.model_copy(update={"definition": {"targets": ["sm_90a"]},
+                                       "definition_digest": "sha256:" + "0" * 64})
+    try:
+        seal.signer(forged, evidence_keys)
+    except Exception as exc:   # dsse.EnvelopeError
+        assert "changed after it was sealed" in str(exc)
+    else:
+        raise AssertionError("a definition added to a sealed record kept its seal")

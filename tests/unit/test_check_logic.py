@@ -20,6 +20,7 @@ import pytest
 
 from buildscripts import platform_reading
 from buildscripts.errors import CannotCheck, ConfigError, NotVerified
+from buildscripts.matrix import load
 from buildscripts.registry import failures
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
 from buildscripts.trust import carried, dsse, keys, ociarchive, policy, sources, statement, verdicts
@@ -76,9 +77,9 @@ def test_undated_verdicts_and_ones_whose_arch_disagrees_count_for_nothing(key: k
     assert not found.verified and "no signing time" in found.ignored[0]
     lying = envelope(key, "sm_100a", edit={"arch": "sm_120a"})   # its tests ran on sm_100a
     found = verdicts.judge([lying], DIGEST, [key.public], ["sm_120a"])
-    assert not found.verified and "names no single GPU arch" in found.ignored[0]
+    assert not found.verified and "'gpu-visible@sm_100a' is no stage this project runs on sm_120a" in found.ignored[0]
     unzoned = envelope(key, "sm_100a", edit={"signedAt": "2026-12-01T10:00:00"})   # no zone: no order
-    assert "no signing time" in verdicts.judge([unzoned], DIGEST, [key.public]).ignored[0]
+    assert "is not a time to the second in UTC" in verdicts.judge([unzoned], DIGEST, [key.public]).ignored[0]
 
 
 def test_verdicts_of_other_digests_and_keys_are_ignored_with_their_reason(key: keys.SigningKey) -> None:
@@ -331,14 +332,28 @@ def test_a_verdicts_file_that_speaks_of_another_manifest_is_refused(tmp_path: Pa
             carried.read(archive)
 
 
-def test_the_committed_cosign_policies_are_the_generated_ones() -> None:
-    """One home for the required stages: the policies are generated from them (`--write-policies`)."""
-    committed = sorted((ROOT / policy.FOLDER).glob("*.cue"))
-    assert [p.name for p in committed] == sorted(policy.file_name(a) for a in ("sm_90a", "sm_100a", "sm_120a"))
-    for path in committed:
-        arch = path.name.removeprefix("test-result-").removesuffix(".cue")
-        assert path.read_text() == policy.cue(arch), f"{path}: run `nox -s check -- --write-policies`"
-        assert all(f'"{stage}@{arch}"' in path.read_text() for stage in REQUIRED_GPU_STAGES)
+def test_the_committed_cosign_policies_are_the_generated_ones(tmp_path: Path) -> None:
+    """policies/ is what `check --write-policies` makes of matrix.yaml, byte for byte: a file for every target
+    arch of every platform, and no other (one home for the required stages and the form of a verdict)."""
+    archs = load(ROOT / "matrix.yaml").spec.all_archs
+    assert {"sm_90a", "sm_100a", "sm_103a", "sm_120a", "sm_121a"} <= set(archs)   # arm64's archs too
+    made = policy.write(tmp_path, archs)
+    committed = sorted(p.name for p in (ROOT / policy.FOLDER).iterdir())
+    assert committed == sorted(p.name for p in made), "run `nox -s check -- --write-policies`"
+    for path in made:
+        assert (ROOT / policy.FOLDER / path.name).read_bytes() == path.read_bytes(), \
+            f"{path.name}: run `nox -s check -- --write-policies`"
+        arch = path.name.removeprefix(policy.PREFIX).removesuffix(policy.SUFFIX)
+        assert all(f'list.Contains("{stage}@{arch}")' in path.read_text() for stage in REQUIRED_GPU_STAGES)
+
+
+def test_writing_the_policies_removes_those_of_archs_no_longer_targeted(tmp_path: Path) -> None:
+    policy.write(tmp_path, ["sm_90a", "sm_100a"])
+    (tmp_path / policy.FOLDER / "notes.txt").write_text("kept: not a policy")
+    assert [p.name for p in policy.write(tmp_path, ["sm_100a"])] == ["test-result-sm_100a.cue"]
+    assert sorted(p.name for p in (tmp_path / policy.FOLDER).iterdir()) == ["notes.txt", "test-result-sm_100a.cue"]
+    with pytest.raises(ValueError, match="not a GPU target"):
+        policy.cue("SM_90A")
 
 
 def test_a_named_pipe_is_no_archive_and_no_verdicts_file(tmp_path: Path) -> None:

@@ -62,25 +62,35 @@ def test_the_same_clock_later_counts_it(key: keys.SigningKey) -> None:
     assert verdicts.judge([soon], DIGEST, [key.public], now=NOW + timedelta(hours=1)).verified
 
 
-@pytest.mark.parametrize(("passed_at", "failed_at"), [
-    ("2026-12-01T12:00:00.999999Z", "2026-12-01T12:00:00.000001Z"),   # fractions of one second
-    ("2026-12-01T12:00:00.9Z", "2026-12-01T12:00:00Z"),
-    ("2026-12-01T13:00:00.5+01:00", "2026-12-01T12:00:00.1Z"),        # one second, spelled in two zones
-    ("2026-12-01T12:00:00Z", "2026-12-01T12:00:00Z"),
-])
-def test_verdicts_of_one_second_are_a_tie(key: keys.SigningKey, passed_at: str, failed_at: str) -> None:
-    passed = envelope(key, "sm_100a", at=passed_at)
-    failed = envelope(key, "sm_100a", fail=True, at=failed_at)
+def test_verdicts_of_one_second_are_a_tie(key: keys.SigningKey) -> None:
+    passed = envelope(key, "sm_100a", at="2026-12-01T12:00:00Z")
+    failed = envelope(key, "sm_100a", fail=True, at="2026-12-01T12:00:00Z")
     for order in ([passed, failed], [failed, passed]):
         found = verdicts.judge(order, DIGEST, [key.public], now=NOW)
         assert not found.verified and "2 verdicts signed in one second" in found.archs[0].detail
 
 
+@pytest.mark.parametrize(("passed_at", "failed_at"), [
+    ("2026-12-01T12:00:00.999999Z", "2026-12-01T12:00:00.000001Z"),   # fractions of one second
+    ("2026-12-01T12:00:00.9Z", "2026-12-01T12:00:00Z"),
+    ("2026-12-01T13:00:00.5+01:00", "2026-12-01T12:00:00.1Z"),        # one second, spelled in two zones
+])
+def test_a_stamp_finer_or_other_than_the_verifiers_is_never_ordered(key: keys.SigningKey, passed_at: str,
+                                                                     failed_at: str) -> None:
+    """The verifier writes whole seconds in UTC (`Z`); any other spelling is no verdict of its form
+    (trust/verdict_form.py): it cannot be placed among the others, so nothing of the digest is verified."""
+    passed = envelope(key, "sm_100a", at=passed_at)
+    failed = envelope(key, "sm_100a", fail=True, at=failed_at)
+    for order in ([passed, failed], [failed, passed]):
+        found = verdicts.judge(order, DIGEST, [key.public], ["sm_100a"], now=NOW)
+        assert not found.verified and "is not a time to the second in UTC" in found.archs[0].detail
+
+
 def test_the_next_second_decides(key: keys.SigningKey) -> None:
-    failed = envelope(key, "sm_100a", fail=True, at="2026-12-01T12:00:00.999999Z")
+    failed = envelope(key, "sm_100a", fail=True, at="2026-12-01T12:00:00Z")
     passed = envelope(key, "sm_100a", at="2026-12-01T12:00:01Z")
     assert verdicts.judge([failed, passed], DIGEST, [key.public], now=NOW).verified
-    two_passes = [envelope(key, "sm_100a", at="2026-12-01T12:00:01.5Z"), passed]
+    two_passes = [envelope(key, "sm_100a", at="2026-12-01T12:00:00Z"), passed]
     assert verdicts.judge(two_passes, DIGEST, [key.public], now=NOW).verified
 
 
