@@ -36,8 +36,7 @@ import docker.errors
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from buildscripts import distribution  # noqa: E402
-from buildscripts.publish import registry  # noqa: E402
+from buildscripts.registry import manifests, through_engine  # noqa: E402
 from buildscripts.trust import keys, policy, statement, verdicts  # noqa: E402
 from buildscripts.verify.reuse import probe_digest  # noqa: E402
 from tests.registry_server import RegistryServer  # noqa: E402
@@ -86,9 +85,9 @@ def push_oci(bench: Bench, image_id: str, tag: str, made: list[str]) -> str:
     back by digest and tagged `tag` here (a local image whose RepoDigests name it); its digest."""
     subprocess.run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false",
                     f"docker-daemon:{image_id}", f"docker://{tag}"], check=True, capture_output=True)
-    digest = distribution.served(tag, {}).digest
-    made.append(distribution.pull(bench.client, f"{bench.repository}@{digest}"))
-    repository, name = registry.split_ref(tag)
+    digest = manifests.served(tag, {}).digest
+    made.append(through_engine.pull(bench.client, f"{bench.repository}@{digest}"))
+    repository, name = through_engine.split_ref(tag)
     bench.client.api.tag(made[-1], repository, name)
     return digest
 
@@ -123,7 +122,7 @@ def measure(bench: Bench, name: str, size: int, made: list[str]) -> list[tuple[s
     rows.append((f"{name}: `check oci-archive:PATH` ({archive.stat().st_size / 2**20:.0f} MiB archive)",
                  *timed([*check, f"oci-archive:{archive}"], bench)))
     shutil.rmtree(out)
-    registry.untag(bench.client, tag)   # from here the tag is read from the registry
+    through_engine.untag(bench.client, tag)   # from here the tag is read from the registry
     rows.append((f"{name}: `check REPO:TAG` (the registry serves the digest)", *timed([*check, tag], bench)))
     if not size:   # an index of it and an arm64 arm that never ran: each platform's verdicts are read
         writer = RegistryWriter(tag.split("/", 1)[0])

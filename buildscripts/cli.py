@@ -26,7 +26,7 @@ COMMANDS = {
     "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
     "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
     "check": ("buildscripts.publish.check", "was this very image verified on a GPU? its signed verdicts, checked"),
-    "preflight": ("buildscripts.publish.preflight", "read-only checks of an LXC host (and container) for GPUs"),
+    "preflight": ("buildscripts.lxc.preflight", "read-only checks of an LXC host (and container) for GPUs"),
     "watch": ("buildscripts.watch.command", "releases newer than matrix.yaml holds (--json; --propose a change)"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
     "keygen": ("buildscripts.trust.keygen", "a signing key pair for verifiers (CI secret + public key to commit)"),

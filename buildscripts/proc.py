@@ -89,12 +89,7 @@ def run(
     full_env = ({**os.environ, **env} if inherit_env else dict(env)) if env is not None else None
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=keep_lines)
-    log_handle = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log_handle = log.open("a", encoding="utf-8")
-        log_handle.write(f"$ {quote(argv)}\n")
-        log_handle.flush()
+    log_handle = _open_log(log, argv)
     try:
         with stdout.open("wb") if stdout is not None else nullcontext() as out:
             proc = _start(argv, env=full_env, cwd=cwd, stdin=bool(stdin), stdout=out)
@@ -102,20 +97,8 @@ def run(
         if log_handle:
             log_handle.close()
         raise
-
-    def pump() -> None:
-        # `with` closes the pipe: else a ResourceWarning per command (an error under pytest -W error)
-        with cast(IO[bytes], proc.stderr if stdout is not None else proc.stdout) as stream:
-            for raw in stream:
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                tail.append(line)
-                if log_handle:
-                    log_handle.write(line + "\n")
-                    log_handle.flush()
-                if on_line:
-                    on_line(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
+    stream = cast(IO[bytes], proc.stderr if stdout is not None else proc.stdout)
+    reader = threading.Thread(target=_pump, args=(stream, tail, log_handle, on_line), daemon=True)
     reader.start()
     if stdin and proc.stdin:
         threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
@@ -137,6 +120,32 @@ def run(
             log_handle.close()
     return Completed(argv, proc.returncode if proc.returncode is not None else -1, "\n".join(tail),
                      duration, timed_out)
+
+
+def _open_log(log: Path | None, argv: Sequence[str]) -> IO[str] | None:
+    """The command's log, opened to append, the command shell-quoted as its first line (None: no log)."""
+    if log is None:
+        return None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = log.open("a", encoding="utf-8")
+    handle.write(f"$ {quote(argv)}\n")
+    handle.flush()
+    return handle
+
+
+def _pump(stream: IO[bytes], tail: deque[str], log_handle: IO[str] | None,
+          on_line: Callable[[str], object] | None) -> None:
+    """The command's output, line by line as it comes: into `tail`, the log and `on_line`."""
+    # `with` closes the pipe: else a ResourceWarning per command (an error under pytest -W error)
+    with stream:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            tail.append(line)
+            if log_handle:
+                log_handle.write(line + "\n")
+                log_handle.flush()
+            if on_line:
+                on_line(line)
 
 
 def _feed(pipe: IO[bytes], data: bytes) -> None:

@@ -19,8 +19,8 @@ import docker
 import docker.errors
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import CannotCheck, NotVerified
+from buildscripts.registry import manifests, through_engine
 from buildscripts.results import Status
 from buildscripts.trust import carried, cosign, dsse, keys, statement, verdicts
 from buildscripts.verify.reuse import probe_digest
@@ -60,9 +60,9 @@ class World:
         self.images.append(image_id)
         subprocess.run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false",
                         f"docker-daemon:{image_id}", f"docker://{self.repository}:{tag}"], check=True, timeout=120)
-        digest = distribution.served(f"{self.repository}:{tag}", {}).digest
+        digest = manifests.served(f"{self.repository}:{tag}", {}).digest
         if keep_local:
-            self.images.append(distribution.pull(self.client, self.ref(digest)))
+            self.images.append(through_engine.pull(self.client, self.ref(digest)))
         return digest
 
     def ref(self, digest: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts.publish import registry
+from buildscripts.registry import through_engine
 from tests import needs
 
 BINARY = "docker-registry"
@@ -28,9 +28,9 @@ def push_as_is(client: docker.DockerClient, image_id: str, ref: str) -> str:
     again: its manifest digest. The image must keep a tag of its own, or untagging would remove it."""
     assert client.images.get(image_id).tags, f"{image_id} has no tag: untagging {ref} would remove it"
     try:
-        return registry.push(client, image_id, ref)
+        return through_engine.push(client, image_id, ref)
     finally:
-        registry.untag(client, ref)
+        through_engine.untag(client, ref)
 
 
 def free_port() -> int:

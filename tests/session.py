@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from buildscripts.build.base import OWNER_ENV, OWNER_LABEL
-from buildscripts.pipeline import CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV
+from buildscripts.pipeline_options import CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV
 from buildscripts.trust.keys import KEY_DIR_ENV, KEY_ENV, KEY_FILE_ENV
 
 SESSION_ENV = "SGLANG_IMAGES_TEST_SESSION"   # the run's owner name, for its xdist workers only

@@ -23,7 +23,8 @@ from .cells import Cell
 from .cijobs import labels_cpus
 from .platforms import DEFAULT as DEFAULT_PLATFORM
 from .platforms import by_oci
-from .schema import FLAVOUR_HINT, MatrixFile, flavour_version
+from .schema import MatrixFile
+from .spellings import FLAVOUR_HINT, flavour_version
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "data" / "failures.yaml"
 Problem = tuple[tuple[str | int, ...], str]

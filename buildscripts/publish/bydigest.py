@@ -10,7 +10,7 @@ that name one subject (`image.repository@image.digest`) are weighed together, ac
   runner; with none given, at least one arch), each verified, and no record of that digest failed.
 
 Nothing is written before everything was checked, under the destination repository's lock
-(publish/writer.py): the registry serves the subject, as the image each record tested (its id is the
+(registry/writer_lock.py): the registry serves the subject, as the image each record tested (its id is the
 digest of that manifest or of its config) and as an image of the cell's platform (its config says so); a good
 tag that serves another digest is moved only when that digest carries a verdict a trusted key signed (an
 earlier promotion); one that serves a digest nobody vouched for was put there by someone else and is refused,
@@ -30,15 +30,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import distribution, log
+from .. import log
 from ..errors import RegistryError, ResultsError
 from ..matrix import Matrix, tagtemplates
 from ..matrix.schema import Tags
+from ..registry import manifests, writer_lock
 from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
 from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
 from ..trust import verdicts
 from ..trust.keys import PublicKey
-from . import platformtags, recorded, tags, trusted, writer
+from . import platformtags, recorded, tags, trusted
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def _names(refs: Sequence[str]) -> list[str]:
 def check_subject(promotion: Promotion, env: Mapping[str, str], *, log_file: Path | None = None) -> None:
     """The registry serves the subject, as the image every record tested; RegistryError naming the file."""
     subject = f"{promotion.source}@{promotion.digest}"
-    top = distribution.lookup(subject, env, log=log_file)
+    top = manifests.lookup(subject, env, log=log_file)
     if top is None:
         files = ", ".join(sorted({str(e.path) for e in promotion.evidence}))
         msg = (f"{promotion.cell_id}: the results ({files}) name {subject}, which the registry does not serve: "
@@ -167,7 +168,7 @@ def check_subject(promotion: Promotion, env: Mapping[str, str], *, log_file: Pat
             if image.platform_digest not in top.children():
                 ids = set()
             else:
-                child = distribution.served(f"{promotion.source}@{image.platform_digest}", env, log=log_file)
+                child = manifests.served(f"{promotion.source}@{image.platform_digest}", env, log=log_file)
                 ids |= {child.digest, *filter(None, [child.config_digest])}
         if item.checked.image_id not in ids:
             msg = (f"{promotion.cell_id}: {item.path} says {subject} is the tested image {item.checked.image_id}, "
@@ -185,8 +186,8 @@ def release(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Seque
     `dest@digest`. Tags are pointed afterwards, for all platforms at once (publish/platformtags.py)."""
     pinned = f"{dest}@{promotion.digest}"
     if dest != promotion.source:
-        distribution.copy(f"{promotion.source}@{promotion.digest}", pinned, env, log=log_file)
-        distribution.served(pinned, env, log=log_file)   # the copy is there, under the very digest
+        manifests.copy(f"{promotion.source}@{promotion.digest}", pinned, env, log=log_file)
+        manifests.served(pinned, env, log=log_file)   # the copy is there, under the very digest
         carry_attachments(promotion.source, dest, promotion.digest, env, log_file=log_file)
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
@@ -199,12 +200,12 @@ def carry_attachments(source: str, dest: str, digest: str, env: Mapping[str, str
     """Copy the attachment tags of `digest` and, for an index, of its platform manifests (cosign's
     `sha256-<hex>.att`, `.sig`, `.sbom`: registries have no referrers API; a verdict names the platform that
     ran) from `source` to `dest`, each keeping its digest; return the tags copied."""
-    top = distribution.lookup(f"{source}@{digest}", env, log=log_file)
+    top = manifests.lookup(f"{source}@{digest}", env, log=log_file)
     digests = [digest, *(top.children() if top is not None and top.is_index else [])]
     prefixes = tuple(d.replace(":", "-") + "." for d in digests)
-    carried = [t for t in distribution.tags(source, env, log=log_file) if t.startswith(prefixes)]
+    carried = [t for t in manifests.tags(source, env, log=log_file) if t.startswith(prefixes)]
     for tag in carried:
-        distribution.copy(f"{source}:{tag}", f"{dest}:{tag}", env, log=log_file)
+        manifests.copy(f"{source}:{tag}", f"{dest}:{tag}", env, log=log_file)
     return carried
 
 
@@ -220,7 +221,7 @@ def record(runs: Mapping[Path, RunResults], promotion: Promotion, published: Map
 
 def promote(runs: Mapping[Path, RunResults], matrix: Matrix, url: str, keys: Sequence[PublicKey],
             env: Mapping[str, str], *, only: Sequence[str] = (), repair: bool = False,
-            wait_s: float = writer.DEFAULT_WAIT_S, log_file: Path | None = None) -> int:
+            wait_s: float = writer_lock.DEFAULT_WAIT_S, log_file: Path | None = None) -> int:
     """Promote every cell whose records name a staged digest; return how many got good tags."""
     cfg = matrix.spec.tags
     dest = f"{url}/{cfg.repository}"
@@ -234,7 +235,7 @@ def promote(runs: Mapping[Path, RunResults], matrix: Matrix, url: str, keys: Seq
     chosen = [p for p in weighed.values() if isinstance(p, Promotion)]
     if not chosen:
         return 0
-    with writer.sole_writer(dest, env, wait_s=wait_s):
+    with writer_lock.sole_writer(dest, env, wait_s=wait_s):
         claims = []
         for promotion in chosen:    # every check before the first write
             check_subject(promotion, env, log_file=log_file)

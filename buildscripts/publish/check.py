@@ -24,10 +24,10 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log, platforms
+from .. import log, platform_reading
 from ..errors import ConfigError, NotVerified
 from ..matrix import load
-from ..matrix.schema import arch_problem
+from ..matrix.spellings import arch_problem
 from ..refs import FORMS, reference_problem
 from ..trust import keys, policy, sources
 from ..trust.freshness import stamp
@@ -55,7 +55,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     a = ap.parse_args(list(argv))
     if a.image is None and not a.write_policies:
         ap.error("IMAGE|TAG|oci-archive:PATH is required")
-    problem = a.platform and platforms.problem(a.platform)
+    problem = a.platform and platform_reading.problem(a.platform)
     if problem:
         msg = f"--platform: {problem}"
         raise ConfigError(msg, hint="e.g. --platform linux/amd64 or --platform linux/arm64/v8")

@@ -33,7 +33,7 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from .. import arguments, disk, distribution, engine, log, proc, results
+from .. import arguments, disk, engine, log, proc, results
 from ..errors import (
     ConfigError,
     DiskSpaceError,
@@ -42,15 +42,18 @@ from ..errors import (
     RegistryError,
     ToolMissingError,
 )
+from ..lxc import pct
 from ..matrix import load
-from ..matrix.schema import LABEL_PREFIX, flavour_version
+from ..matrix.schema import LABEL_PREFIX
+from ..matrix.spellings import flavour_version
 from ..refs import FORMS, reference_problem
+from ..registry import manifests
 from ..results import RunResults
 from ..trust import carried
 from ..trust.keys import PublicKey
 from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
-from . import pct, trusted
+from . import trusted
 
 # The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
 MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
@@ -262,7 +265,7 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
     them); any other from the local engine."""
     work.mkdir()
     # From a registry, byte for byte (skopeo refuses what it could not copy so); from the engine, compressed.
-    source = ["--preserve-digests", *distribution.source_access(tested.source, env), f"docker://{tested.source}"] \
+    source = ["--preserve-digests", *manifests.source_access(tested.source, env), f"docker://{tested.source}"] \
         if tested else ["--dest-compress", "--dest-compress-format", "gzip", f"docker-daemon:{image.id}"]
     done = proc.run([skopeo, "copy", "--quiet", *source, f"oci:{work / 'layout'}:{REF_NAME}"], timeout=7200,
                     env={**env, "TMPDIR": str(work)})

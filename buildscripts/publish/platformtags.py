@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import distribution, log, platforms, strictjson
+from .. import log, platform_reading, strictjson
 from ..errors import RegistryError, ResultsError
 from ..matrix import Cell, Matrix, tagtemplates
+from ..registry import manifests, references
 from ..results import tag_form
 from ..trust import cosign, verdicts
 from ..trust.keys import PublicKey
@@ -49,7 +50,7 @@ class Entry:
 
     @property
     def key(self) -> str:
-        return platforms.normalised(self.platform)
+        return platform_reading.normalised(self.platform)
 
     def descriptor(self) -> dict[str, object]:
         os, architecture, *variant = self.platform.split("/")
@@ -93,28 +94,28 @@ class TagPlan:
     @property
     def target(self) -> str:
         index = self.index
-        return distribution.digest_of(index) if index is not None else self.entries[0].digest
+        return manifests.digest_of(index) if index is not None else self.entries[0].digest
 
 
 def describe(ref: str, env: Mapping[str, str], *, log_file: Path | None = None) -> Entry:
     """`ref` (REPO@sha256:…) as an entry of an index: a single-platform manifest, its platform from its config."""
-    data = distribution.raw(ref, env, log=log_file)
+    data = manifests.raw(ref, env, log=log_file)
     manifest = strictjson.loads_object(data)
     media_type = str(manifest.get("mediaType") or OCI_MANIFEST)
-    if media_type in distribution.INDEX_TYPES or "manifests" in manifest:
+    if media_type in manifests.INDEX_TYPES or "manifests" in manifest:
         msg = f"{ref} is an index, where one platform's manifest was expected"
         raise RegistryError(msg, hint="promote the platform manifest that was verified (its record's platform digest)")
-    platform = distribution.config_platform(ref, env, log=log_file)
+    platform = manifests.config_platform(ref, env, log=log_file)
     if platform is None:
         msg = f"{ref}: its image config names no os and architecture"
         raise RegistryError(msg, hint="the image was not written by a build of this project; verify and stage it again")
-    return Entry(platform, distribution.digest_of(data), media_type, len(data))
+    return Entry(platform, manifests.digest_of(data), media_type, len(data))
 
 
 def claimed_entry(claim: Claim, source: str, env: Mapping[str, str], *, log_file: Path | None = None) -> Entry:
     """The entry of `claim`'s manifest, read from `source`; RegistryError unless its image is the cell's platform."""
     entry = describe(f"{source}@{claim.digest}", env, log_file=log_file)
-    if not platforms.matches(entry.platform, claim.platform):
+    if not platform_reading.matches(entry.platform, claim.platform):
         msg = (f"{claim.cell_id} is a {claim.platform} cell, but {source}@{claim.digest} is a {entry.platform} image: "
                "the digest in the results is not an image of this cell; no tag was moved")
         raise RegistryError(msg, hint="use the results the verifier wrote for that cell's digest, or verify it again")
@@ -161,18 +162,18 @@ def serving(ref: str, env: Mapping[str, str], log_file: Path | None = None) -> t
     """The digest the tag `ref` serves now and the (platform, manifest) pairs it names: an index's entries as
     labelled, or the manifest itself with its config's platform (None where none can be read). A pair whose
     manifest is the digest served is a plain manifest; an index's entries are other digests."""
-    top = distribution.lookup(ref, env, log=log_file)
+    top = manifests.lookup(ref, env, log=log_file)
     if top is None:
         return None, []
     if top.is_index:
         try:
-            listed = platforms.listed(top.data.get("manifests"))
-        except platforms.NotCanonical as exc:
+            listed = platform_reading.listed(top.data.get("manifests"))
+        except platform_reading.NotCanonical as exc:
             msg = f"{ref} serves {top.digest}, an index that readers of images read apart: {exc}"
-            raise distribution.AmbiguousManifest(msg, hint=platforms.HINT) from None
+            raise manifests.AmbiguousManifest(msg, hint=platform_reading.HINT) from None
         return top.digest, [(platform, str(e.get("digest") or "")) for platform, e in listed]
     try:
-        platform = distribution.config_platform(f"{distribution.repository_of(ref)}@{top.digest}", env, log=log_file)
+        platform = manifests.config_platform(f"{references.repository_of(ref)}@{top.digest}", env, log=log_file)
     except RegistryError:
         platform = None
     return top.digest, [(platform, top.digest)]
@@ -186,7 +187,7 @@ def _kept(tagged: Tagged, new: Mapping[str, tuple[Claim, Entry]], matrix: Matrix
     current, listed = serving(ref, env, log_file)
     groups: dict[str | None, list[str]] = {}
     for platform, digest in listed:
-        groups.setdefault(platforms.normalised(platform) if platform else None, []).append(digest)
+        groups.setdefault(platform_reading.normalised(platform) if platform else None, []).append(digest)
     kept: list[Entry] = []
     for key, digests in groups.items():
         unique = list(dict.fromkeys(digests))
@@ -235,7 +236,7 @@ def _vouched(tagged: Tagged, key: str | None, where: str, new: Mapping[str, tupl
         entry = describe(where, env, log_file=log_file)
     except RegistryError as exc:   # an index where a platform's manifest belongs, a config naming no platform
         return exc.message.removeprefix(f"{where} ").removeprefix(f"{where}: "), None
-    if platforms.normalised(entry.platform) != key:
+    if platform_reading.normalised(entry.platform) != key:
         return f"is a {entry.platform} image listed as {key}", None
     return None, entry
 
@@ -243,7 +244,7 @@ def _vouched(tagged: Tagged, key: str | None, where: str, new: Mapping[str, tupl
 def _sibling(matrix: Matrix, platform: str, tag: str) -> Cell | None:
     """The cell of `platform` whose good tags include `tag` (None: no such cell)."""
     cfg = matrix.spec.tags
-    found = [c for c in matrix.cells if platforms.normalised(c.platform) == platform
+    found = [c for c in matrix.cells if platform_reading.normalised(c.platform) == platform
              and f"{cfg.repository}:{tag}" in tagtemplates.named(cfg, c.axes(), [tag_form(a) for a in c.archs],
                                                               every_arch=True)]
     if len(found) > 1:
@@ -261,7 +262,7 @@ def _not_vouched(ref: str, keys: Sequence[PublicKey], env: Mapping[str, str], ce
     on another arch only, is no earlier promotion of this tag. A verdict names the platform manifest that ran:
     for an index, its platforms' verdicts are read."""
     repository, digest = verdicts.split_digest_ref(ref)
-    top = distribution.lookup(ref, env, log=log_file)
+    top = manifests.lookup(ref, env, log=log_file)
     digests = top.children() if top is not None and top.is_index else [digest]
     findings = [f for d in digests for f in verdicts.judge(
         cosign.download(f"{repository}@{d}", env, log_file=log_file), d, keys, [arch] if arch else ()).archs]
@@ -292,10 +293,10 @@ def write(tag_plan: TagPlan, dest: str, env: Mapping[str, str], *, log_file: Pat
                  + (f" (index of {', '.join(e.platform for e in tag_plan.entries)})" if tag_plan.index else ""))
         index = tag_plan.index
         if index is None:
-            distribution.copy(f"{dest}@{target}", ref, env, log=log_file)
+            manifests.copy(f"{dest}@{target}", ref, env, log=log_file)
         else:
-            distribution.write_index(ref, index, env, log=log_file)
-    served = distribution.served(ref, env, log=log_file).digest
+            manifests.write_index(ref, index, env, log=log_file)
+    served = manifests.served(ref, env, log=log_file).digest
     if served != target:
         msg = f"{ref} serves {served} right after it was pointed at {target}"
         raise RegistryError(msg, hint="another writer moved it meanwhile; promote again, alone")

@@ -23,13 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import arguments, distribution, engine, log, platforms, results
+from .. import arguments, engine, log, platform_reading, results
 from ..errors import ConfigError, RegistryError, ResultsError
 from ..matrix import Matrix, load
 from ..matrix.schema import Tags
+from ..registry import through_engine, writer_lock
 from ..trust.keys import PublicKey
 from ..workspace import Workspace
-from . import bydigest, platformtags, recorded, registry, tags, trusted, writer
+from . import bydigest, platformtags, recorded, tags, trusted
 
 if TYPE_CHECKING:
     import docker
@@ -81,7 +82,7 @@ def promote_cell(
         ref = f"{base}:{candidate}"
         _announce(before_push, ref)
         pushed_refs.append(ref)
-        digest = registry.push(client, tested_id, ref)
+        digest = through_engine.push(client, tested_id, ref)
         if cell.image.digest and cell.image.digest != digest:
             msg = f"{cell.cell_id}: pushed digest {digest} differs from the tested digest {cell.image.digest}"
             raise RegistryError(msg, hint="the image changed since it was verified; verify it again")
@@ -92,11 +93,11 @@ def promote_cell(
             ref = f"{base}:{local_ref.rsplit(':', 1)[1]}"
             _announce(before_push, ref)
             pushed_refs.append(ref)
-            published[ref] = registry.push(client, str(child.id), ref)
+            published[ref] = through_engine.push(client, str(child.id), ref)
             _check_back(client, ref, published[ref], str(child.id))
     finally:
         for ref in pushed_refs:
-            registry.untag(client, ref)
+            through_engine.untag(client, ref)
     return published
 
 
@@ -113,7 +114,7 @@ def _refuse_other_platforms(ref: str, cell_id: str, platform: str, env: Mapping[
         held = "an index of " + (", ".join(filter(None, (p for p, _ in listed))) or "no named platform")
     else:
         found = listed[0][0]
-        if found is not None and platforms.matches(found, platform):
+        if found is not None and platform_reading.matches(found, platform):
             return
         held = f"a {found} image" if found else "an image whose config names no platform"
     msg = (f"{cell_id}: {ref} holds {held}; a push of this {platform} image from the engine would replace what "
@@ -130,12 +131,12 @@ def _announce(hook: Callable[[str], None] | None, ref: str) -> None:
 
 def _check_back(client: docker.DockerClient, ref: str, digest: str, image_id: str) -> None:
     """The registry serves `digest` for `ref`, and pulling that digest gives back `image_id`."""
-    served = registry.remote_digest(client, ref)
+    served = through_engine.remote_digest(client, ref)
     if served != digest:
         msg = f"{ref}: the registry serves {served}, but the push reported {digest}"
         raise RegistryError(msg, hint="someone else pushed to this tag meanwhile; promote again")
-    repository, _ = registry.split_ref(ref)
-    pulled = distribution.pull(client, f"{repository}@{digest}")
+    repository, _ = through_engine.split_ref(ref)
+    pulled = through_engine.pull(client, f"{repository}@{digest}")
     if pulled != image_id:
         msg = f"{ref}@{digest} pulls back as {pulled}, not the tested {image_id}"
         raise RegistryError(msg, hint="the registry altered the image; do not use it")
@@ -183,9 +184,9 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     parser.add_argument("--repair", action="store_true",
                         help="point a good tag that moved since these results promoted it back at their verified "
                              "digest (without it, such a tag is refused: it may be a newer promotion's)")
-    parser.add_argument("--lock-wait", type=float, default=writer.DEFAULT_WAIT_S, metavar="SECONDS",
+    parser.add_argument("--lock-wait", type=float, default=writer_lock.DEFAULT_WAIT_S, metavar="SECONDS",
                         help="how long to wait for another promotion of the same repository (default: "
-                             f"{writer.DEFAULT_WAIT_S:.0f})")
+                             f"{writer_lock.DEFAULT_WAIT_S:.0f})")
     args = parser.parse_args(list(argv))
     ws = dataclasses.replace(ws, matrix=args.matrix)
     matrix = load(ws.matrix)
@@ -194,7 +195,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     if not url:
         msg = "no registry to promote to"
         raise ConfigError(msg, hint="pass --registry HOST:PORT or set registry.url in matrix.yaml")
-    url = registry.check_url(url)
+    url = through_engine.check_url(url)
     paths = arguments.results_files(args.results) or _newest_results(ws.runs)
     if not paths:
         msg = "no results to promote (looked for runs/*/results.json)"

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import distribution, engine, log
+from .. import engine, log
 from ..errors import RegistryError, ResultsError
+from ..registry import manifests, references, through_engine
 from ..results import CellResult, ImageInfo, Verdict
-from . import registry
 
 if TYPE_CHECKING:
     import docker
@@ -30,9 +30,9 @@ STAGED_VERDICTS = (Verdict.CPU_CHECKED,)
 def check(repository: str, env: Mapping[str, str]) -> str:
     """Before the first build: `--stage` names a registry repository, skopeo is here and the registry
     answers (a registry that does not would fail the run after an hour of building)."""
-    distribution.check_repository(repository, "--stage")
-    distribution.skopeo()
-    distribution.tags(repository, env)   # [] for a repository not pushed to yet; raises when unreachable
+    references.check_repository(repository, "--stage")
+    manifests.skopeo()
+    manifests.tags(repository, env)   # [] for a repository not pushed to yet; raises when unreachable
     return repository
 
 
@@ -44,9 +44,9 @@ def stage(client: docker.DockerClient, cell: CellResult, repository: str, env: M
         msg = f"{cell.cell_id}: no image id and candidate tag to stage"
         raise ResultsError(msg, hint="this is a bug: a cell that passed its CPU stages has both")
     ref = f"{repository}:{image.ref.rsplit(':', 1)[1]}"
-    pushed = registry.push(client, image.id, ref)
-    registry.untag(client, ref)
-    found = distribution.locate(ref, env, platform=engine.platform(client), log=log_file)
+    pushed = through_engine.push(client, image.id, ref)
+    through_engine.untag(client, ref)
+    found = manifests.locate(ref, env, platform=engine.platform(client), log=log_file)
     if found.digest != pushed:
         msg = f"{ref}: the registry serves {found.digest}, but the push reported {pushed}"
         raise RegistryError(msg, hint="someone else pushed to this tag meanwhile; run the build again")

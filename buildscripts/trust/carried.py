@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import distribution, log, strictjson
+from .. import log, strictjson
 from ..errors import CannotCheck, NotVerified
+from ..registry import manifests
 from . import cosign, dsse, ociarchive, verdicts
 from .keys import PublicKey
 
@@ -59,13 +60,13 @@ def gather(ref: str, trusted: Sequence[PublicKey], env: Mapping[str, str], *,
     """The platform manifest of `ref` (REPO@sha256:…; an index's manifest for `platform`) with its verdicts,
     when a trusted key signed one for it and an archive can hold it byte for byte (None, said, otherwise)."""
     repository, _ = verdicts.split_digest_ref(ref)
-    located = distribution.locate(ref, env, platform=platform)
+    located = manifests.locate(ref, env, platform=platform)
     digest = located.platform_digest or located.digest
     own = f"{repository}@{digest}"
     good = tuple(e for e in cosign.download(own, env) if _counts(e, digest, trusted))
     if not good:
         return None
-    manifest = distribution.served(own, env)
+    manifest = manifests.served(own, env)
     if manifest.media_type != OCI_MANIFEST:
         log.warn(f"{own} is a {manifest.media_type or 'typeless'} manifest: an OCI archive holding it byte for "
                  "byte is one that Proxmox and LXC's oci template do not load (they take OCI image manifests), "

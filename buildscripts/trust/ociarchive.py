@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import platforms, strictjson
+from .. import platform_reading, strictjson
 from ..errors import CannotCheck, NotVerified
 
 BLOCK = 512
@@ -236,11 +236,12 @@ def _platform(archive: Path, entry: Mapping[str, Any], config: Mapping[str, Any]
     """The platform the config names ("" for none), refused when readers of images could read it apart, or
     when index.json's entry names another (a loader that picks by the entry's label takes it for that one)."""
     try:
-        platform = platforms.read(config, required=False) or ""
-        label = platforms.of_entry(entry)
-    except platforms.NotCanonical as exc:
+        platform = platform_reading.read(config, required=False) or ""
+        label = platform_reading.of_entry(entry)
+    except platform_reading.NotCanonical as exc:
         raise refused(archive, f"its platform is spelled so that readers of images read it apart: {exc}") from None
-    if label is not None and (not platform or platforms.normalised(label) != platforms.normalised(platform)):
+    normalised = platform_reading.normalised
+    if label is not None and (not platform or normalised(label) != normalised(platform)):
         raise refused(archive, f"index.json lists its manifest as {label}, but its config is "
                                f"{f'a {platform} image' if platform else 'of no platform'}")
     return platform

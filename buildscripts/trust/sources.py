@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .. import distribution, engine, platforms
+from .. import engine, platform_reading
 from ..errors import CannotCheck, ConfigError, EngineError, NotVerified, RegistryError, ToolMissingError
+from ..registry import manifests, references
 from . import carried, cosign, verdicts
 from .keys import PublicKey
 
@@ -50,25 +51,25 @@ Judged = list[tuple[Source, verdicts.Judgement]]
 
 
 def normalised(platform: str) -> str:
-    """`platform` as Docker and containerd read it (platforms.py); an entry that names none stays as it is."""
-    return platform if platform == ANY_PLATFORM else platforms.normalised(platform)
+    """`platform` as Docker and containerd read it (platform_reading.py); an entry that names none stays as it is."""
+    return platform if platform == ANY_PLATFORM else platform_reading.normalised(platform)
 
 
 def matches(found: str | None, asked: str) -> bool:
-    """`found` is a platform Docker takes for `asked` (platforms.py); an index entry that names no platform may
+    """`found` is a platform Docker takes for `asked` (platform_reading.py); an index entry that names no platform may
     be taken for any."""
     if found is None:
         return False
-    return found == ANY_PLATFORM or platforms.matches(found, asked)
+    return found == ANY_PLATFORM or platform_reading.matches(found, asked)
 
 
 def ambiguous(judged: Judged) -> str | None:
     """Why an index `judged` came from is ambiguous: two of its entries are one platform to Docker (which
     one a loader takes then depends on its own rules), or one of them is spelled so that readers of images read
-    it apart (platforms.py); None when none is."""
+    it apart (platform_reading.py); None when none is."""
     seen: dict[tuple[str, str], str] = {}
     for source, _ in judged:
-        spelled = None if source.platform in (None, ANY_PLATFORM) else platforms.written_problem(source.platform)
+        spelled = None if source.platform in (None, ANY_PLATFORM) else platform_reading.written_problem(source.platform)
         if spelled:
             return f"{source.shown}: {spelled}"
         if source.index is not None and source.platform is not None:
@@ -97,13 +98,13 @@ def sources(what: str, env: Mapping[str, str]) -> list[Source]:
                 raise NotVerified(msg, hint="verdicts are attached to registry digests: pull the image from the "
                                             "registry by its good tag, or check the registry reference")
             return [s for ref in local for s in _attached(ref, f"{what} (local image, {ref})", env)]
-        served = distribution.lookup(what, env)
+        served = manifests.lookup(what, env)
         if served is None:
             msg = f"cannot check {what}: the registry serves no image of that name and tag"
             raise CannotCheck(msg, hint="check the name and tag (`skopeo list-tags docker://REPOSITORY`)")
-        ref = f"{distribution.repository_of(what)}@{served.digest}"
+        ref = f"{references.repository_of(what)}@{served.digest}"
         return _attached(ref, f"{what} (the registry serves {served.digest})", env, served)
-    except distribution.AmbiguousManifest as exc:
+    except manifests.AmbiguousManifest as exc:
         msg = f"{what} is not verified: {exc.message}"
         raise NotVerified(msg, hint=exc.hint) from None
     except (RegistryError, ToolMissingError) as exc:
@@ -111,18 +112,18 @@ def sources(what: str, env: Mapping[str, str]) -> list[Source]:
         raise CannotCheck(msg, hint=exc.hint) from None
 
 
-def _attached(ref: str, shown: str, env: Mapping[str, str], top: distribution.Manifest | None = None) -> list[Source]:
+def _attached(ref: str, shown: str, env: Mapping[str, str], top: manifests.Manifest | None = None) -> list[Source]:
     """The verdicts of `ref`'s manifest; for an index, of each platform manifest it lists."""
     repository, digest = verdicts.split_digest_ref(ref)
-    top = top or distribution.served(f"{repository}@{digest}", env)
+    top = top or manifests.served(f"{repository}@{digest}", env)
     if not top.is_index:   # its platform is its config's: what `check --platform` compares
         return [Source(shown, digest, tuple(cosign.download(f"{repository}@{digest}", env)),
-                       distribution.config_platform(f"{repository}@{digest}", env))]
-    try:   # an index any entry of which readers of images read apart is refused whole (platforms.py)
-        entries = platforms.listed(top.data.get("manifests"))
-    except platforms.NotCanonical as exc:
+                       manifests.config_platform(f"{repository}@{digest}", env))]
+    try:   # an index any entry of which readers of images read apart is refused whole (platform_reading.py)
+        entries = platform_reading.listed(top.data.get("manifests"))
+    except platform_reading.NotCanonical as exc:
         msg = f"{ref} is an index that readers of images read apart: {exc}"
-        raise distribution.AmbiguousManifest(msg, hint=platforms.HINT) from None
+        raise manifests.AmbiguousManifest(msg, hint=platform_reading.HINT) from None
     found = []
     for label, entry in entries:
         if label is not None and label.split("/")[0] == "unknown":
@@ -139,13 +140,13 @@ def _entry_platform(ref: str, label: str | None, env: Mapping[str, str]) -> tupl
     its label and runs the image its manifest names: a label that is not the image config's platform is refused
     (an amd64 image listed as arm64 never ran on arm64). An entry that names no platform is taken by containerd
     for the one its config names; one whose config names none too, for any platform."""
-    child = distribution.served(ref, env)
+    child = manifests.served(ref, env)
     if child.is_index:
         return label or ANY_PLATFORM, "it is an index inside the index: no engine runs it as one platform's image"
-    config = distribution.config_platform(ref, env)
+    config = manifests.config_platform(ref, env)
     if label is None:
         return config or ANY_PLATFORM, None
-    if config is not None and platforms.normalised(config) != platforms.normalised(label):
+    if config is not None and platform_reading.normalised(config) != platform_reading.normalised(label):
         return label, f"its {label} entry is a {config} image: nothing of it ran on {label}"
     return label, None
 
@@ -191,7 +192,7 @@ def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
     preferences, so each of them must be verified: whichever Docker takes first, it was checked. Any other
     manifest as it is when no platform is asked; when one is, only if its platform (its config's, an archive's)
     is known and the one asked."""
-    asked = platform or platforms.machine()
+    asked = platform or platform_reading.machine()
     groups: dict[str, Judged] = {}
     for source, judgement in judged:
         if source.index is not None:

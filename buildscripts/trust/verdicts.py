@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import distribution, log, strictjson
+from .. import log, strictjson
 from ..errors import ConfigError, NotVerified
+from ..registry import manifests, references
 from ..results import GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, family
 from ..workspace import checked_name
 from . import cosign, dsse, freshness, keys, statement, verdict_form
@@ -95,7 +96,7 @@ def arch_matches(asked: str, named: str) -> bool:
 
 def split_digest_ref(ref: str) -> tuple[str, str]:
     """`REPO@sha256:HEX` -> (REPO, `sha256:HEX`); a ConfigError for anything else (a tag can move)."""
-    found = distribution.by_digest(ref.strip())
+    found = references.by_digest(ref.strip())
     if found is None or not SHA256.fullmatch(found[1]):   # statements name sha256 digests only
         msg = f"{ref!r} is not REPOSITORY@sha256:DIGEST"
         raise ConfigError(msg, hint="a verdict belongs to one digest: name the image by it, not by a tag")
@@ -235,7 +236,7 @@ def attach_verdicts(files: Sequence[Path], ref: str, *, trusted: Sequence[Public
             target = digest
         else:
             if children is None:
-                top = distribution.lookup(ref, env, log=log_file)
+                top = manifests.lookup(ref, env, log=log_file)
                 children = top.children() if top is not None and top.is_index else []
             target = next((d for d in verdict.digests if d in children), "")
         if not target:

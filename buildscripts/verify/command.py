@@ -17,19 +17,24 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import arguments, disk, distribution, engine, log, results
+from .. import arguments, disk, engine, log, results
 from ..errors import ConfigError, RunFailed
+from ..lxc.privileged import why_unsealed
+from ..lxc.target import Target, cell_labels
 from ..matrix import Matrix, load, platforms
-from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile, arch_problem
+from ..matrix.schema import LABEL_PREFIX, MAX_TIMEOUT_S, Profile
+from ..matrix.spellings import arch_problem
 from ..refs import FORMS, reference_problem
+from ..registry import references
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
 from ..workspace import PROJECT_ROOT, Workspace, checked_name, path_argument, path_text
-from . import gpus, identity, lxc, provision, pulled, reuse, tp
+from . import gpus, identity, provision, pulled, reuse, tp
 from .container import KEEP_ENV
 from .host import HostRunner
-from .ladder import axes_from_labels, check_image, image_facts, matrix_cell
+from .lxcrunner import LxcRunner
+from .one_image import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, stage_timeout, stages_argument
 from .runner import Options, verify
 
@@ -85,9 +90,9 @@ def check_arguments(a: argparse.Namespace) -> None:
     if a.run_id is not None:
         checked_name(a.run_id, "--run-id")
     if a.lxc is not None:
-        lxc.Target.pct(a.lxc, flag="--lxc")
+        Target.pct(a.lxc, flag="--lxc")
     if a.lxc_name is not None:
-        lxc.Target.named(a.lxc_name, flag="--lxc-name")
+        Target.named(a.lxc_name, flag="--lxc-name")
     if a.lxc_path is not None and a.lxc_name is None:
         msg = "--lxc-path is LXC's container folder: it goes with --lxc-name"
         raise ConfigError(msg, hint="Proxmox containers (--lxc CTID) are found by pct itself")
@@ -167,7 +172,7 @@ def _verify_image(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list
                   stages: list[str] | None, profile: Profile, matrix: Matrix, env: Mapping[str, str]) -> CellResult:
     client = engine.connect()
     source = (pulled.pull(client, a.image, env, log_file=run_dir / "pull.log")
-              if a.pull or distribution.by_digest(a.image) else None)
+              if a.pull or references.by_digest(a.image) else None)
     image = source.id if source and source.id else a.image   # by id from here: nothing can move under it
     facts = image_facts(client, image)   # once: the checks here, the plan and the record use them
     labels = facts.labels
@@ -199,7 +204,7 @@ def _why_unsealed(a: argparse.Namespace, env: Mapping[str, str]) -> str | None:
                                         "or verify an image in a container (`nox -s verify -- IMAGE`)")
         return identity.why_unsealed(a.python or sys.executable)
     if a.lxc is not None or a.lxc_name is not None:
-        return lxc.why_unsealed(_lxc_target(a))
+        return why_unsealed(_lxc_target(a))
     return None
 
 
@@ -243,7 +248,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     when the container has one. The cell's coordinates come from /etc/sglang-images/cell.json, which every
     image of this project carries (and an export keeps)."""
     target = _lxc_target(a)
-    labels = lxc.cell_labels(target)
+    labels = cell_labels(target)
     label_lane, label_archs = lane_from_labels(labels)
     plan = Plan.make(archs=archs or label_archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda or label_lane,
                      stages=stages, stage_timeout=stage_timeout(profile, a.stage_timeout), profile=profile,
@@ -252,7 +257,7 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
     # Its own row in reports (a run in place is not a run of the image), named after the image's cell.
     cell_id = checked_name(a.cell_id or f"{image_cell or 'lxc'}@{target.tool}-{target.ident}", "cell id")
     cell = matrix_cell(matrix, image_cell)   # the cell's declared expected failure applies in place too
-    found = verify(lxc.LxcRunner(target, a.python or "python3"),
+    found = verify(LxcRunner(target, a.python or "python3"),
                    Options(plan=plan, log_file=run_dir / cell_id / "probe.log", run_id=run_id, cell_id=cell_id,
                            handed=gpus.on_host(_host_gpus(), {})))
     where = f"lxc:{target.tool}:{target.ident}"
@@ -262,11 +267,11 @@ def _verify_lxc(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[s
                        image=ImageInfo(ref=where, id=where, labels=labels), stages=found, run_id=run_id)
 
 
-def _lxc_target(a: argparse.Namespace) -> lxc.Target:
-    return lxc.Target.pct(a.lxc) if a.lxc is not None else lxc.Target.named(a.lxc_name, lxc_path=a.lxc_path)
+def _lxc_target(a: argparse.Namespace) -> Target:
+    return Target.pct(a.lxc) if a.lxc is not None else Target.named(a.lxc_name, lxc_path=a.lxc_path)
 
 
-def _say_source(target: lxc.Target, trusted: Sequence[keys.PublicKey], env: Mapping[str, str]) -> None:
+def _say_source(target: Target, trusted: Sequence[keys.PublicKey], env: Mapping[str, str]) -> None:
     """The signed verdict of the image the container records as its source (its config, on the host): a run
     in place verifies the container as it is now, the verdict says what the image it came from earned."""
     try:

@@ -2,7 +2,7 @@
 
 `discover()` looks once per run (nvidia-smi for the GPUs and the driver; `docker info` runtimes and
 CDI spec folders for the engine's side). `container_options()` gives the docker SDK `run` keyword
-arguments for one GPU, all GPUs, or none (per-GPU verification lives in `pergpu`).
+arguments for one GPU, all GPUs, or none (per-GPU verification lives in `per_gpu_containers`).
 When no GPU can be handed over, containers get PROBE_NO_GPU_REASON so that the probe's GPU stages
 are SKIPPED with the host's reason instead of a vague "no device".
 """

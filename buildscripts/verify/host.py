@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import proc
+from ..handed_env import handed_environment
 from ..workspace import PROJECT_ROOT
 from . import netns
 from .handoff import Handoff, Handover, Unreachable
-from .identity import Sandbox, handed_environment
+from .identity import Sandbox
 from .observe import Endpoint
 from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
@@ -65,7 +66,7 @@ class ProcessReach:
 
 
 class HostRunner:
-    """`python` with `env` on top of this process's environment, less its secrets (identity.handed_environment;
+    """`python` with `env` on top of this process's environment, less its secrets (handed_env.handed_environment;
     its PYTHONPATH is kept after the project's, so a staged site folder stays importable). With a `sandbox`
     (as root: identity.py) the probe and all it starts run as that identity, in a network namespace of its own,
     their files in its home; the stop file and the model stay in a folder of the verifier's that the identity

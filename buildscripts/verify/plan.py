@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..matrix import Cell
-from ..matrix.schema import LABEL_PREFIX, Profile, TinyModelName, flavour_version
+from ..matrix.schema import LABEL_PREFIX, Profile, TinyModelName
+from ..matrix.spellings import flavour_version
 from ..probe import __main__ as probe_main  # registers every stage, as in the image
 from ..probe import core
 

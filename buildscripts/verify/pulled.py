@@ -13,14 +13,15 @@ from pathlib import Path
 
 import docker
 
-from .. import distribution, engine, log
+from .. import engine, log
 from ..errors import ConfigError, RegistryError
+from ..registry import failures, manifests, references, through_engine
 from ..results import ImageInfo
 
 
 def pinned(ref: str) -> tuple[str, str]:
     """(repository, digest) of a `REPO@sha256:…` reference; a ConfigError saying why a tag is refused."""
-    found = distribution.by_digest(ref)
+    found = references.by_digest(ref)
     if found is None:
         msg = (f"{ref} names a tag, not a digest: a GPU job verifies the image the build staged, by digest "
                "(a tag can move between the build and this job)")
@@ -33,9 +34,9 @@ def pull(client: docker.DockerClient, ref: str, env: Mapping[str, str], *, log_f
     """Pull `ref` by digest and return what the record says of it: id, repository, digest(s)."""
     repository, digest = pinned(ref)
     subject = f"{repository}@{digest}"
-    found = distribution.locate(subject, env, platform=engine.platform(client), log=log_file)
+    found = manifests.locate(subject, env, platform=engine.platform(client), log=log_file)
     with log.working(f"pulling {subject}"):
-        image_id = distribution.pull(client, subject, distribution.PULL_SILENCE * distribution.deadline(env))
+        image_id = through_engine.pull(client, subject, through_engine.PULL_SILENCE * failures.deadline(env))
     if image_id not in found.ids:
         msg = f"the engine pulled {image_id} for {subject}, which is not the image the registry serves there"
         raise RegistryError(msg, hint="check the engine's registry mirrors (`docker info`): a mirror served "

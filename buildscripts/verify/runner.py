@@ -1,7 +1,7 @@
 """One shape for every place a verification runs: a container of an image (container.py), a Python
-environment of this machine (host.py), a running LXC container (lxc.py); per GPU, one container per GPU
-(pergpu.py). Each runner puts the probe and the host's tiny model in place, runs the probe, feeds its
-output to a `Handoff` (which observes the server through the runner's `Reach`) and reports the probe's
+environment of this machine (host.py), a running LXC container (lxcrunner.py); per GPU, one container per
+GPU (per_gpu_containers.py). Each runner puts the probe and the host's tiny model in place, runs the probe, feeds
+its output to a `Handoff` (which observes the server through the runner's `Reach`) and reports the probe's
 stages; `verify()` then makes the host's results of them: the server stages from the host's own
 observation (served.py), every GPU fact from the GPUs the host handed over (claims.py).
 """

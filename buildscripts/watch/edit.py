@@ -26,7 +26,8 @@ from packaging.version import Version
 from ..errors import ProposalError
 from ..lock.drift import major_minor
 from ..matrix import Cell, Matrix, parse
-from ..matrix.schema import Expectation, flavour_version
+from ..matrix.schema import Expectation
+from ..matrix.spellings import flavour_version
 from ..matrix.yamlfile import parse as parse_yaml
 from .index import normalize
 from .news import NewSGLang

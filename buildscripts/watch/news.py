@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import PackageIndexError
 from ..matrix import Matrix
-from ..matrix.schema import flavour_version
+from ..matrix.spellings import flavour_version
 from .index import DistFile, Index, Project
 from .wheels import Platform, cuda_flavour, exact_pin, installable, runtime_requirements, toolkit_pin, torch_pin
 

@@ -17,7 +17,7 @@ import docker
 import pytest
 from packaging.version import Version
 
-from buildscripts import platforms
+from buildscripts import platform_reading
 from buildscripts.matrix.schema import LABEL_PREFIX
 from buildscripts.verify import hybrid, tinymodel
 
@@ -46,9 +46,9 @@ print("@@json " + json.dumps(out))
 def sglang_image(request: pytest.FixtureRequest) -> str:
     client = docker.from_env()
     try:   # this machine's platform only: an image of another (an arm64 cell here) would run under emulation
-        here = platforms.machine().split("/")[1]
+        here = platform_reading.machine().split("/")[1]
         present = [i for i in client.images.list(filters={"label": f"{LABEL_PREFIX}.sglang"})
-                   if platforms.normalised(f"linux/{i.attrs.get('Architecture')}").split("/")[1] == here]
+                   if platform_reading.normalised(f"linux/{i.attrs.get('Architecture')}").split("/")[1] == here]
     finally:
         client.close()
     if present:

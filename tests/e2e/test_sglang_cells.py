@@ -19,7 +19,7 @@ import docker
 
 from buildscripts.probe import fatbin
 from buildscripts.results import CellResult, RunResults, Status, Verdict
-from buildscripts.verify.ladder import verify_image
+from buildscripts.verify.one_image import verify_image
 from buildscripts.verify.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts.errors import NotVerified
-from buildscripts.publish import registry
+from buildscripts.registry import through_engine
 from buildscripts.trust import carried, cosign, freshness, keys, statement, verdicts
 from tests.attest_world import (
     CANNOT_CHECK,
@@ -67,7 +67,7 @@ def test_check_verifies_the_tag_the_digest_and_the_local_image(world: World, pro
         done = world.check(local)   # the engine's record of what it pushed: RepoDigests
         assert done.returncode == 0 and f"local image, {world.ref(digest)}" in done.stdout, done.stderr
     finally:
-        registry.untag(world.client, local)
+        through_engine.untag(world.client, local)
 
 
 def test_a_second_promotion_attaches_nothing_more(world: World, promoted: tuple[str, list[Path]]) -> None:

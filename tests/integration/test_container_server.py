@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from buildscripts.results import Status
-from buildscripts.verify import container, ladder, netns, tinymodel
+from buildscripts.verify import container, netns, one_image, tinymodel
 from buildscripts.verify.container import network_plan
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.plan import Plan
@@ -59,7 +59,7 @@ def test_the_host_observes_the_server_in_the_container(client: docker.DockerClie
     run_id = f"test-{uuid.uuid4().hex[:8]}"
     plan = Plan.make(archs=["sm_90a"], lane_cuda=None, stages=["gpu-visible", "server", "first-generation"],
                      stage_timeout=60)
-    stages = {s.name: s for s in ladder.verify_image(
+    stages = {s.name: s for s in one_image.verify_image(
         client, stand_in_image, plan, log_file=tmp_path / "probe.log", run_id=run_id, handed=Handed((H200,)),
         options={"environment": {"SGLANG_TEST_OUTPUT_IDS": json.dumps(ids)}, **network}, cut_problem=cut_problem)}
     assert container.leftovers(client, run_id) == []

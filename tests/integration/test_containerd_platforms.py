@@ -1,6 +1,6 @@
 """Platforms spelled as an adversary would, read by containerd itself: what `ctr images export --platform P`
 writes is every manifest of the index that containerd matches for P (the matcher that picks what Docker's
-containerd store and Kubernetes pull). buildscripts/platforms.py must read each entry as containerd does, and
+containerd store and Kubernetes pull). buildscripts/platform_reading.py must read each entry as containerd does, and
 refuse every entry not written as containerd writes it.
 
 containerd runs here on its own (a private root, state and socket in the test's folder): it needs root and the
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import platforms
+from buildscripts import platform_reading
 from tests import needs
 
 # (os, architecture, variant) as an index entry spells them: containerd's aliases, cases, and letters whose
@@ -43,7 +43,7 @@ ALSO_RUNS = {"linux/amd64": ["linux/386"], "linux/arm64": [f"linux/arm/v{n}" for
              "linux/arm/v7": ["linux/arm/v6", "linux/arm/v5"],
              "darwin/arm64": [f"darwin/arm/v{n}" for n in (8, 7, 6, 5)]}
 
-# Aliases newer containerd reads and Debian bookworm's 1.6 does not (platforms.py reads them as the newest does:
+# Aliases newer containerd reads and Debian bookworm's 1.6 does not (platform_reading.py reads them as the newest does:
 # an index with them is refused either way).
 NEWER = {("linux", "arm64", "v8.0")}
 
@@ -109,7 +109,7 @@ def ctr(tmp_path: Path) -> Iterator[list[str]]:
 
 def _reading(platform: str) -> tuple[str, str, str]:
     os_, architecture, variant = [*platform.split("/"), ""][:3]
-    return platforms.containerd(os_, architecture, variant)
+    return platform_reading.containerd(os_, architecture, variant)
 
 
 def _containerd_takes(ctr: list[str], tmp_path: Path, asked: str) -> set[str]:
@@ -126,7 +126,7 @@ def test_entries_are_read_as_containerd_reads_them_and_refused_unless_written_so
     digests = _archive(tmp_path / "spelled.tar")
     subprocess.run([*ctr, "images", "import", "--base-name", "x/spelled", "--all-platforms", "--no-unpack",
                     str(tmp_path / "spelled.tar")], check=True, capture_output=True, timeout=120)
-    read = dict(zip(digests, (platforms.containerd(*spelled) for spelled in SPELLINGS), strict=True))
+    read = dict(zip(digests, (platform_reading.containerd(*spelled) for spelled in SPELLINGS), strict=True))
     for asked in ASKED:
         exact = {d for d, reading in read.items() if reading == _reading(asked)}
         also = {d for d, reading in read.items() if reading in {_reading(p) for p in ALSO_RUNS.get(asked, [])}}
@@ -135,6 +135,6 @@ def test_entries_are_read_as_containerd_reads_them_and_refused_unless_written_so
         extra = [SPELLINGS[digests.index(d)] for d in taken - exact - also]
         assert not missed and not extra, f"for {asked} containerd did not take {missed} and took {extra}"
     # written as containerd writes it (or as arm64/v8) is kept; every other spelling is refused
-    kept = {s for s in SPELLINGS if platforms.spelling_problem(*s) is None}
+    kept = {s for s in SPELLINGS if platform_reading.spelling_problem(*s) is None}
     assert kept == {("linux", "amd64", ""), ("linux", "arm64", ""), ("linux", "arm64", "v8"), ("linux", "386", ""),
                     ("linux", "i686", "")}

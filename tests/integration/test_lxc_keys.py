@@ -1,9 +1,9 @@
-"""LXC mode against code under test that goes for the keys (verify/lxc.py, docs/trust.md), on a machine without
-a GPU: a real unprivileged container (tests/lxc_container.py), whose "interpreter" is a hostile script that,
-instead of running the probe, reads every /proc/*/environ it can see, the verifier's key folder, and every file
-that names a signing key. The verifier runs as a process of its own with the CI secret in its initial
-environment and this machine's key on disk. Afterwards: no key material in what the script found, and the
-record sealed (the container is unprivileged: its root is uid 100000 here)."""
+"""LXC mode against code under test that goes for the keys (verify/lxcrunner.py, lxc/privileged.py,
+docs/trust.md), on a machine without a GPU: a real unprivileged container (tests/lxc_container.py), whose
+"interpreter" is a hostile script that, instead of running the probe, reads every /proc/*/environ it can see,
+the verifier's key folder, and every file that names a signing key. The verifier runs as a process of its own
+with the CI secret in its initial environment and this machine's key on disk. Afterwards: no key material in
+what the script found, and the record sealed (the container is unprivileged: its root is uid 100000 here)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from buildscripts import results
+from buildscripts.lxc import privileged
+from buildscripts.lxc.target import Target
 from buildscripts.trust import keys, seal
-from buildscripts.verify import lxc
 from tests import needs
 from tests.lxc_container import unprivileged
 
@@ -82,7 +83,7 @@ def test_a_container_whose_config_clears_its_id_map_is_privileged_and_not_sealed
     """An empty `lxc.idmap =` clears the lines before it (LXC's confile.c): the config names an idmap, the
     container runs privileged. The running container's own id map decides."""
     with unprivileged({}, ("lxc.net.0.flags = up", "lxc.idmap =")) as (name, _):
-        target = lxc.Target.named(name)
-        assert "privileged" in str(lxc.why_unsealed(target))
+        target = Target.named(name)
+        assert "privileged" in str(privileged.why_unsealed(target))
     with unprivileged({}, ("lxc.net.0.flags = up",)) as (name, _):
-        assert lxc.why_unsealed(lxc.Target.named(name)) is None
+        assert privileged.why_unsealed(Target.named(name)) is None

@@ -19,10 +19,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import distribution, matrix, results
+from buildscripts import matrix, results
 from buildscripts.errors import RegistryError, ResultsError
 from buildscripts.matrix.schema import Tags
-from buildscripts.publish import promote, registry, tagcmd, tags, trusted
+from buildscripts.publish import promote, tagcmd, tags, trusted
+from buildscripts.registry import manifests, through_engine
 from buildscripts.results import CellResult, RunResults
 from buildscripts.trust import keys
 from buildscripts.trust.keys import SigningKey
@@ -71,7 +72,7 @@ def _remove_descendants(client: docker.DockerClient, roots: list[str], repositor
     for image in client.images.list(all=True):
         for ref in image.tags:
             if repository in ref:
-                registry.untag(client, ref)
+                through_engine.untag(client, ref)
     for _ in range(5):
         parents = {str(i.id): str(i.attrs.get("Parent") or "") for i in client.images.list(all=True)}
         mine = [i for i in parents if _descends(i, roots, parents)]
@@ -245,10 +246,10 @@ def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
 
     # Delete the local copy, pull back from the registry, compare ids and digests.
     client.images.remove(str(cell.image.id), force=True)
-    assert distribution.pull(client, f"{base}:{candidate}") == cell.image.id
+    assert through_engine.pull(client, f"{base}:{candidate}") == cell.image.id
     for tag in good:
-        assert distribution.pull(client, f"{base}:{tag}") == cell.image.id
-        assert registry.remote_digest(client, f"{base}:{tag}") == saved.promoted[f"{base}:{tag}"]
+        assert through_engine.pull(client, f"{base}:{tag}") == cell.image.id
+        assert through_engine.remote_digest(client, f"{base}:{tag}") == saved.promoted[f"{base}:{tag}"]
     assert f"{base}@{saved.image.digest}" in client.images.get(str(cell.image.id)).attrs["RepoDigests"]
 
 
@@ -278,7 +279,7 @@ def _promote_twice(
     promote.promote_file(client, first, server.url, cfg, DEFAULT, KEYS)
     old = results.load(first).cells[0].promoted
     for ref in v1.tags:
-        registry.untag(client, ref)
+        through_engine.untag(client, ref)
     v2 = verified(client, make_image(f"v2 {uuid.uuid4()}"), cfg)
     second = save_run(v2, tmp_path / "v2.json")
     before_second()
@@ -306,7 +307,7 @@ def test_a_refusing_registry_marks_nothing_promoted_and_keeps_the_old_good_tag(
     assert "push of" in message and "hint:" in message
     assert results.load(second).cells[0].promoted == {}
     for ref, digest in _good_refs(old).items():
-        assert registry.remote_digest(client, ref) == digest
+        assert through_engine.remote_digest(client, ref) == digest
 
 
 def test_an_interrupted_promote_leaves_the_old_good_tag_intact(
@@ -327,7 +328,7 @@ def test_an_interrupted_promote_leaves_the_old_good_tag_intact(
     assert results.load(second).cells[0].promoted == {}
     server.start()
     for ref, digest in _good_refs(old).items():
-        assert registry.remote_digest(client, ref) == digest
+        assert through_engine.remote_digest(client, ref) == digest
 
 
 def test_an_unreachable_registry_is_a_clear_error(
@@ -369,16 +370,16 @@ def test_a_push_from_the_engine_never_replaces_a_tag_of_several_platforms(
                                 DEFAULT, KEYS) == 1
     base = f"{server.url}/{cfg.repository}"
     tag = first.tags[0].rsplit(":", 1)[1]
-    amd64 = distribution.served(f"{base}:{tag}", ENV)
+    amd64 = manifests.served(f"{base}:{tag}", ENV)
     arm64, _ = push_layout(f"{base}:arm64-{uuid.uuid4().hex[:8]}", "arm64")
     entry = {"mediaType": amd64.media_type, "digest": amd64.digest,
-             "size": len(distribution.raw(f"{base}@{amd64.digest}", ENV))}
+             "size": len(manifests.raw(f"{base}@{amd64.digest}", ENV))}
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
         {**entry, "platform": {"os": "linux", "architecture": "amd64"}},
         {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm64,
-         "size": len(distribution.raw(f"{base}@{arm64}", ENV)), "platform": {"os": "linux", "architecture": "arm64"}}]}
-    both = distribution.write_index(f"{base}:{tag}", json.dumps(index).encode(), ENV)
+         "size": len(manifests.raw(f"{base}@{arm64}", ENV)), "platform": {"os": "linux", "architecture": "arm64"}}]}
+    both = manifests.write_index(f"{base}:{tag}", json.dumps(index).encode(), ENV)
     second = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
     with pytest.raises(RegistryError, match="holds an index of linux/amd64, linux/arm64"):
         promote.promote_file(client, save_run(second, tmp_path / "b" / "results.json"), server.url, cfg, DEFAULT, KEYS)
-    assert distribution.served(f"{base}:{tag}", ENV).digest == both   # nothing replaced it
+    assert manifests.served(f"{base}:{tag}", ENV).digest == both   # nothing replaced it

@@ -20,9 +20,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import distribution, matrix, results
+from buildscripts import matrix, results
 from buildscripts.errors import RegistryError
-from buildscripts.publish import promote, staging, writer
+from buildscripts.publish import promote, staging
+from buildscripts.registry import failures, manifests, writer_lock
 from buildscripts.results import CellResult
 from buildscripts.trust import cosign, keys, verdicts
 from buildscripts.workspace import Workspace
@@ -69,7 +70,7 @@ class Staged:
     def promote(self, *extra: str, results_glob: str = "collected/*/results.json") -> int:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
         return promote.main(self.argv(*extra, results_glob=results_glob), ws,
-                            {**ENV, writer.LOCK_DIR_ENV: str(self.tmp / "locks")})
+                            {**ENV, writer_lock.LOCK_DIR_ENV: str(self.tmp / "locks")})
 
     def release_in(self, server: RegistryServer) -> None:
         """Promote into another registry than the staging one from now on."""
@@ -77,7 +78,7 @@ class Staged:
         self.dest = f"{server.url}/{self.loaded.spec.tags.repository}"
 
     def served(self, tag: str) -> str | None:
-        found = distribution.lookup(f"{self.dest}:{tag}", ENV)
+        found = manifests.lookup(f"{self.dest}:{tag}", ENV)
         return found.digest if found else None
 
 
@@ -105,7 +106,7 @@ def test_good_tags_point_at_the_tested_digest_per_arch_then_arch_free(staged: St
     for tag in (ARCH_TAG.format("sm100"), ARCH_TAG.format("sm120"), FREE_TAG):
         assert skopeo_digest(f"{staged.dest}:{tag}") == staged.digest
     # no child image, no new index: the release repository holds the tested manifest itself
-    assert distribution.served(f"{staged.dest}@{staged.digest}", ENV).digest == staged.digest
+    assert manifests.served(f"{staged.dest}@{staged.digest}", ENV).digest == staged.digest
     saved = results.load(staged.tmp / "collected" / "verify-sm_120" / "results.json").cells[0]
     assert saved.promoted[f"{staged.dest}:{FREE_TAG}"] == staged.digest
 
@@ -147,14 +148,14 @@ def test_results_naming_a_digest_the_registry_does_not_serve_move_no_tag(
     staged.job("sm_100", sign=False, record=gpu_job(staged.build.model_copy(update={"image": image}), "sm_100"))
     with pytest.raises(RegistryError, match="does not serve: the digest in the results is not the registry's"):
         staged.promote()
-    assert distribution.tags(staged.dest, ENV) == []
+    assert manifests.tags(staged.dest, ENV) == []
     # A digest the registry does serve, but of another image than the one the record says it tested.
     other = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
     image = staged.build.image.model_copy(update={"digest": other.digest})
     staged.job("sm_100", sign=False, record=gpu_job(staged.build.model_copy(update={"image": image}), "sm_100"))
     with pytest.raises(RegistryError, match="is another image: the digest in the results is not the registry's"):
         staged.promote(results_glob="collected/verify-*/results.json")
-    assert distribution.tags(staged.dest, ENV) == []
+    assert manifests.tags(staged.dest, ENV) == []
 
 
 def test_a_tag_moved_after_promotion_is_refused_then_repaired_on_request(
@@ -163,7 +164,7 @@ def test_a_tag_moved_after_promotion_is_refused_then_repaired_on_request(
     staged.job("sm_120")
     assert staged.promote() == 0
     other = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
-    distribution.copy(f"{staged.source}@{other.digest}", f"{staged.dest}:{FREE_TAG}", ENV)   # the tamper
+    manifests.copy(f"{staged.source}@{other.digest}", f"{staged.dest}:{FREE_TAG}", ENV)   # the tamper
     with pytest.raises(RegistryError, match="carries no verdict of a trusted key: someone other than a promotion "
                                             "moved it; nothing was moved back") as refused:
         staged.promote()
@@ -198,7 +199,7 @@ def test_sigkill_mid_promote_leaves_no_good_tag_on_an_unverified_digest(
     staged.job("sm_100")
     staged.job("sm_120")
     old = staging.stage(client, built(staged.cell, tiny(), "fedcba987654"), staged.source, ENV)
-    distribution.copy(f"{staged.source}@{old.digest}", f"{staged.dest}:{FREE_TAG}", ENV)  # an earlier release,
+    manifests.copy(f"{staged.source}@{old.digest}", f"{staged.dest}:{FREE_TAG}", ENV)  # an earlier release,
     for arch in ("sm_100", "sm_120"):                                                     # promoted with its verdicts
         earlier = gpu_job(staged.build.model_copy(update={"image": old}), arch)
         files = verdicts.sign_verdicts(earlier, staged.tmp / f"earlier-{arch}", image=f"{staged.dest}@{old.digest}",
@@ -210,7 +211,7 @@ def test_sigkill_mid_promote_leaves_no_good_tag_on_an_unverified_digest(
     (shim / "skopeo").write_text(SHIM.replace("REAL", str(shutil.which("skopeo"))))
     (shim / "skopeo").chmod(0o755)
     env = {**ENV, "PATH": f"{shim}:{ENV['PATH']}", "SHIM_DIR": str(shim), "SHIM_STOP_AT": "2",
-           writer.LOCK_DIR_ENV: str(staged.tmp / "locks")}
+           writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks")}
     proc = subprocess.Popen([sys.executable, "-m", "buildscripts", "promote", *staged.argv()], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -235,7 +236,7 @@ def test_two_promotions_at_once_lose_no_attachment(staged: Staged) -> None:
     needs.tool("cosign")
     staged.job("sm_100")
     staged.job("sm_120")
-    env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks")}
+    env = {**ENV, writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks")}
     procs = [subprocess.Popen([sys.executable, "-m", "buildscripts", "promote",
                                *staged.argv(results_glob=f"collected/*{arch}/results.json")],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -249,8 +250,8 @@ def test_two_promotions_at_once_lose_no_attachment(staged: Staged) -> None:
 
 def test_a_second_promotion_waits_for_the_first_and_writes_nothing_meanwhile(staged: Staged) -> None:
     staged.job("sm_100")
-    env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks"), "PYTHONUNBUFFERED": "1"}
-    with writer.sole_writer(staged.dest, env):
+    env = {**ENV, writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks"), "PYTHONUNBUFFERED": "1"}
+    with writer_lock.sole_writer(staged.dest, env):
         proc = subprocess.Popen([sys.executable, "-m", "buildscripts", "promote", *staged.argv()], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
@@ -260,12 +261,12 @@ def test_a_second_promotion_waits_for_the_first_and_writes_nothing_meanwhile(sta
             if "waiting for the promotion" in line:
                 break
         assert "waiting for the promotion" in waiting, waiting
-        assert distribution.tags(staged.dest, ENV) == []    # nothing written while the other holds the lock
+        assert manifests.tags(staged.dest, ENV) == []    # nothing written while the other holds the lock
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, waiting + out
     assert staged.served(ARCH_TAG.format("sm100")) == staged.digest
-    with (pytest.raises(RegistryError, match=r"another promotion of \S+ holds"), writer.sole_writer(staged.dest, env),
-          writer.sole_writer(staged.dest, env, wait_s=0.5)):
+    with (pytest.raises(RegistryError, match=r"another promotion of \S+ holds"),
+          writer_lock.sole_writer(staged.dest, env), writer_lock.sole_writer(staged.dest, env, wait_s=0.5)):
         pass
 
 
@@ -277,6 +278,6 @@ def test_a_release_registry_that_never_answers_is_named_within_the_deadline(stag
         host = f"127.0.0.1:{silent.getsockname()[1]}"
         staged.url = host
         ws = Workspace.at(ROOT, matrix=staged.matrix_path, runs=staged.tmp / "runs")
-        env = {**ENV, writer.LOCK_DIR_ENV: str(staged.tmp / "locks"), distribution.DEADLINE_ENV: "2"}
+        env = {**ENV, writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks"), failures.DEADLINE_ENV: "2"}
         with pytest.raises(RegistryError, match=f"the registry {host} did not answer within 2 s"):
             promote.main(staged.argv(), ws, env)

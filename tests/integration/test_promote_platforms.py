@@ -23,9 +23,10 @@ from typing import Any
 import docker
 import pytest
 
-from buildscripts import distribution, matrix
+from buildscripts import matrix
 from buildscripts.errors import NotVerified, RegistryError
-from buildscripts.publish import check, platformtags, promote, staging, writer
+from buildscripts.publish import check, platformtags, promote, staging
+from buildscripts.registry import manifests, writer_lock
 from buildscripts.results import CellResult
 from buildscripts.trust import keys, verdicts
 from buildscripts.workspace import Workspace
@@ -131,7 +132,7 @@ class Platforms:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
         argv = ["--matrix", str(self.matrix_path), "--registry", self.url,
                 "--results", str(self.tmp / "collected/*/results.json"), *extra]
-        return promote.main(argv, ws, {**ENV, writer.LOCK_DIR_ENV: str(self.tmp / "locks")})
+        return promote.main(argv, ws, {**ENV, writer_lock.LOCK_DIR_ENV: str(self.tmp / "locks")})
 
     def clear(self) -> None:
         """Forget the results promoted so far: the next promotion starts from new staging builds."""
@@ -220,11 +221,11 @@ def test_an_entry_nobody_vouched_for_is_refused_then_dropped_on_request(world: P
     # A registry writer lists an unverified arm64 image under the tag, beside the verified amd64 one.
     rogue, _ = push_layout(f"{world.dest}:rogue", "arm64")
     listed: list[dict[str, Any]] = world.raw(FREE)["manifests"]  # type: ignore[assignment]
-    size = len(distribution.raw(f"{world.dest}@{rogue}", ENV))
+    size = len(manifests.raw(f"{world.dest}@{rogue}", ENV))
     tampered = json.dumps({"schemaVersion": 2, "mediaType": platformtags.OCI_INDEX, "manifests": [
         e if e["platform"]["architecture"] == "amd64" else {**e, "digest": rogue, "size": size}
         for e in listed]}).encode()
-    distribution.write_index(f"{world.dest}:{FREE}", tampered, ENV)
+    manifests.write_index(f"{world.dest}:{FREE}", tampered, ENV)
     newer = world.stage(AMD64)
     world.verify(AMD64, "sm_100")
     world.verify(AMD64, "sm_120")
@@ -242,7 +243,7 @@ def test_a_record_of_one_platforms_cell_naming_another_platforms_image_moves_no_
     world.verify(ARM64, "sm_100")
     with pytest.raises(RegistryError, match=r"is a linux/arm64 cell, but \S+ is a linux/amd64 image"):
         world.promote()
-    assert distribution.tags(world.dest, ENV) == []
+    assert manifests.tags(world.dest, ENV) == []
 
 
 def test_a_verdict_of_the_other_platforms_cell_does_not_keep_an_entry(world: Platforms) -> None:
@@ -253,11 +254,11 @@ def test_a_verdict_of_the_other_platforms_cell_does_not_keep_an_entry(world: Pla
     world.verify(AMD64, "sm_120")
     assert world.promote() == 0
     world.clear()
-    size = len(distribution.raw(f"{world.dest}@{amd64}", ENV))
+    size = len(manifests.raw(f"{world.dest}@{amd64}", ENV))
     entry = {"mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": amd64, "size": size}
     mislabelled = json.dumps({"schemaVersion": 2, "mediaType": platformtags.DOCKER_LIST, "manifests": [
         {**entry, "platform": {"os": "linux", "architecture": a}} for a in ("amd64", "arm64")]}).encode()
-    distribution.write_index(f"{world.dest}:{FREE}", mislabelled, ENV)
+    manifests.write_index(f"{world.dest}:{FREE}", mislabelled, ENV)
     arm64 = world.stage(ARM64)
     world.verify(ARM64, "sm_100")
     with pytest.raises(RegistryError, match=f"none for {re.escape(ARM64)}"):

@@ -20,10 +20,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import RegistryError
 from buildscripts.matrix.schema import Tags
 from buildscripts.publish import platformtags, promote
+from buildscripts.registry import manifests
 from buildscripts.trust import verdicts
 from tests import needs
 from tests.digest_records import GPUS, gpu_job, save
@@ -57,14 +57,14 @@ def write_index(world: Platforms, tag: str, entries: list[tuple[dict[str, str] |
     """A registry writer's index at `tag`: (platform or None, manifest digest) per entry."""
     listed = []
     for platform, digest in entries:
-        raw = distribution.raw(f"{world.dest}@{digest}", ENV)
+        raw = manifests.raw(f"{world.dest}@{digest}", ENV)
         entry: dict[str, object] = {"mediaType": json.loads(raw).get("mediaType") or platformtags.OCI_MANIFEST,
                                     "digest": digest, "size": len(raw)}
         if platform is not None:
             entry["platform"] = platform
         listed.append(entry)
     data = {"schemaVersion": 2, "mediaType": platformtags.OCI_INDEX, "manifests": listed}
-    return distribution.write_index(f"{world.dest}:{tag}", json.dumps(data).encode(), ENV)
+    return manifests.write_index(f"{world.dest}:{tag}", json.dumps(data).encode(), ENV)
 
 
 # ------------------------------------------------------------------ 1. arch-free tag laundering (HIGH)
@@ -82,10 +82,10 @@ def test_an_image_that_did_not_earn_the_arch_free_tag_is_never_written_into_it(w
     if sm120 == "failed":
         verify_failing(world, AMD64, "sm_120")
     assert world.promote() == 0
-    assert FREE not in distribution.tags(world.dest, ENV)        # withheld, as it must be
+    assert FREE not in manifests.tags(world.dest, ENV)        # withheld, as it must be
     assert world.entries(SM100) == x
     world.clear()
-    distribution.copy(f"{world.dest}@{x}", f"{world.dest}:{FREE}", ENV)   # the tamper: one registry write
+    manifests.copy(f"{world.dest}@{x}", f"{world.dest}:{FREE}", ENV)   # the tamper: one registry write
     arm64 = world.stage(ARM64)
     world.verify(ARM64, "sm_100")
     with contextlib.suppress(RegistryError):   # refusing the tamper is fine
@@ -136,7 +136,7 @@ def test_a_push_from_the_engine_never_replaces_a_tag_holding_an_arm64_oci_manife
     arm64, _ = push_layout(f"{base}:{tag}", "arm64")
     with contextlib.suppress(RegistryError):
         promote.promote_file(client, save_run(cell, tmp_path / "a" / "results.json"), server.url, cfg, DEFAULT, KEYS)
-    assert distribution.served(f"{base}:{tag}", ENV).digest == arm64, "the engine push replaced the arm64 image"
+    assert manifests.served(f"{base}:{tag}", ENV).digest == arm64, "the engine push replaced the arm64 image"
 
 
 # ------------------------------------------------------------------ 4. --repair drops a vouched entry (LOW)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts.publish import preflight
-from buildscripts.publish.checks import Check
-from buildscripts.publish.preflight import HostView
-from buildscripts.verify.lxc import Target
+from buildscripts.lxc import preflight
+from buildscripts.lxc.preflight import HostView
+from buildscripts.lxc.preflight_check import Check
+from buildscripts.lxc.target import Target
 from tests import needs
 from tests.lxc_container import attach, unprivileged
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts import distribution, results
+from buildscripts import results
+from buildscripts.registry import manifests, references
 from buildscripts.verify import pulled
 from tests import needs, second_engine
 from tests.integration.tinyimages import derive, python_image
@@ -74,7 +75,7 @@ def test_verify_by_digest_pulls_that_digest_on_an_engine_without_a_bridge(
     assert facts is not None and facts.status.value == "passed", facts
     assert json.loads(out.read_text())["cells"][0]["seal"]   # sealed like every verifier's record
     assert refused.returncode == 2 and "names a tag, not a digest" in refused.stderr + refused.stdout
-    assert distribution.by_digest(cell.image.ref or "") == (repository, digest)
+    assert references.by_digest(cell.image.ref or "") == (repository, digest)
 
 
 def test_an_index_is_recorded_with_the_manifest_of_this_platform(
@@ -92,7 +93,7 @@ def test_an_index_is_recorded_with_the_manifest_of_this_platform(
         finally:
             client.images.remove(f"{repository}:{tag}")
     client.images.remove(other)
-    child, elsewhere = (distribution.served(f"{repository}:{tag}", ENV) for tag in ("base", "other"))
+    child, elsewhere = (manifests.served(f"{repository}:{tag}", ENV) for tag in ("base", "other"))
     index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
         {"mediaType": m.media_type, "digest": m.digest, "size": _size(repository, m.digest),
          "platform": {"architecture": arch, "os": "linux"}}

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from buildscripts.errors import RunFailed
+from buildscripts.lxc.target import Target
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import command, gpus, host, lxc
+from buildscripts.verify import command, gpus, host, lxcrunner
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.host import HostRunner
 from buildscripts.verify.plan import Plan
@@ -26,7 +27,7 @@ PLAN = Plan.make(archs=["sm_90a", "sm_100a"], lane_cuda="13.0", stage_timeout=30
 
 
 @dataclass(frozen=True)
-class HereTarget(lxc.Target):
+class HereTarget(Target):
     """An "LXC container" that is this machine: the runner's own login script runs in a local shell."""
 
     def exec_argv(self, command: Sequence[str], *, clear_env: bool = True) -> list[str]:
@@ -55,14 +56,15 @@ def test_verify_host_with_a_forged_python_passes_no_gpu_stage(open_tmp: Path, se
 
 def runners(tmp_path: Path) -> dict[str, Runner]:
     python = str(forged.write(tmp_path))
-    return {"host": HostRunner(python, {}, tmp_path / "work"), "lxc": lxc.LxcRunner(HereTarget("lxc", "here"), python)}
+    return {"host": HostRunner(python, {}, tmp_path / "work"),
+            "lxc": lxcrunner.LxcRunner(HereTarget("lxc", "here"), python)}
 
 
 @pytest.mark.parametrize("mode", ["host", "lxc"])
 @pytest.mark.parametrize("serve", ["0", "1"])
 def test_a_forged_b200_on_a_host_with_an_h200_gets_nothing(tmp_path: Path, mode: str, serve: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lxc, "running", lambda target: (True, "RUNNING"))
+    monkeypatch.setattr(lxcrunner, "running", lambda target: (True, "RUNNING"))
     monkeypatch.setattr(host, "FIND_S", 0.3)   # the pid it names is never this verification's: no need to wait 5 s
     monkeypatch.setenv("SGLANG_TEST_SERVE", serve)
     stages = verify(runners(tmp_path)[mode], Options(plan=PLAN, log_file=tmp_path / "probe.log",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts.lxc.target import LOGIN_ENV
 from buildscripts.probe import gpu_stages, jitlog
-from buildscripts.verify.lxc import LOGIN_ENV
 
 FAKE_NVCC = """#!/bin/sh
 # nvcc's way of failing: the host compiler's error, then a non-zero exit

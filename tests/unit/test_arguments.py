@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import arguments, engine, matrix, pipeline, report, results
+from buildscripts import arguments, engine, matrix, pipeline_options, report, results
 from buildscripts.errors import ConfigError, ResultsError, SelectionError
 from buildscripts.matrix.schema import Profile
 from buildscripts.publish import export, promote, recorded, tagcmd
@@ -102,7 +102,7 @@ def test_only_selects_matrix_cells_and_recorded_cells_by_the_same_rule() -> None
                                                ("import,", "names an empty stage")])
 def test_build_and_verify_check_stages_alike(value: str, needle: str, ws: Workspace) -> None:
     with pytest.raises(ConfigError) as from_build:
-        pipeline.parse(["--stages", value], ws, {})
+        pipeline_options.parse(["--stages", value], ws, {})
     with pytest.raises(ConfigError) as from_verify:
         verify_command.parse(["some-image", "--stages", value])
     assert needle in from_build.value.message and from_build.value.message == from_verify.value.message
@@ -119,7 +119,7 @@ def test_the_stage_timeout_rule_is_one_for_the_build_and_verify() -> None:
 
 def test_build_and_verify_refuse_a_negative_gpu_alike(ws: Workspace) -> None:
     with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
-        pipeline.parse(["--gpu", "-1"], ws, {})
+        pipeline_options.parse(["--gpu", "-1"], ws, {})
     with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
         verify_command.parse(["some-image", "--gpu", "-1"])
 
@@ -127,7 +127,7 @@ def test_build_and_verify_refuse_a_negative_gpu_alike(ws: Workspace) -> None:
 def test_an_unknown_profile_is_said_alike_by_build_and_verify(ws: Workspace) -> None:
     loaded = matrix.load(ws.matrix)
     with pytest.raises(ConfigError) as from_build:
-        pipeline.check_options(loaded, pipeline.parse(["--profile", "nope"], ws, {}))
+        pipeline_options.check_options(loaded, pipeline_options.parse(["--profile", "nope"], ws, {}))
     with pytest.raises(ConfigError) as from_verify:
         verify_command.main(["some-image", "--profile", "nope", "--out", str(ws.root / "r.json")], ws, {})
     assert "no server profile 'nope'" in from_build.value.message

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import distribution, matrix, pipeline, results
+from buildscripts import matrix, pipeline, pipeline_options, results
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.matrix import listing
 from buildscripts.publish import bydigest, trusted
+from buildscripts.registry import manifests, references
 from buildscripts.results import CellResult
 from buildscripts.trust import keys
 from buildscripts.verify import command as verify_command
@@ -39,7 +40,7 @@ STAGING = "127.0.0.1:5000/sglang-images-staging"
     (f"{STAGING}:some-tag", None), ("sglang-images", None), ("not a reference", None),
 ])
 def test_a_reference_names_a_digest_or_not(ref: str, expected: tuple[str, str] | None) -> None:
-    assert distribution.by_digest(ref) == expected
+    assert references.by_digest(ref) == expected
 
 
 @pytest.mark.parametrize(("repository", "loopback"), [
@@ -47,24 +48,24 @@ def test_a_reference_names_a_digest_or_not(ref: str, expected: tuple[str, str] |
     ("ghcr.io/org/x", False), ("128.0.0.1:5000/x", False), ("org/x", False), ("x", False),
 ])
 def test_plain_http_only_for_a_registry_on_loopback(repository: str, loopback: bool) -> None:
-    assert distribution.is_loopback(repository) is loopback
-    assert ("--tls-verify=false" in distribution._access("", repository, {})) is loopback
+    assert references.is_loopback(repository) is loopback
+    assert ("--tls-verify=false" in manifests._access("", repository, {})) is loopback
 
 
 def test_the_docker_config_of_the_job_gives_skopeo_its_credentials(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
-    assert f"--src-authfile={tmp_path / 'config.json'}" in distribution._access("src-", "ghcr.io/o/x",
+    assert f"--src-authfile={tmp_path / 'config.json'}" in manifests._access("src-", "ghcr.io/o/x",
                                                                                    {"DOCKER_CONFIG": str(tmp_path)})
-    assert not any("authfile" in a for a in distribution._access("", "ghcr.io/o/x", {}))
+    assert not any("authfile" in a for a in manifests._access("", "ghcr.io/o/x", {}))
 
 
 def test_the_manifest_of_this_platform_is_picked_from_an_index() -> None:
-    index = distribution.Manifest("r@x", DIGEST, {
+    index = manifests.Manifest("r@x", DIGEST, {
         "mediaType": "application/vnd.oci.image.index.v1+json",
         "manifests": [{"digest": OTHER, "platform": {"os": "linux", "architecture": "arm64"}},
                       {"digest": IMAGE_ID, "platform": {"os": "linux", "architecture": "amd64"}}]})
     assert index.is_index and index.platform("linux", "amd64") == IMAGE_ID and index.children() == [OTHER, IMAGE_ID]
-    single = distribution.Manifest("r@y", DIGEST, {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+    single = manifests.Manifest("r@y", DIGEST, {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
                                                    "config": {"digest": IMAGE_ID}})
     assert not single.is_index and single.config_digest == IMAGE_ID and single.platform("linux", "amd64") is None
 
@@ -87,15 +88,15 @@ def test_a_gpu_job_refuses_a_tag_before_asking_the_engine() -> None:
 def test_a_staging_build_refuses_what_it_cannot_do_before_building(argv: list[str], words: str) -> None:
     loaded = matrix.load(ROOT / "matrix.yaml")
     with pytest.raises(ConfigError, match=words):
-        pipeline.check_options(loaded, pipeline.parse(argv, Workspace.at(ROOT), {}))
+        pipeline_options.check_options(loaded, pipeline_options.parse(argv, Workspace.at(ROOT), {}))
 
 
 def test_a_staging_build_runs_the_cpu_stages_only() -> None:
-    opts = pipeline.parse(["--stage", STAGING], Workspace.at(ROOT), {})
+    opts = pipeline_options.parse(["--stage", STAGING], Workspace.at(ROOT), {})
     assert pipeline._stages(opts) == list(results.CPU_STAGES)
-    opts = pipeline.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
+    opts = pipeline_options.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
     assert pipeline._stages(opts) == ["facts"]
-    assert pipeline._stages(pipeline.parse([], Workspace.at(ROOT), {})) is None
+    assert pipeline._stages(pipeline_options.parse([], Workspace.at(ROOT), {})) is None
 
 
 def staged_run(tmp_path: Path, loaded: matrix.Matrix) -> Path:

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution, platforms
+from buildscripts import platform_reading
 from buildscripts.errors import CannotCheck, ConfigError, NotVerified
 from buildscripts.matrix import load
+from buildscripts.registry import failures
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
 from buildscripts.trust import carried, dsse, keys, ociarchive, policy, sources, statement, verdicts
 from buildscripts.trust.sources import Source
@@ -141,7 +142,7 @@ def test_an_index_is_verified_only_for_the_platform_asked() -> None:
     # an entry that names no platform is one an engine may take for any: it must be verified too
     assert not sources.summary("r:t", judged(("linux/amd64", True), (sources.ANY_PLATFORM, False)), "linux/amd64")[0]
     assert sources.matches("linux/arm64", "linux/arm64/v8") and not sources.matches("linux/arm/v7", "linux/arm/v6")
-    assert platforms.problem("linux") and not platforms.problem("linux/arm64/v8")
+    assert platform_reading.problem("linux") and not platform_reading.problem("linux/arm64/v8")
 
 
 @pytest.mark.parametrize(("spelled", "docker"), [
@@ -369,12 +370,12 @@ def test_a_named_pipe_is_no_archive_and_no_verdicts_file(tmp_path: Path) -> None
 
 
 def test_one_registry_deadline_and_what_a_failure_is_called() -> None:
-    assert distribution.deadline({}) == distribution.DEADLINE_S == 20
-    assert distribution.deadline({distribution.DEADLINE_ENV: "90"}) == 90
+    assert failures.deadline({}) == failures.DEADLINE_S == 20
+    assert failures.deadline({failures.DEADLINE_ENV: "90"}) == 90
     for bad in ("soon", "0", "-5", "1e9"):
-        with pytest.raises(ConfigError, match=distribution.DEADLINE_ENV):
-            distribution.deadline({distribution.DEADLINE_ENV: bad})
-    late = distribution.no_answer("reading", "reg.example:5000/sglang:tag", 20)
+        with pytest.raises(ConfigError, match=failures.DEADLINE_ENV):
+            failures.deadline({failures.DEADLINE_ENV: bad})
+    late = failures.no_answer("reading", "reg.example:5000/sglang:tag", 20)
     assert "the registry reg.example:5000 did not answer within 20 s" in late.message
-    malformed = distribution.failure("reading", "r/x:t", "the registry served something that is not a JSON manifest")
+    malformed = failures.failure("reading", "r/x:t", "the registry served something that is not a JSON manifest")
     assert "malformed" in str(malformed.hint) and "docker login" not in str(malformed.hint)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from buildscripts import matrix, pipeline, report, results
+from buildscripts import matrix, pipeline_options, report, results
 from buildscripts.matrix import listing
 from buildscripts.results import ImageInfo
 from buildscripts.verify import command as verify_command
@@ -138,7 +138,7 @@ def test_the_build_jobs_are_what_matrix_builds_prints_and_build_the_selection_on
         # the script passes each of the job's cells as `--only ID` ("${only[@]}": tests/process runs it)
         only = [w for cell in env["CELLS"].split() for w in ("--only", cell)]
         argv = command(build["run"], "nox -s build", env)
-        opts = pipeline.parse([*only, *argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
+        opts = pipeline_options.parse([*only, *argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
         assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
         built += [c.id for c in matrix.select(default.cells, opts.only)]
     wanted = matrix.select(default.cells, [] if whole else [only_input])

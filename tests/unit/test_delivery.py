@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from buildscripts.errors import ConfigError
-from buildscripts.publish import export, pct
-from buildscripts.verify.lxc import ATTACH_PATH, LOGIN_ENV, Target, probe_script
+from buildscripts.lxc import pct
+from buildscripts.lxc.target import ATTACH_PATH, LOGIN_ENV, Target
+from buildscripts.publish import export
+from buildscripts.verify.lxcrunner import probe_script
 from buildscripts.verify.plan import Plan
 from tests.results_factory import make_cell, passed_gate
 

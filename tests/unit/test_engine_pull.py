@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import RegistryError
+from buildscripts.registry import through_engine
 
 DIGEST = "sha256:" + "c" * 64
 REF = f"127.0.0.1:5999/staging@{DIGEST}"
@@ -45,7 +45,7 @@ class _Client:
 
 def test_a_pull_that_makes_progress_returns_the_image_id() -> None:
     client = _Client([{"status": "Downloading"}, {"status": "Pull complete"}])
-    assert distribution.pull(client, REF, stall_s=5) == _Image.id    # type: ignore[arg-type]
+    assert through_engine.pull(client, REF, stall_s=5) == _Image.id    # type: ignore[arg-type]
     assert client.pulled == [("127.0.0.1:5999/staging", DIGEST)]
 
 
@@ -54,7 +54,7 @@ def test_a_registry_that_stops_sending_is_named_within_the_deadline() -> None:
     began = time.monotonic()
     try:
         with pytest.raises(RegistryError, match=r"the registry 127\.0\.0\.1:5999 did not answer within 1 s"):
-            distribution.pull(client, REF, stall_s=1)    # type: ignore[arg-type]
+            through_engine.pull(client, REF, stall_s=1)    # type: ignore[arg-type]
     finally:
         client.released.set()
     assert time.monotonic() - began < 5
@@ -63,4 +63,4 @@ def test_a_registry_that_stops_sending_is_named_within_the_deadline() -> None:
 def test_the_engines_own_error_is_the_message() -> None:
     client = _Client([{"status": "Downloading"}, {"error": "unexpected EOF", "errorDetail": {"message": "EOF"}}])
     with pytest.raises(RegistryError, match="unexpected EOF"):
-        distribution.pull(client, REF, stall_s=5)    # type: ignore[arg-type]
+        through_engine.pull(client, REF, stall_s=5)    # type: ignore[arg-type]

@@ -79,21 +79,22 @@ def test_the_disk_advice_names_each_thing_to_prune_with_its_command(tmp_path: Pa
 
 
 def test_the_build_options_of_the_bound_refuse_bad_values_naming_where_they_came_from(tmp_path: Path) -> None:
-    from buildscripts import pipeline
+    from buildscripts import pipeline_options
     from buildscripts.workspace import Workspace
 
     ws = Workspace.at(tmp_path)
-    opts = pipeline.parse([], ws, {})
+    opts = pipeline_options.parse([], ws, {})
     assert opts.cache_keep == 20 * 10**9 and opts.keep_superseded is False
-    opts = pipeline.parse([], ws, {pipeline.CACHE_KEEP_ENV: "none", pipeline.KEEP_SUPERSEDED_ENV: "1"})
+    env = {pipeline_options.CACHE_KEEP_ENV: "none", pipeline_options.KEEP_SUPERSEDED_ENV: "1"}
+    opts = pipeline_options.parse([], ws, env)
     assert opts.cache_keep is None and opts.keep_superseded is True
-    assert pipeline.parse(["--cache-keep", "5GB", "--keep-superseded"], ws, {}).cache_keep == 5 * 10**9
+    assert pipeline_options.parse(["--cache-keep", "5GB", "--keep-superseded"], ws, {}).cache_keep == 5 * 10**9
     with pytest.raises(ConfigError, match=r"^--cache-keep 'lots' is not a size"):
-        pipeline.parse(["--cache-keep", "lots"], ws, {})
+        pipeline_options.parse(["--cache-keep", "lots"], ws, {})
     with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_CACHE_KEEP='lots' is not a size"):
-        pipeline.parse([], ws, {pipeline.CACHE_KEEP_ENV: "lots"})
+        pipeline_options.parse([], ws, {pipeline_options.CACHE_KEEP_ENV: "lots"})
     with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_KEEP_SUPERSEDED='yes' is neither 0 nor 1"):
-        pipeline.parse([], ws, {pipeline.KEEP_SUPERSEDED_ENV: "yes"})
+        pipeline_options.parse([], ws, {pipeline_options.KEEP_SUPERSEDED_ENV: "yes"})
 
 
 def test_only_images_of_the_same_owner_are_superseded() -> None:
@@ -111,7 +112,7 @@ def test_the_run_never_removes_what_it_built_even_when_the_tree_changed_meanwhil
     """The inputs come from the built image's label, not a fresh hash of a tree edited during the run."""
     from types import SimpleNamespace
 
-    from buildscripts import pipeline
+    from buildscripts import pipeline, pipeline_options
     from buildscripts.results import BuildResult, ImageInfo, RunResults, Status, cell_record
     from buildscripts.workspace import Workspace
 
@@ -123,7 +124,7 @@ def test_the_run_never_removes_what_it_built_even_when_the_tree_changed_meanwhil
     run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[record])
     monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
     ctx = SimpleNamespace(client=client, builder=SimpleNamespace(name=None))
-    opts = pipeline.parse([], Workspace.at(tmp_path), {})
+    opts = pipeline_options.parse([], Workspace.at(tmp_path), {})
     pipeline.bound_disk(run, tag_of, ctx, opts)  # type: ignore[arg-type]
     assert client.images.removed == [tag_of(CELL, "oldoldoldold")]
 
@@ -134,7 +135,7 @@ def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
 
     import docker.errors
 
-    from buildscripts import pipeline
+    from buildscripts import pipeline, pipeline_options
     from buildscripts.results import RunResults
     from buildscripts.workspace import Workspace
 
@@ -145,7 +146,7 @@ def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
     monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
     run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[])
     ctx = SimpleNamespace(client=Busy([]), builder=SimpleNamespace(name=None))
-    pipeline.bound_disk(run, tag_of, ctx, pipeline.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
+    pipeline.bound_disk(run, tag_of, ctx, pipeline_options.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
     assert "the engine could not list sizes" in footprint.advice(Busy([]), tmp_path, {}, tag_of)  # type: ignore[arg-type]
 
 

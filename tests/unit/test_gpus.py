@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts.errors import GpuError
-from buildscripts.verify import gpus, pergpu
+from buildscripts.verify import gpus, per_gpu_containers
 from buildscripts.verify.plan import Plan
 
 SMI = """0, NVIDIA H200, GPU-aaaa, 9.0, 580.159.04, 143771
@@ -91,9 +91,9 @@ def test_per_gpu_runs_side_by_side_in_gpu_order() -> None:
         time.sleep(0.2)  # both must be in flight at once for two thread names to show up
         return gpu.uuid
 
-    assert pergpu.per_gpu(two_gpus(), verify) == ["GPU-aaaa", "GPU-bbbb"]
+    assert per_gpu_containers.per_gpu(two_gpus(), verify) == ["GPU-aaaa", "GPU-bbbb"]
     assert len(seen) == 2
-    assert pergpu.per_gpu(gpus.Discovery(), verify) == []
+    assert per_gpu_containers.per_gpu(gpus.Discovery(), verify) == []
     assert gpus.host_env(two_gpus().gpus[1]) == {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}
 
 
@@ -106,9 +106,9 @@ def test_verify_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytest.Mon
         calls[str(kwargs["log_file"])] = options["device_requests"][0]["DeviceIDs"]
         return []
 
-    monkeypatch.setattr(pergpu, "verify_image", fake_verify_image)
+    monkeypatch.setattr(per_gpu_containers, "verify_image", fake_verify_image)
     plan = Plan.make(archs=["sm_90a"], lane_cuda="13.0")
-    found = pergpu.verify_per_gpu(object(), "img", plan, two_gpus(), logs=Path("/runs/x"),  # type: ignore[arg-type]
+    found = per_gpu_containers.verify_per_gpu(object(), "img", plan, two_gpus(), logs=Path("/runs/x"),  # type: ignore[arg-type]
                                   run_id="r", cell_id="c")
     assert found == {0: [], 1: []}
     assert calls == {"/runs/x/gpu0/probe.log": ["0"], "/runs/x/gpu1/probe.log": ["1"]}
@@ -121,10 +121,10 @@ def test_per_gpu_results_combine_to_the_worst_per_stage() -> None:
         return [StageResult(name="gpu-visible", status=Status.PASSED, gpu="H200", arch="sm_90"),
                 StageResult(name="server", status=server, reason=reason, gpu="H200", arch="sm_90")]
 
-    both_ok = pergpu.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.PASSED)})
+    both_ok = per_gpu_containers.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.PASSED)})
     assert [s.status for s in both_ok] == [Status.PASSED, Status.PASSED]
     assert both_ok[1].evidence["per_gpu"] == {"0": "passed", "1": "passed"}
-    one_bad = pergpu.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.FAILED, "died at 30 s")})
+    one_bad = per_gpu_containers.combine_per_gpu({0: ladder(Status.PASSED), 1: ladder(Status.FAILED, "died at 30 s")})
     assert one_bad[1].status is Status.FAILED
     assert one_bad[1].reason == "on GPU 1: died at 30 s"
     assert one_bad[0].status is Status.PASSED

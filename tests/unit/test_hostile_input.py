@@ -12,7 +12,7 @@ import yaml
 
 from buildscripts import cli, matrix
 from buildscripts.errors import ConfigError
-from buildscripts.matrix import checks, yamlfile
+from buildscripts.matrix import checks, spellings, yamlfile
 from buildscripts.verify import classify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_cell_ids_that_collide_are_refused(tmp_path: Path) -> None:
 
 def test_every_arch_this_project_names_is_known() -> None:
     for arch in ("sm_90a", "sm_100a", "sm_100f", "sm_103a", "sm_110a", "sm_120a", "sm_121a", "sm_80", "sm_70"):
-        assert matrix.schema.arch_problem(arch) is None, arch
+        assert spellings.arch_problem(arch) is None, arch
 
 
 def test_the_class_ids_read_here_are_the_catalogues() -> None:

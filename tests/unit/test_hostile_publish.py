@@ -17,7 +17,8 @@ import yaml
 from buildscripts import engine, matrix, proc, results
 from buildscripts.build import cache
 from buildscripts.errors import ConfigError, DiskSpaceError, ExportError, RegistryError, ResultsError, SelectionError
-from buildscripts.publish import export, promote, recorded, registry, tagcmd, tags
+from buildscripts.publish import export, promote, recorded, tagcmd, tags
+from buildscripts.registry import through_engine
 from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
@@ -106,14 +107,14 @@ def test_a_selection_across_files_needs_a_match_in_one_of_them() -> None:
 @pytest.mark.parametrize("url", ["user:hunter2@ghcr.io", "https://bob:hunter2@ghcr.io/org", "a:hunter2@b:c@host"])
 def test_a_registry_with_credentials_is_refused_without_echoing_them(url: str) -> None:
     with pytest.raises(RegistryError) as exc:
-        registry.check_url(url)
+        through_engine.check_url(url)
     assert "hunter2" not in str(exc.value) and "***@" in exc.value.message
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:５０００", "host:5000\n/ns"])
 def test_a_registry_url_is_ascii_and_one_line(url: str) -> None:
     with pytest.raises(RegistryError):
-        registry.check_url(url)
+        through_engine.check_url(url)
 
 
 # ---------------------------------------------------------------- verify

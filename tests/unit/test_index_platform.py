@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from buildscripts import distribution
+from buildscripts.registry import manifests
 
 A, B, C = ("sha256:" + c * 64 for c in "abc")
 INDEX = "application/vnd.oci.image.index.v1+json"
 
 
-def _index(*entries: tuple[str, dict[str, str]]) -> distribution.Manifest:
-    return distribution.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": [
+def _index(*entries: tuple[str, dict[str, str]]) -> manifests.Manifest:
+    return manifests.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": [
         {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": 1, "platform": p}
         for d, p in entries]})
 
@@ -32,14 +32,14 @@ def test_an_entry_readers_read_apart_refuses_the_index(spelled: dict[str, str]) 
     """Any entry, even one of another platform than the one asked: which entry an engine picks depends on all."""
     index = _index((A, {"os": "linux", "architecture": "amd64"}), (B, spelled))
     for asked in ("amd64", "arm64", "s390x"):
-        with pytest.raises(distribution.AmbiguousManifest, match=r"read apart: entry 2 .*skopeo and Podman"):
+        with pytest.raises(manifests.AmbiguousManifest, match=r"read apart: entry 2 .*skopeo and Podman"):
             index.platform("linux", asked)
 
 
 def test_two_entries_of_one_platform_are_refused() -> None:
     index = _index((A, {"os": "linux", "architecture": "arm64"}),
                    (B, {"os": "linux", "architecture": "arm64", "variant": "v8"}))
-    with pytest.raises(distribution.AmbiguousManifest, match="2 manifests for linux/arm64"):
+    with pytest.raises(manifests.AmbiguousManifest, match="2 manifests for linux/arm64"):
         index.platform("linux", "arm64")
 
 

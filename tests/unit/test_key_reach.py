@@ -1,5 +1,5 @@
 """Keys another user could plant, swap or read are refused; runs with no boundary to the keys vouch for nothing
-(trust/keys.py, verify/identity.py, verify/lxc.py, results/provenance.py)."""
+(trust/keys.py, verify/identity.py, lxc/privileged.py, results/provenance.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts import handed_env
 from buildscripts.errors import ConfigError
+from buildscripts.lxc import privileged
 from buildscripts.trust import keys
-from buildscripts.verify import command, identity, lxc
+from buildscripts.verify import command, identity
 from tests import needs
 
 
@@ -81,7 +83,7 @@ def test_the_environment_handed_to_the_code_under_test_holds_no_secret() -> None
            "GPG_PASSPHRASE": "p", "CI_JOB_JWT_V2": "j", "GH_PAT": "t", "SENTRY_DSN": "d", "HTTPS_PROXY": "http://u:p@h",
            "PIP_INDEX_URL": "https://u:p@h/simple", "DATABASE_URL": "pg://u:p@h", "HF_TOKEN": "t",
            "SGLANG_HF_TOKEN": "t", "CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/l", "LC_ALL": "C.UTF-8"}
-    assert identity.handed_environment(env) == {
+    assert handed_env.handed_environment(env) == {
         "PATH": "/bin", "CUDA_HOME": "/usr/local/cuda", "SGLANG_IMAGES_WARM_REPORT": "1", "NCCL_DEBUG": "INFO",
         "CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/l", "LC_ALL": "C.UTF-8"}
 
@@ -95,6 +97,6 @@ def test_the_environment_handed_to_the_code_under_test_holds_no_secret() -> None
 ])
 def test_only_a_container_whose_running_id_map_keeps_this_machines_root_out_is_a_boundary(
         id_map: list[str], root_inside_is_root: bool) -> None:
-    assert lxc.maps_root(id_map) is root_inside_is_root
+    assert privileged.maps_root(id_map) is root_inside_is_root
 
 

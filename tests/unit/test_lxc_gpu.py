@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from buildscripts.errors import ConfigError
-from buildscripts.publish import preflight
-from buildscripts.publish.checks import Check
-from buildscripts.publish.preflight import ContainerView, HostView
+from buildscripts.lxc import fix_hints, preflight
+from buildscripts.lxc.preflight import ContainerView, HostView
+from buildscripts.lxc.preflight_check import Check
+from buildscripts.lxc.target import LXC_PATH, STANDARD_NODES, Target, config_line
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import classify, lxc
+from buildscripts.verify import classify
 from buildscripts.verify.command import parse
-from buildscripts.verify.lxc import STANDARD_NODES, Target
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence" / "h200-lxc-2026-12-01"
 H200_NODES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (238, 0),
@@ -48,7 +48,7 @@ def test_the_lines_preflight_recommends_for_a_bare_container_are_the_ones_that_w
     std = preflight.standard_nodes(bare, HostView())
     assert gpu.status == "fail" and std.status == "fail"
     recommended = [*gpu.fix[1:], *std.fix[1:-1],
-                   lxc.config_line(Target.named("ct"), "lxc.mount.entry", preflight.SHM_MOUNT)]
+                   config_line(Target.named("ct"), "lxc.mount.entry", preflight.SHM_MOUNT)]
     assert len(recommended) == 4 + 2 + len(STANDARD_NODES) + 1
     assert [line for line in recommended if line not in worked()] == []
 
@@ -123,11 +123,11 @@ def test_a_container_without_the_standard_rules_names_the_missing_rule() -> None
     found = {s.name: s for s in stages("no-std-devices")}
     assert found["import"].failure_class == "lxc-device-not-allowed"
     assert "`lxc.cgroup2.devices.allow = c 1:9 rwm`" in (found["import"].hint or "")
-    again = lxc.name_missing_rules(reclassified(found["import"]), Target.pct("200"))
+    again = fix_hints.name_missing_rules(reclassified(found["import"]), Target.pct("200"))
     assert again.hint and again.hint.startswith("add to /etc/pve/lxc/200.conf: `lxc.cgroup2.devices.allow: c 1:9 rwm`")
     shell = StageResult(name="probe", status=Status.FAILED, reason="the probe ended",
                         log_excerpt="sh: 1: cannot create /dev/null: Operation not permitted")
-    assert "c 1:3 rwm" in (lxc.name_missing_rules(classify.label(shell), Target.named("ct")).hint or "")
+    assert "c 1:3 rwm" in (fix_hints.name_missing_rules(classify.label(shell), Target.named("ct")).hint or "")
 
 
 def test_the_seed_container_fails_at_import_with_the_fix_before_any_server_start() -> None:
@@ -189,7 +189,7 @@ def test_lxc_path_is_the_one_read_and_asked_about() -> None:
     assert target.config_path() == Path("/srv/lxc/ct/config")
     assert target.state_argv() == ["lxc-info", "-n", "ct", "-P", "/srv/lxc", "-s"]
     assert target.exec_argv(["true"])[:6] == ["lxc-attach", "-n", "ct", "-P", "/srv/lxc", "--clear-env"]
-    assert Target.named("ct", lxc_path=lxc.LXC_PATH).state_argv() == ["lxc-info", "-n", "ct", "-s"]
+    assert Target.named("ct", lxc_path=LXC_PATH).state_argv() == ["lxc-info", "-n", "ct", "-s"]
 
 
 def test_verify_checks_its_lxc_flags_before_anything_runs() -> None:

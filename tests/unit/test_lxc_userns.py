@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from buildscripts.lxc import config_file, fix_hints, preflight, root_access
+from buildscripts.lxc.preflight import ContainerView, HostView
+from buildscripts.lxc.target import Target
 from buildscripts.probe import core, devnodes, gpu_stages
-from buildscripts.publish import lxcaccess, preflight
-from buildscripts.publish.preflight import ContainerView, HostView
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import classify, lxcadvice, lxcconfig
-from buildscripts.verify.lxc import Target
+from buildscripts.verify import classify
 
 NODES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (238, 0),
          "/dev/nvidia-uvm-tools": (238, 1)}
@@ -32,14 +32,15 @@ def host_nodes(mode: int, uid: int = 0, gid: int = 0) -> Any:
 
 
 def test_the_idmap_says_who_the_containers_root_is() -> None:
-    plain = lxcconfig.parse(UNPRIVILEGED, "lxc")
+    plain = config_file.parse(UNPRIVILEGED, "lxc")
     assert plain.unprivileged and plain.idmap is not None and plain.idmap.root == (100000, 100000)
     assert plain.idmap.to_inner("u", 100005) == 5 and plain.idmap.to_inner("u", 0) is None
-    assert lxcconfig.parse("unprivileged: 1\narch: amd64\n", "pct").idmap == lxcconfig.IdMap(lxcconfig.PVE_DEFAULT)
-    assert not lxcconfig.parse("lxc.net.0.type = none\n", "lxc").unprivileged
-    assert not lxcconfig.parse("lxc.idmap = u 0 0 65536\nlxc.idmap = g 0 0 65536\n", "lxc").unprivileged  # identity
+    proxmox = config_file.parse("unprivileged: 1\narch: amd64\n", "pct")
+    assert proxmox.idmap == config_file.IdMap(config_file.PVE_DEFAULT)
+    assert not config_file.parse("lxc.net.0.type = none\n", "lxc").unprivileged
+    assert not config_file.parse("lxc.idmap = u 0 0 65536\nlxc.idmap = g 0 0 65536\n", "lxc").unprivileged  # identity
     # a Proxmox snapshot section is not the running config
-    assert not lxcconfig.parse("arch: amd64\n[snap1]\nunprivileged: 1\n", "pct").unprivileged
+    assert not config_file.parse("arch: amd64\n[snap1]\nunprivileged: 1\n", "pct").unprivileged
 
 
 def test_target_unprivileged_reads_the_containers_config(tmp_path: Path) -> None:
@@ -53,67 +54,67 @@ def test_target_unprivileged_reads_the_containers_config(tmp_path: Path) -> None
 
 
 def test_a_map_without_a_root_fails_with_the_lines_in_both_spellings() -> None:
-    half = lxcconfig.parse("lxc.idmap = u 0 100000 65536\n", "lxc")
-    check = lxcaccess.idmap_check(half, Target.named("ct"))
+    half = config_file.parse("lxc.idmap = u 0 100000 65536\n", "lxc")
+    check = root_access.idmap_check(half, Target.named("ct"))
     assert check.status == "fail" and "gid 0" in check.detail
     assert "lxc.idmap = g 0 100000 65536" in check.fix
-    pct = lxcaccess.idmap_check(lxcconfig.parse("lxc.idmap: u 0 100000 65536\n", "pct"), Target.pct("200"))
+    pct = root_access.idmap_check(config_file.parse("lxc.idmap: u 0 100000 65536\n", "pct"), Target.pct("200"))
     assert "lxc.idmap: g 0 100000 65536" in pct.fix
-    assert lxcaccess.idmap_check(lxcconfig.parse("", "lxc"), Target.named("ct")).detail.startswith("privileged")
+    assert root_access.idmap_check(config_file.parse("", "lxc"), Target.named("ct")).detail.startswith("privileged")
 
 
 def test_the_mode_decides_for_an_unprivileged_root_and_not_for_a_privileged_one() -> None:
-    idmap = lxcconfig.parse(UNPRIVILEGED, "lxc").idmap
-    assert not lxcaccess.root_may_open(0o660, 0, 0, idmap)       # root:root 0660: nobody's inside
-    assert lxcaccess.root_may_open(0o666, 0, 0, idmap)
-    assert lxcaccess.root_may_open(0o600, 100000, 100000, idmap)  # mapped owner: the container's own node
-    assert lxcaccess.root_may_open(0o660, 0, 100000, idmap)       # the group of the container's root
-    assert lxcaccess.root_may_open(0o660, 0, 0, None)             # privileged
+    idmap = config_file.parse(UNPRIVILEGED, "lxc").idmap
+    assert not root_access.root_may_open(0o660, 0, 0, idmap)       # root:root 0660: nobody's inside
+    assert root_access.root_may_open(0o666, 0, 0, idmap)
+    assert root_access.root_may_open(0o600, 100000, 100000, idmap)  # mapped owner: the container's own node
+    assert root_access.root_may_open(0o660, 0, 100000, idmap)       # the group of the container's root
+    assert root_access.root_may_open(0o660, 0, 0, None)             # privileged
 
 
 def test_nodes_of_mode_0660_fail_with_the_fixes_for_plain_lxc_and_proxmox() -> None:
-    config = lxcconfig.parse(UNPRIVILEGED, "lxc")
-    passed = lxcaccess.passed_nodes(config, NODES, host_nodes(0o660))
-    check = lxcaccess.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o660), None)
+    config = config_file.parse(UNPRIVILEGED, "lxc")
+    passed = root_access.passed_nodes(config, NODES, host_nodes(0o660))
+    check = root_access.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o660), None)
     assert check.status == "fail"
     assert "/dev/nvidia0 (mode 0660, host 0:0, nobody:nobody inside)" in check.detail
     assert any("NVreg_DeviceFileMode=0666" in line for line in check.fix)
     assert any('KERNEL=="nvidia*", MODE="0666"' in line for line in check.fix)
-    pct_config = lxcconfig.parse("unprivileged: 1\n" + UNPRIVILEGED.replace(" = ", ": "), "pct")
-    pct = lxcaccess.gpu_node_access(pct_config, Target.pct("200"), passed, host_nodes(0o660), None)
+    pct_config = config_file.parse("unprivileged: 1\n" + UNPRIVILEGED.replace(" = ", ": "), "pct")
+    pct = root_access.gpu_node_access(pct_config, Target.pct("200"), passed, host_nodes(0o660), None)
     assert "dev0: /dev/nvidia-uvm,mode=0666" in pct.fix and "dev3: /dev/nvidiactl,mode=0666" in pct.fix
-    opened = lxcaccess.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o666), None)
+    opened = root_access.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o666), None)
     assert opened.status == "pass" and opened.detail.startswith("unprivileged;")
 
 
 def test_what_the_containers_root_met_inside_counts() -> None:
-    config = lxcconfig.parse(UNPRIVILEGED, "lxc")
-    passed = lxcaccess.passed_nodes(config, NODES, host_nodes(0o666))
+    config = config_file.parse(UNPRIVILEGED, "lxc")
+    passed = root_access.passed_nodes(config, NODES, host_nodes(0o666))
     said = "sh: 1: cannot open /dev/nvidia0: Permission denied\nopened\n"
-    check = lxcaccess.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o666), lambda argv: (0, said))
+    check = root_access.gpu_node_access(config, Target.named("ct"), passed, host_nodes(0o666), lambda argv: (0, said))
     assert check.status == "fail" and "inside: /dev/nvidia0: Permission denied" in check.detail
 
 
 def test_devn_entries_are_made_for_the_container_and_passed_nodes_are_found_by_more_than_their_source() -> None:
-    config = lxcconfig.parse("unprivileged: 1\ndev0: path=/dev/nvidia0,mode=0666\ndev1: /dev/nvidiactl,gid=44\n"
+    config = config_file.parse("unprivileged: 1\ndev0: path=/dev/nvidia0,mode=0666\ndev1: /dev/nvidiactl,gid=44\n"
                              "lxc.mount.entry: /dev/char/238:0 dev/nvidia-uvm none bind,optional,create=file\n"
                              "lxc.mount.entry: /srv/gpu/uvm-tools dev/nvidia-uvm-tools none bind,create=file\n", "pct")
 
     def seen(path: str) -> Any:
         return (CHR | 0o666, 0, 0, (238, 0)) if path == "/dev/char/238:0" else host_nodes(0o666)(path)
 
-    passed = {p.node: p for p in lxcaccess.passed_nodes(config, NODES, seen)}
+    passed = {p.node: p for p in root_access.passed_nodes(config, NODES, seen)}
     assert set(passed) == set(NODES)                 # by devN, by device number, by target
     assert passed["/dev/nvidia0"].options == {"mode": "0666"} and passed["/dev/nvidiactl"].key == "dev1"
     strict = {"/dev/char/238:0": (CHR | 0o660, 0, 0, (238, 0)), "/srv/gpu/uvm-tools": (CHR | 0o660, 0, 0, (238, 1))}
-    refused = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), strict.get, None)
+    refused = root_access.gpu_node_access(config, Target.pct("200"), list(passed.values()), strict.get, None)
     assert refused.status == "fail" and "/dev/nvidia-uvm bound from /dev/char/238:0 (mode 0660" in refused.detail
     assert "/dev/nvidiactl" not in refused.detail and "/dev/nvidia0" not in refused.detail   # made for the container
-    check = lxcaccess.gpu_node_access(config, Target.pct("200"), list(passed.values()), seen, None)
+    check = root_access.gpu_node_access(config, Target.pct("200"), list(passed.values()), seen, None)
     assert "/dev/nvidiactl (dev1: made for the container, 0:44 mode 0660)" in check.detail
     assert passed["/dev/nvidia-uvm"].source == "/dev/char/238:0"
     own = {"/srv/gpu/uvm-tools": (CHR | 0o660, 0, 0, (238, 1))}
-    by_source = lxcaccess.gpu_node_access(config, Target.pct("200"), [passed["/dev/nvidia-uvm-tools"]],
+    by_source = root_access.gpu_node_access(config, Target.pct("200"), [passed["/dev/nvidia-uvm-tools"]],
                                           lambda path: own.get(path) or host_nodes(0o666)(path), None)
     assert "/dev/nvidia-uvm-tools bound from /srv/gpu/uvm-tools (mode 0660" in by_source.detail   # the file bound in
     view = ContainerView(Target.pct("200"), "unprivileged: 1\ndev0: path=/dev/nvidia0,mode=0666\ndev1: /dev/nvidiactl\n"
@@ -123,20 +124,20 @@ def test_devn_entries_are_made_for_the_container_and_passed_nodes_are_found_by_m
 
 
 def test_the_loopback_of_the_containers_namespace() -> None:
-    plain = lxcconfig.parse(UNPRIVILEGED, "lxc")
+    plain = config_file.parse(UNPRIVILEGED, "lxc")
     target = Target.named("ct")
-    down = lxcaccess.loopback(plain, target, lambda argv: (0, "0x8\n"))
+    down = root_access.loopback(plain, target, lambda argv: (0, "0x8\n"))
     assert down.status == "fail" and "lxc.net.0.flags = up" in down.fix
-    assert lxcaccess.loopback(plain, target, lambda argv: (0, "0x9\n")).status == "pass"
-    assert lxcaccess.loopback(plain, target, None).status == "warn"      # empty, no flags = up, not running
-    flagged = lxcconfig.parse(UNPRIVILEGED + "lxc.net.0.flags = up\n", "lxc")
-    assert lxcaccess.loopback(flagged, target, None).status == "skip"
-    shared = lxcconfig.parse("lxc.net.0.type = none\n", "lxc")
-    assert lxcaccess.loopback(shared, target, None).status == "pass"
-    pct_bare = lxcaccess.loopback(lxcconfig.parse("unprivileged: 1\n", "pct"), Target.pct("200"),
+    assert root_access.loopback(plain, target, lambda argv: (0, "0x9\n")).status == "pass"
+    assert root_access.loopback(plain, target, None).status == "warn"      # empty, no flags = up, not running
+    flagged = config_file.parse(UNPRIVILEGED + "lxc.net.0.flags = up\n", "lxc")
+    assert root_access.loopback(flagged, target, None).status == "skip"
+    shared = config_file.parse("lxc.net.0.type = none\n", "lxc")
+    assert root_access.loopback(shared, target, None).status == "pass"
+    pct_bare = root_access.loopback(config_file.parse("unprivileged: 1\n", "pct"), Target.pct("200"),
                                   lambda argv: (0, "0x8\n"))
     assert "lxc.net.0.type: empty" in pct_bare.fix and "lxc.net.0.flags: up" in pct_bare.fix
-    pct_net = lxcaccess.loopback(lxcconfig.parse("unprivileged: 1\nnet0: name=eth0,bridge=vmbr0\n", "pct"),
+    pct_net = root_access.loopback(config_file.parse("unprivileged: 1\nnet0: name=eth0,bridge=vmbr0\n", "pct"),
                                  Target.pct("200"), lambda argv: (0, "0x8\n"))
     assert "its init must bring lo up" in pct_net.fix[0] and "ip link set lo up" in pct_net.fix[1]
 
@@ -155,19 +156,19 @@ def stage(cls: str) -> StageResult:
 
 
 def test_a_gpu_stage_in_an_lxc_container_gets_lxc_advice_not_dockers() -> None:
-    unpriv = lxcconfig.parse(UNPRIVILEGED, "lxc")
-    hint = lxcadvice.for_container(stage("gpu-unusable"), "LXC container ct1", "lxc", "/var/lib/lxc/ct1/config",
+    unpriv = config_file.parse(UNPRIVILEGED, "lxc")
+    hint = fix_hints.for_container(stage("gpu-unusable"), "LXC container ct1", "lxc", "/var/lib/lxc/ct1/config",
                                    unpriv).hint or ""
     assert "unprivileged (its root is uid 100000" in hint and "NVreg_DeviceFileMode=0666" in hint
     assert "--lxc-name ct1" in hint and "NVIDIA runtime" not in hint
-    pct = lxcadvice.for_container(stage("gpu-node-permission"), "CT 200", "pct", "/etc/pve/lxc/200.conf",
-                                  lxcconfig.parse("unprivileged: 1\n", "pct")).hint or ""
+    pct = fix_hints.for_container(stage("gpu-node-permission"), "CT 200", "pct", "/etc/pve/lxc/200.conf",
+                                  config_file.parse("unprivileged: 1\n", "pct")).hint or ""
     assert "`dev0: /dev/nvidia0,mode=0666`" in pct and "--ctid 200" in pct
-    privileged = lxcadvice.for_container(stage("gpu-unusable"), "LXC container ct1", "lxc", "/x",
-                                         lxcconfig.parse("", "lxc")).hint or ""
+    privileged = fix_hints.for_container(stage("gpu-unusable"), "LXC container ct1", "lxc", "/x",
+                                         config_file.parse("", "lxc")).hint or ""
     assert "privileged" in privileged and "lxc.cgroup2.devices.allow = c 195:* rwm" in privileged
     other = stage("shm-too-small")
-    assert lxcadvice.for_container(other, "CT 200", "pct", "/x", unpriv) is other
+    assert fix_hints.for_container(other, "CT 200", "pct", "/x", unpriv) is other
 
 
 def test_the_probe_names_the_nodes_it_may_not_open() -> None:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution, platforms
+from buildscripts import platform_reading
 from buildscripts.errors import NotVerified
+from buildscripts.registry import manifests
 from buildscripts.trust import cosign, sources
 
 A, B, C = ("sha256:" + c * 64 for c in "abc")
@@ -24,14 +25,14 @@ INDEX = "application/vnd.oci.image.index.v1+json"
     ("AMD6\uff14", "amd6\uff14"), ("\uff21", "\uff41"),     # fullwidth: a digit stays, a letter lowers to fullwidth
 ])
 def test_go_lower_is_the_simple_mapping(text: str, go: str) -> None:
-    assert platforms.go_lower(text) == go
+    assert platform_reading.go_lower(text) == go
 
 
 def test_only_one_code_point_lowers_to_two_in_python() -> None:
     """go_lower takes Python's lower case of each code point, which is the simple mapping wherever it is one code
     point: the exceptions table must hold every code point where it is not."""
     longer = [c for c in map(chr, range(sys.maxunicode + 1)) if len(c.lower()) != 1]
-    assert longer == list(platforms.GO_LOWER_EXCEPTIONS)
+    assert longer == list(platform_reading.GO_LOWER_EXCEPTIONS)
 
 
 # (os, architecture, variant) -> containerd's reading, and whether it is written as containerd writes it
@@ -65,15 +66,16 @@ READINGS = [
 @pytest.mark.parametrize(("spelled", "containerd", "canonical"), READINGS)
 def test_a_platform_is_read_as_containerd_reads_it(spelled: tuple[str, str, str], containerd: tuple[str, str, str],
                                                    canonical: bool) -> None:
-    assert platforms.containerd(*spelled) == containerd
+    assert platform_reading.containerd(*spelled) == containerd
     named = {k: v for k, v in zip(("os", "architecture", "variant"), spelled, strict=True) if v}
     if canonical:
-        assert platforms.read(named, required=True) == "/".join(filter(None, spelled))
+        assert platform_reading.read(named, required=True) == "/".join(filter(None, spelled))
     else:
-        with pytest.raises(platforms.NotCanonical):
-            platforms.read(named, required=True)
+        with pytest.raises(platform_reading.NotCanonical):
+            platform_reading.read(named, required=True)
     # whatever the spelling, the key it is weighed by is containerd's reading
-    assert platforms.normalised("/".join(spelled)) == platforms.normalised("/".join(filter(None, containerd)))
+    normalised = platform_reading.normalised
+    assert normalised("/".join(spelled)) == normalised("/".join(filter(None, containerd)))
 
 
 @pytest.mark.parametrize(("named", "says"), [
@@ -84,20 +86,20 @@ def test_a_platform_is_read_as_containerd_reads_it(spelled: tuple[str, str, str]
     ({"os": "l\u0130nux", "architecture": "amd64"}, "containerd reads it as 'linux', Python as 'li\u0307nux'"),
 ])
 def test_what_readers_take_apart_is_refused_with_its_reason(named: dict[str, Any], says: str) -> None:
-    with pytest.raises(platforms.NotCanonical, match=says):
-        platforms.read(named, required=True)
-    assert platforms.read({}, required=False) is None   # an image config may name no platform
+    with pytest.raises(platform_reading.NotCanonical, match=says):
+        platform_reading.read(named, required=True)
+    assert platform_reading.read({}, required=False) is None   # an image config may name no platform
 
 
 def test_a_windows_entry_may_name_its_version() -> None:
-    assert platforms.read({"os": "windows", "architecture": "amd64", "os.version": "10.0.17763.1"},
+    assert platform_reading.read({"os": "windows", "architecture": "amd64", "os.version": "10.0.17763.1"},
                           required=True) == "windows/amd64"
 
 
-def _index(*named: object) -> distribution.Manifest:
+def _index(*named: object) -> manifests.Manifest:
     entries = [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": 1, "platform": p}
                for d, p in zip((A, B), named, strict=False)]
-    return distribution.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": entries})
+    return manifests.Manifest("r/x@" + C, C, {"mediaType": INDEX, "manifests": entries})
 
 
 @pytest.mark.parametrize("platform", [None, {"os": "linux", "architecture": "arm64", "variant": "v8"}])
@@ -111,7 +113,7 @@ def test_an_index_of_entries_written_as_containerd_writes_them_is_read(platform:
 def test_an_index_with_one_entry_read_apart_is_refused_for_every_platform(platform: object) -> None:
     index = _index({"os": "linux", "architecture": "amd64"}, platform)
     for asked in ("amd64", "arm64"):
-        with pytest.raises(distribution.AmbiguousManifest, match="read apart: entry 2"):
+        with pytest.raises(manifests.AmbiguousManifest, match="read apart: entry 2"):
             index.platform("linux", asked)
 
 
@@ -120,7 +122,7 @@ def test_check_refuses_the_index_containerd_would_pull_an_unverified_entry_from(
     """The attack: `lİnux/amd64` first (never verified), `linux/amd64` second (verified). containerd lowers İ to i
     and pulls the first; Python lowered it to `i̇` and checked the second alone."""
     index = _index({"os": "l\u0130nux", "architecture": "amd64"}, {"os": "linux", "architecture": "amd64"})
-    monkeypatch.setattr(distribution, "served", lambda ref, env, log=None: index)
+    monkeypatch.setattr(manifests, "served", lambda ref, env, log=None: index)
     monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: [])
     with pytest.raises(NotVerified, match=r"is not verified: .* read apart: entry 1 .*'l\u0130nux'"):
         sources.sources(f"127.0.0.1:5000/r@{C}", {})
@@ -128,8 +130,8 @@ def test_check_refuses_the_index_containerd_would_pull_an_unverified_entry_from(
 
 def test_an_image_config_read_apart_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     served = {"os": "linux", "architecture": "x86_64", "rootfs": {"type": "layers", "diff_ids": []}}
-    monkeypatch.setattr(distribution, "raw", lambda ref, env, config=False, log=None: json.dumps(served).encode())
-    with pytest.raises(distribution.AmbiguousManifest, match="x86_64 is containerd's linux/amd64"):
-        distribution.config_platform(f"r@{A}", {})
+    monkeypatch.setattr(manifests, "raw", lambda ref, env, config=False, log=None: json.dumps(served).encode())
+    with pytest.raises(manifests.AmbiguousManifest, match="x86_64 is containerd's linux/amd64"):
+        manifests.config_platform(f"r@{A}", {})
     served["architecture"] = "amd64"
-    assert distribution.config_platform(f"r@{A}", {}) == "linux/amd64"
+    assert manifests.config_platform(f"r@{A}", {}) == "linux/amd64"

@@ -7,10 +7,10 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from buildscripts.publish import preflight
-from buildscripts.publish.checks import Attach, Check
-from buildscripts.publish.preflight import ContainerView, HostView
-from buildscripts.verify.lxc import Target
+from buildscripts.lxc import preflight
+from buildscripts.lxc.preflight import ContainerView, HostView
+from buildscripts.lxc.preflight_check import Attach, Check
+from buildscripts.lxc.target import Target
 from tests import needs
 
 VERSION = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 18:27:13 UTC 2025\n"

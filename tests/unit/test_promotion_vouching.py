@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import RegistryError
 from buildscripts.publish import platformtags
+from buildscripts.registry import manifests
 from buildscripts.trust import cosign, dsse, keys, statement, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, kinds_matrix, make_cell
 
@@ -42,9 +42,9 @@ def fake_registry(monkeypatch: pytest.MonkeyPatch, served: dict[str, str], verdi
     def raw(ref: str, env: Any, *, config: bool = False, log: Any = None) -> bytes:
         return json.dumps({"os": os, "architecture": architecture}).encode() if config else manifest
 
-    monkeypatch.setattr(distribution, "lookup", lambda ref, env, log=None: distribution.Manifest(
+    monkeypatch.setattr(manifests, "lookup", lambda ref, env, log=None: manifests.Manifest(
         ref, served[ref], json.loads(manifest)) if ref in served else None)
-    monkeypatch.setattr(distribution, "raw", raw)
+    monkeypatch.setattr(manifests, "raw", raw)
     monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: verdicts_served)
 
 

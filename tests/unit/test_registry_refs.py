@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import ConfigError, RegistryError
-from buildscripts.publish import promote, registry
+from buildscripts.publish import promote
+from buildscripts.registry import failures, through_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,23 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
     ("sglang-images:tag", ("sglang-images", "tag")),
 ])
 def test_split_ref(ref: str, expected: tuple[str, str]) -> None:
-    assert registry.split_ref(ref) == expected
+    assert through_engine.split_ref(ref) == expected
 
 
 @pytest.mark.parametrize("url", ["https://ghcr.io/org", "user:secret@ghcr.io", "ghcr.io/Org Name", ""])
 def test_bad_registry_urls_are_refused(url: str) -> None:
     with pytest.raises(RegistryError, match="HOST"):
-        registry.check_url(url)
+        through_engine.check_url(url)
 
 
 def test_good_registry_urls_pass() -> None:
-    assert registry.check_url("127.0.0.1:5000/") == "127.0.0.1:5000"
-    assert registry.check_url("ghcr.io/my-org") == "ghcr.io/my-org"
+    assert through_engine.check_url("127.0.0.1:5000/") == "127.0.0.1:5000"
+    assert through_engine.check_url("ghcr.io/my-org") == "ghcr.io/my-org"
 
 
 def test_engine_messages_lose_anything_like_credentials() -> None:
     engine_says = 'Get "https://bob:hunter2@reg.example/v2/": auth=abc123 denied'
-    err = distribution.failure(registry.PUSH, "r/x:y", engine_says)
+    err = failures.failure(failures.PUSH, "r/x:y", engine_says)
     assert "hunter2" not in str(err) and "abc123" not in str(err)
     assert "docker login" in str(err)
 

@@ -13,7 +13,7 @@ from buildscripts.probe.serving import unrecognized_flags
 from buildscripts.results import BuildResult, ExpectedFailure, StageResult, Status, Verdict, cell_record
 from buildscripts.verify import netns, output
 from buildscripts.verify.container import network_plan
-from buildscripts.verify.ladder import axes_from_labels
+from buildscripts.verify.one_image import axes_from_labels
 from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]

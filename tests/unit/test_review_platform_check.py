@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
+from buildscripts.registry import manifests
 from buildscripts.trust import cosign, sources, verdicts
 
 DIGEST = "sha256:" + "d" * 64
@@ -27,8 +27,8 @@ def test_check_platform_refuses_a_single_manifest_whose_config_names_no_platform
     and `choose` then takes the manifest for ANY asked platform: a digest verified on an amd64 GPU passes
     `--platform linux/arm64`. Nothing shows it is arm64 (containerd refuses such a manifest for a platform it
     cannot match), so it must not be verified for a platform asked."""
-    monkeypatch.setattr(distribution, "lookup", lambda ref, env, log=None: distribution.Manifest(ref, DIGEST, MANIFEST))
-    monkeypatch.setattr(distribution, "raw", lambda ref, env, config=False, log=None:
+    monkeypatch.setattr(manifests, "lookup", lambda ref, env, log=None: manifests.Manifest(ref, DIGEST, MANIFEST))
+    monkeypatch.setattr(manifests, "raw", lambda ref, env, config=False, log=None:
                         json.dumps({"rootfs": {"type": "layers", "diff_ids": []}}).encode() if config
                         else json.dumps(MANIFEST).encode())
     monkeypatch.setattr(cosign, "download", lambda ref, env, log_file=None: [])

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from buildscripts.errors import RegistryError
+from buildscripts.handed_env import handed_environment
+from buildscripts.lxc import config_file
 from buildscripts.publish import platformtags
 from buildscripts.trust import dsse, keys, statement
-from buildscripts.verify import lxcconfig
-from buildscripts.verify.identity import handed_environment
 from tests.results_factory import cpu_passed, finish, gpu_passed, kinds_matrix, make_cell
 from tests.unit.test_promotion_vouching import fake_registry
 
@@ -21,7 +21,7 @@ from tests.unit.test_promotion_vouching import fake_registry
 def test_an_emptied_idmap_is_a_privileged_container() -> None:
     """Review: LXC clears its idmap list on an empty `lxc.idmap =` (confile.c set_config_idmaps), so
     this container runs privileged (its root is the host's root), yet its record would be sealed."""
-    config = lxcconfig.parse("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\nlxc.idmap =\n", "lxc")
+    config = config_file.parse("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\nlxc.idmap =\n", "lxc")
     assert not config.unprivileged
 
 
@@ -87,7 +87,7 @@ def test_a_re_dated_older_run_does_not_outvote_the_judges_newest_word() -> None:
 
 def test_an_emptied_list_key_drops_what_came_before_it() -> None:
     """LXC empties any list key on an empty value; the preflight reads mount entries as LXC will mount them."""
-    config = lxcconfig.parse("lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+    config = config_file.parse("lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
                              "lxc.mount.entry =\n"
                              "lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n", "lxc")
-    assert lxcconfig.mount_entries(config) == [("/dev/nvidiactl", "dev/nvidiactl", "bind,optional,create=file")]
+    assert config_file.mount_entries(config) == [("/dev/nvidiactl", "dev/nvidiactl", "bind,optional,create=file")]

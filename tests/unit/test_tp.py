@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import pipeline
+from buildscripts import pipeline, pipeline_options
 from buildscripts.errors import ConfigError
 from buildscripts.matrix import load
 from buildscripts.probe import core
@@ -174,7 +174,7 @@ def test_the_build_hands_a_tp_profile_every_gpu_as_verify_does(profile: str, spa
     monkeypatch.setattr(provision, "find", find)
     with pytest.raises(Asked):
         pipeline.prepare(Engine(), load(PROJECT_MATRIX), [],  # type: ignore[arg-type]
-                         pipeline.Options(ws=Workspace.at(tmp_path), profile=profile), tmp_path)
+                         pipeline_options.Options(ws=Workspace.at(tmp_path), profile=profile), tmp_path)
     assert asked == {"gpu": 0, "all_gpus": spans}
 
 
@@ -223,8 +223,9 @@ def test_reuse_tells_a_tp_run_on_two_gpus_from_one_on_three() -> None:
 
 
 def test_the_build_refuses_per_gpu_servers_with_a_tp_profile(tmp_path: Path) -> None:
-    opts = pipeline.Options(ws=Workspace.at(tmp_path), profile="tp", per_gpu=True)
+    opts = pipeline_options.Options(ws=Workspace.at(tmp_path), profile="tp", per_gpu=True)
     with pytest.raises(ConfigError, match="--per-gpu gives each server one GPU"):
-        pipeline.check_options(load(PROJECT_MATRIX), opts)
-    pipeline.check_options(load(PROJECT_MATRIX), pipeline.Options(ws=Workspace.at(tmp_path), per_gpu=True))
+        pipeline_options.check_options(load(PROJECT_MATRIX), opts)
+    per_gpu = pipeline_options.Options(ws=Workspace.at(tmp_path), per_gpu=True)
+    pipeline_options.check_options(load(PROJECT_MATRIX), per_gpu)
 

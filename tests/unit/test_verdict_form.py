@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts import strictjson
-from buildscripts.matrix.schema import ARCH_RE, KNOWN_ARCHS, arch_problem
+from buildscripts.matrix.spellings import ARCH_RE, KNOWN_ARCHS, arch_problem
 from buildscripts.results import StageResult, Status
 from buildscripts.trust import carried, cosign, dsse, keys, seal, verdict_form, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell, make_run

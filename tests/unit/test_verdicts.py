@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from buildscripts import distribution
 from buildscripts.errors import ConfigError, NotVerified
+from buildscripts.registry import manifests
 from buildscripts.results import GPU_STAGES, ImageInfo, StageResult, Status
 from buildscripts.trust import cosign, keys, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
@@ -107,12 +107,12 @@ class FakeRegistry:
         monkeypatch.setattr(cosign, "attach", lambda path, ref, env=None, log_file=None: self.by_ref.setdefault(
             ref, []).append(json.loads(path.read_text())))
 
-        def lookup(ref: str, env: object, log: object = None) -> distribution.Manifest | None:
+        def lookup(ref: str, env: object, log: object = None) -> manifests.Manifest | None:
             children = (index or {}).get(ref)
-            return distribution.Manifest(ref, ref.split("@")[1], {
-                "mediaType": next(iter(distribution.INDEX_TYPES)),
+            return manifests.Manifest(ref, ref.split("@")[1], {
+                "mediaType": next(iter(manifests.INDEX_TYPES)),
                 "manifests": [{"digest": c} for c in children]}) if children else None
-        monkeypatch.setattr(distribution, "lookup", lookup)
+        monkeypatch.setattr(manifests, "lookup", lookup)
 
     @property
     def stored(self) -> list[Any]:

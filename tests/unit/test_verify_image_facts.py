@@ -15,7 +15,7 @@ import pytest
 from buildscripts import engine, matrix, results
 from buildscripts.errors import RunFailed
 from buildscripts.results import ImageInfo, StageResult, Status
-from buildscripts.verify import command, gpus, ladder
+from buildscripts.verify import command, gpus, one_image
 from buildscripts.verify.container import ContainerRunner
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.runner import Options
@@ -67,7 +67,7 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def in_container(runner: ContainerRunner, options: Options) -> list[StageResult]:
         images.append(runner.image)
         return [StageResult(name="facts", status=Status.PASSED)]
-    monkeypatch.setattr(ladder, "verify", in_container)
+    monkeypatch.setattr(one_image, "verify", in_container)
     monkeypatch.setattr(gpus, "discover", lambda info: gpus.Discovery(problem="no GPU in this test"))
     return images
 
@@ -105,7 +105,7 @@ def test_an_image_the_engine_lacks_is_asked_for_once_and_fails_as_missing(ran: l
 def test_facts_given_are_not_read_again(ran: list[str], tmp_path: Path) -> None:
     fake = FakeEngine()
     facts = ImageInfo(ref=IMAGE_ID, id=IMAGE_ID, size_bytes=99)
-    stages = ladder.verify_image(fake, IMAGE_ID, Plan.make(archs=["sm_90a"], lane_cuda="13.0"),  # type: ignore[arg-type]
+    stages = one_image.verify_image(fake, IMAGE_ID, Plan.make(archs=["sm_90a"], lane_cuda="13.0"),  # type: ignore[arg-type]
                                  log_file=tmp_path / "probe.log", facts=facts)
     assert fake.asked == [] and ran == [IMAGE_ID]
     assert stages[0].evidence["image"] == facts.model_dump(exclude_none=True)

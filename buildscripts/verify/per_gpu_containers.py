@@ -12,7 +12,7 @@ import docker
 
 from ..results import StageResult, Status
 from .gpus import Discovery, Gpu, Handed, container_options
-from .ladder import verify_image
+from .one_image import verify_image
 from .plan import Plan
 
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
 container a few questions, checks the signed verdict of the image the container records as its source,
 and prints per check what passed, what failed, and the exact lines to add. It never edits the host or
-the container. Unprivileged containers (Proxmox's default) get their own checks (lxcaccess.py): the idmap,
+the container. Unprivileged containers (Proxmox's default) get their own checks (root_access.py): the idmap,
 the GPU nodes as the container's root opens them, the loopback of the container's network namespace.
 """
 
@@ -22,13 +22,13 @@ from rich.table import Table
 
 from .. import log
 from ..errors import ConfigError, PreflightFailed
-from ..matrix.schema import CUDA_VERSION_RE
+from ..matrix.spellings import CUDA_VERSION_RE
 from ..trust import keys, sources
-from ..verify import lxcconfig
-from ..verify.lxc import LXC_PATH, STANDARD_NODES, Target, config_line, missing_rule_lines, running
 from ..workspace import Workspace
-from . import lxcaccess
-from .checks import Attach, Check
+from . import config_file, root_access
+from .fix_hints import missing_rule_lines
+from .preflight_check import Attach, Check
+from .target import LXC_PATH, STANDARD_NODES, Target, config_line, running
 
 # The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
 MIN_DRIVER_BRANCH = {"12.8": 570, "12.9": 575, "13.0": 580}
@@ -98,12 +98,12 @@ class ContainerView:
         return self.lxc.values(key)
 
     @cached_property
-    def lxc(self) -> lxcconfig.LxcConfig:
+    def lxc(self) -> config_file.LxcConfig:
         """The config as LXC reads it on this host: lxc.include files read where they stand."""
         return self.parsed(HostView())
 
-    def parsed(self, host: HostView) -> lxcconfig.LxcConfig:
-        return lxcconfig.parse(self.config or "", self.target.tool, host.read)
+    def parsed(self, host: HostView) -> config_file.LxcConfig:
+        return config_file.parse(self.config or "", self.target.tool, host.read)
 
 
 def kernel_module(host: HostView) -> tuple[Check, str | None]:
@@ -169,7 +169,7 @@ def container_config(view: ContainerView, nodes: Mapping[str, tuple[int, int]]) 
     if not nodes:
         return Check("container config", "skip", f"{kind}; no /dev/nvidia* on the host to pass through yet")
     binds = _bind_mounts(view)
-    passed = {p.node for p in lxcaccess.passed_nodes(view.lxc, nodes, HostView().node)}
+    passed = {p.node for p in root_access.passed_nodes(view.lxc, nodes, HostView().node)}
     gpus = sorted(n for n in nodes if re.fullmatch(r"/dev/nvidia\d+", n))
     # What CUDA needs: the control and uvm nodes, and at least one GPU (the container may get one of several).
     missing = [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -308,10 +308,10 @@ def user_namespace(view: ContainerView, host: HostView, nodes: Mapping[str, tupl
     if view.config is None:
         return []
     config = view.parsed(host)
-    passed = lxcaccess.passed_nodes(config, nodes, host.node)
-    return [lxcaccess.idmap_check(config, view.target),
-            lxcaccess.gpu_node_access(config, view.target, passed, host.node, view.attach),
-            lxcaccess.loopback(config, view.target, view.attach)]
+    passed = root_access.passed_nodes(config, nodes, host.node)
+    return [root_access.idmap_check(config, view.target),
+            root_access.gpu_node_access(config, view.target, passed, host.node, view.attach),
+            root_access.loopback(config, view.target, view.attach)]
 
 
 def container_view(target: Target) -> ContainerView:

@@ -1,4 +1,4 @@
-"""A registry's manifests by digest: read and copied through skopeo, pulled through the engine.
+"""A registry's manifests by digest: read and copied through skopeo (pulls go through the engine: through_engine.py).
 
 A verdict belongs to one manifest digest, so everything that crosses a registry here is addressed by
 digest, and every digest is read back from the registry (the sha256 of the bytes it serves), never
@@ -23,126 +23,24 @@ machine can be silent for more than 20 s while the registry did nothing wrong).
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
-import queue
 import re
 import tempfile
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import platforms, proc, strictjson
-from .errors import ConfigError, RegistryError
-from .refs import REFERENCE, repository_problem
+from .. import platform_reading, proc, strictjson
+from ..errors import RegistryError
+from .failures import COPY, GRACE_S, READ, deadline, failure, no_answer, stalled
+from .references import by_digest, is_loopback, repository_of
 
-if TYPE_CHECKING:
-    import docker
-
-PUSH, PULL, READ, COPY = "push of", "pull of", "reading", "copy to"  # what failed, in messages
 INDEX_TYPES = frozenset({"application/vnd.oci.image.index.v1+json",
                          "application/vnd.docker.distribution.manifest.list.v2+json"})
 ABSENT_RE = re.compile(r"manifest unknown|name unknown|not found|404", re.I)
 SKOPEO_HINT = "install skopeo (`apt-get install skopeo`; `.ci/install-engine` does it)"
 COPY_TIMEOUT = 3 * 3600.0    # a copy between registries moves gigabytes
-DEADLINE_ENV, DEADLINE_S = "SGLANG_IMAGES_REGISTRY_TIMEOUT", 20.0
-PULL_SILENCE = 10            # the engine's silence a pull may have, in registry deadlines (200 s by default)
-GRACE_S = 10.0               # past the tool's own deadline, before the process is stopped from here
-# What skopeo and cosign say when their deadline passed, or a connection stalled.
-STALLED_RE = re.compile(r"context deadline exceeded|i/o timeout|TLS handshake timeout|Client\.Timeout", re.I)
-
-
-def deadline(env: Mapping[str, str]) -> float:
-    """Seconds a registry gets to answer one request: DEADLINE_S, or SGLANG_IMAGES_REGISTRY_TIMEOUT."""
-    raw = env.get(DEADLINE_ENV, "").strip()
-    if not raw:
-        return DEADLINE_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds <= 24 * 3600:
-        msg = f"{DEADLINE_ENV}={raw!r} is not a number of seconds (more than 0, at most a day)"
-        raise ConfigError(msg, hint=f"e.g. {DEADLINE_ENV}=60 for a slow link; unset, a registry gets "
-                                    f"{DEADLINE_S:.0f} s")
-    return seconds
-
-
-def stalled(done: proc.Completed) -> bool:
-    """The command ran out of its deadline (its own, or ours), rather than being told no."""
-    return done.timed_out or bool(STALLED_RE.search(done.output))
-
-
-def no_answer(action: str, ref: str, seconds: float) -> RegistryError:
-    where = host(repository_of(ref))
-    msg = f"the registry {where} did not answer within {seconds:.0f} s ({action} {ref})"
-    return RegistryError(msg, hint=f"check that {where} is up and reachable from here; on a slow link give it "
-                                   f"longer with {DEADLINE_ENV}=SECONDS")
-
-
-# ---------------------------------------------------------------- references
-
-
-def by_digest(ref: str) -> tuple[str, str] | None:
-    """`host/repo[:tag]@sha256:…` -> (`host/repo`, `sha256:…`); None when `ref` names no digest."""
-    match = REFERENCE.fullmatch(ref)
-    if match is None or not match["digest"]:
-        return None
-    return match["name"], match["digest"]
-
-
-def repository_of(ref: str) -> str:
-    """The repository part of a reference (`host:5000/repo:tag@sha256:…` -> `host:5000/repo`)."""
-    match = REFERENCE.fullmatch(ref)
-    return match["name"] if match else ref
-
-
-def host(repository: str) -> str:
-    """The registry host of a repository (`docker.io` when its first part names none, as Docker reads it)."""
-    first, sep, _ = repository.partition("/")
-    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
-
-
-def is_loopback(repository: str) -> bool:
-    name = host(repository).rsplit(":", 1)[0].strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-# ---------------------------------------------------------------- messages
-
-
-def scrub(text: str) -> str:
-    """Remove anything shaped like credentials from a registry's or engine's message before it is shown."""
-    text = re.sub(r"//[^/@\s:]+:[^/@\s]+@", "//***@", text)
-    return re.sub(r"(?i)(authorization|auth|password|token)([\"'=: ]+)\S+", r"\1\2***", text)
-
-
-def failure(action: str, ref: str, detail: str) -> RegistryError:
-    """A RegistryError for a registry request that failed, with the likely fix."""
-    detail = scrub(detail)
-    hint = "check that the registry runs and answers, and that `docker login HOST` was done if it needs auth"
-    lower = detail.lower()
-    if "connection refused" in lower or "no such host" in lower or "dial tcp" in lower:
-        hint = "the registry is unreachable: start it, or pass the right --registry HOST:PORT"
-    elif "405" in detail or "not allowed" in lower or "read-only" in lower:
-        hint = "the registry refuses writes (read-only, or no push right here); no tag was moved"
-    elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
-        hint = "the registry refused: run `docker login HOST` (credentials live in docker's config.json)"
-    elif any(word in lower for word in ("not a json", "not a manifest", "invalid character", "unmarshal",
-                                        "unsupported manifest", "malformed")):
-        hint = ("the registry answered, with something that is no manifest: what it holds there is malformed "
-                "(written by hand, or damaged); nothing was concluded from it")
-    return RegistryError(f"{action} {ref} failed: {detail}", hint=hint)
-
-
-# ---------------------------------------------------------------- manifests
 
 
 class AmbiguousManifest(RegistryError):
@@ -171,16 +69,17 @@ class Manifest:
         return str(config.get("digest")) if isinstance(config, dict) and config.get("digest") else None
 
     def platform(self, os: str, architecture: str) -> str | None:
-        """The digest of this index's manifest for `os`/`architecture` as the engine picks it (platforms.py:
+        """The digest of this index's manifest for `os`/`architecture` as the engine picks it (platform_reading.py:
         `x86_64` is amd64); None: not an index, or none there. AmbiguousManifest when two entries are that
         platform, since which one an engine pulls then depends on its own rules."""
         asked = f"{os}/{architecture}"
         try:
-            named = [(platform, str(e.get("digest"))) for platform, e in platforms.listed(self.data.get("manifests"))]
-        except platforms.NotCanonical as exc:
+            entries = platform_reading.listed(self.data.get("manifests"))
+            named = [(platform, str(e.get("digest"))) for platform, e in entries]
+        except platform_reading.NotCanonical as exc:
             msg = f"{self.ref} is an index that readers of images read apart: {exc}"
-            raise AmbiguousManifest(msg, hint=platforms.HINT) from None
-        found = {digest for platform, digest in named if platform and platforms.matches(platform, asked)}
+            raise AmbiguousManifest(msg, hint=platform_reading.HINT) from None
+        found = {digest for platform, digest in named if platform and platform_reading.matches(platform, asked)}
         if len(found) > 1:
             msg = (f"{self.ref} is an index with {len(found)} manifests for {asked} ({', '.join(sorted(found))}): "
                    "which one an engine pulls depends on its own rules")
@@ -320,10 +219,10 @@ def config_platform(ref: str, env: Mapping[str, str], *, log: Path | None = None
         msg = f"the image config of {ref} is ambiguous ({exc})"
         raise AmbiguousManifest(msg, hint="readers of images would disagree which platform it is") from None
     try:
-        return platforms.read(config, required=False)
-    except platforms.NotCanonical as exc:
+        return platform_reading.read(config, required=False)
+    except platform_reading.NotCanonical as exc:
         msg = f"the image config of {ref} names a platform readers of images read apart: {exc}"
-        raise AmbiguousManifest(msg, hint=platforms.HINT) from None
+        raise AmbiguousManifest(msg, hint=platform_reading.HINT) from None
 
 
 def copy(source: str, destination: str, env: Mapping[str, str], *, log: Path | None = None) -> None:
@@ -370,79 +269,3 @@ def tags(repository: str, env: Mapping[str, str], *, log: Path | None = None) ->
         return [str(t) for t in json.loads(out).get("Tags") or []]
     except (ValueError, AttributeError):
         raise failure(READ, repository, "the registry's tag list is not JSON") from None
-
-
-def check_repository(repository: str, flag: str) -> str:
-    """`repository` as a registry repository of the form `HOST[:PORT]/NAME` (no tag, no digest)."""
-    problem = repository_problem(repository)
-    if problem or "/" not in repository:
-        msg = f"{flag} {problem or repr(repository) + ' names no registry host'}"
-        raise ConfigError(msg, hint=f"e.g. {flag} 127.0.0.1:5000/sglang-images-staging or "
-                                    f"{flag} ghcr.io/ORG/sglang-images-staging")
-    return repository
-
-
-# ---------------------------------------------------------------- the engine
-
-
-def pull(client: docker.DockerClient, ref: str, stall_s: float = DEADLINE_S) -> str:
-    """Pull `ref` (`repo:tag` or `repo@sha256:...`) into the engine and return the local image id.
-
-    The engine reports progress as it goes (waiting, downloading, extracting, every few hundred ms while bytes
-    move): a pull that reports nothing for `stall_s` fails, naming the registry, as every other read of a
-    registry does. A pull's size has no limit; a registry that stops sending has."""
-    import docker.errors
-    import requests.exceptions
-
-    pinned = by_digest(ref)
-    if pinned:
-        repository, tag = pinned
-    else:
-        name, sep, tag = ref.rpartition(":")
-        repository, tag = (name, tag) if sep and "/" not in tag else (ref, "latest")
-    try:
-        stream = client.api.pull(repository, tag=tag, stream=True, decode=True)
-        error = _watch(stream, stall_s)
-    except docker.errors.APIError as exc:
-        raise failure(PULL, ref, str(exc.explanation or exc)) from None
-    except requests.exceptions.RequestException as exc:   # the engine's connection broke mid-pull
-        raise failure(PULL, ref, f"the engine's answer broke off: {exc}") from None
-    except TimeoutError:
-        raise no_answer(PULL, ref, stall_s) from None
-    if error:
-        raise failure(PULL, ref, error)
-    try:
-        image = client.images.get(f"{repository}@{tag}" if pinned else f"{repository}:{tag}")
-    except docker.errors.APIError as exc:
-        raise failure(PULL, ref, str(exc.explanation or exc)) from None
-    return str(image.id)
-
-
-def _watch(stream: Any, stall_s: float) -> str | None:
-    """Drain the engine's progress messages of a pull; the error it ended with, if any. TimeoutError when
-    no message came for `stall_s`: the stalled read is left to its thread, and the engine cancels the pull
-    when this process ends and the connection closes."""
-    messages: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
-
-    def drain() -> None:
-        try:
-            for message in stream:
-                messages.put(message)
-        except BaseException as exc:   # handed to the caller's thread, raised there
-            messages.put(exc)
-        messages.put(None)
-
-    threading.Thread(target=drain, name="pull-progress", daemon=True).start()
-    error = None
-    while True:
-        try:
-            message = messages.get(timeout=stall_s)
-        except queue.Empty:
-            raise TimeoutError from None
-        if message is None:
-            return error
-        if isinstance(message, BaseException):
-            raise message
-        if isinstance(message, dict) and message.get("error"):
-            error = str(message.get("error"))
-

@@ -18,10 +18,10 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..verify.lxc import Target, config_line
-from ..verify.lxcadvice import MODPROBE, UDEV
-from ..verify.lxcconfig import IdMap, LxcConfig, mount_entries
-from .checks import Attach, Check
+from .config_file import IdMap, LxcConfig, mount_entries
+from .fix_hints import MODPROBE, UDEV
+from .preflight_check import Attach, Check
+from .target import Target, config_line
 
 Stat = Callable[[str], "tuple[int, int, int, tuple[int, int]] | None"]   # path -> (mode, uid, gid, (major, minor))
 GPU_NODE = re.compile(r"/dev/nvidia(?:\d+|ctl|-uvm|-uvm-tools|-modeset)$")
