@@ -59,18 +59,25 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             continue
         name = PARTS.get(key, key)
         if isinstance(before, list) and isinstance(after, list):
-            gained = [str(a) for a in after if a not in before]
-            lost = [str(b) for b in before if b not in after]
-            parts = [f"{verb} {', '.join(names)}" for verb, names in (("gained", gained), ("lost", lost)) if names]
+            olds, news = {str(b) for b in before}, {str(a) for a in after}   # sets: a record's list may be long
+            gained = [str(a) for a in after if str(a) not in olds]
+            lost = [str(b) for b in before if str(b) not in news]
+            parts = [f"{verb} {_few(names)}" for verb, names in (("gained", gained), ("lost", lost)) if names]
             said.append(f"{name} {' and '.join(parts) or 'reordered'}")
         elif isinstance(before, dict) and isinstance(after, dict):
-            keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-            said.append(f"{name} changed ({', '.join(keys)})")
+            keys = sorted(str(k) for k in set(before) | set(after) if before.get(k) != after.get(k))
+            said.append(f"{name} changed ({_few(keys)})")
         elif before is None or after is None:
             said.append(f"{name} {'added' if before is None else 'removed'}")
         else:
-            said.append(f"{name} {before} -> {after}")
+            said.append(f"{name} {_few([str(before)])} -> {_few([str(after)])}")
     return said
+
+
+def _few(names: list[str], most: int = 8, width: int = 80) -> str:
+    """Names for a message, at most `most` of them, each at most `width` characters (a record is input too)."""
+    shown = [n if len(n) <= width else n[:width] + "…" for n in names[:most]]
+    return ", ".join(shown) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def stale(record: CellResult, cell: Defined, matrix_digest: str, file_digest: str | None = None) -> str | None:

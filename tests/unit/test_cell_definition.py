@@ -162,3 +162,11 @@ def test_a_record_sealed_before_definitions_existed_still_verifies() -> None:
         assert "changed after it was sealed" in str(exc)
     else:
         raise AssertionError("a definition added to a sealed record kept its seal")
+
+
+def test_what_changed_is_said_in_bounded_words_for_any_record() -> None:
+    """A record's definition is input: a long list or a long value makes a short message, in time linear in it."""
+    old = {"targets": [f"sm_{n}" for n in range(100_000)], "tags": {"good": "x" * 10_000}, "rules": "r" * 500}
+    said = definition.changes(old, {"targets": ["sm_90a"], "tags": {"good": []}, "rules": 1})
+    assert said[0].startswith("targets gained sm_90a and lost sm_0, sm_1") and "and 99992 more" in said[0]
+    assert all(len(s) < 1000 for s in said)
