@@ -126,7 +126,10 @@ def summary(weighed: Weighed, console: Console | None = None, *, build: bool = T
             out.print(Text("  " + part, style="yellow"), soft_wrap=True)
     for row in bygpu.rows(weighed):
         products = ", ".join(row.products) or "no product of this platform"
-        for part in fit(f"{row.arch} on {row.platform} ({products}): {row.summary()}".split(" "), width):
+        answer = row.answer   # the answer first: what to pull for that GPU and how far it was verified there
+        said = f"{answer.label}: {answer.tag}" + (f" (check: {answer.check})" if answer.check else "") \
+            if answer.cell_id else row.summary()
+        for part in fit(f"{row.arch} on {row.platform} ({products}): {said}".split(" "), width):
             out.print(Text(part), soft_wrap=True)
     if verbose:
         for cell in cells:
