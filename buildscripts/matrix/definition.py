@@ -6,8 +6,9 @@ provenance only). The definition holds the cell's base and platform, its torch l
 version and index), its SGLang release and pin, its toolkit recipe (of the lane's flavour alone, as the image's
 inputs take it), its targets and also-audited archs, the server profiles it is verified and warmed with, its
 declared expected failure or exclusion, the tag templates that name it, and the version of the judging rules
-(`results.judge.RULES`). The record keeps the definition itself beside its digest, so that a stale record can say
-what changed ("targets gained sm_103a").
+(`results.judge.RULES`). `cells.definition` builds it when matrix.yaml is expanded (every Cell carries its own);
+this module says what changed and whether a record is stale. The record keeps the definition itself beside its
+digest, so that a stale record can say what changed ("targets gained sm_103a").
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class Defined(Protocol):
     @property
     def definition_digest(self) -> str: ...
 
-Definition = dict[str, Any]
-__all__ = ["PARTS", "Defined", "Definition", "changes", "digest", "expectation", "stale"]
+
+
+__all__ = ["PARTS", "Defined", "changes", "digest", "expectation", "stale"]
 
 
 def expectation(expected: ExpectedFailure | None) -> dict[str, Any] | None:
