@@ -119,11 +119,10 @@ def signer_of(record: CellResult, trusted: Sequence[PublicKey]) -> PublicKey | s
         return exc.message.removeprefix(f"{record.cell_id}: ")
 
 
-def matrix_cell(record: CellResult, matrix: Matrix) -> Cell | str | None:
-    """The matrix cell the record is of; None when its id names no cell; why not when its axes differ."""
-    cell = next((c for c in matrix.cells if c.id == record.cell_id), None)
-    if cell is None or record.axes == cell.axes():
-        return cell
+def axes_problem(record: CellResult, cell: Cell, matrix: Matrix) -> str | None:
+    """Why `record` (whose id names `cell`) is not of that cell: its axes differ; None when they are the cell's."""
+    if record.axes == cell.axes():
+        return None
     differ = sorted(k for k in set(record.axes) | set(cell.axes()) if record.axes.get(k) != cell.axes().get(k))
     return (f"the record's axes are not those of the cell in {matrix.path.name} (they differ in "
             f"{', '.join(differ)}): it is a record of another cell or another matrix")
@@ -171,15 +170,16 @@ def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[P
     signer = signer_of(record, trusted)
     if isinstance(signer, str):
         return refused(signer)
-    named = next((c for c in matrix.cells if c.id == record.cell_id), None)
-    if named is None:
+    cell = matrix.cell(record.cell_id)
+    if cell is None:
         return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
-    why_stale = definitions.stale(record, named, matrix.digest, file_digest)   # says best what changed
-    if why_stale:
-        return refused(f"stale: {why_stale}")
-    cell = matrix_cell(record, matrix)
-    if not isinstance(cell, Cell):
-        return refused(cell or "no such cell")
+    # the definition first: it says best what changed (the axes hold the targets too)
+    why_not = definitions.stale(record, cell, matrix.digest, file_digest)
+    if why_not:
+        return refused(f"stale: {why_not}")
+    why_not = axes_problem(record, cell, matrix)
+    if why_not:
+        return refused(why_not)
     why_foreign = foreign(record, cell)
     if why_foreign:
         return refused(f"foreign: {why_foreign}")
@@ -238,18 +238,22 @@ def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey
                                      "before records were sealed)"))
     elif isinstance(why := signer_of(record, trusted), str):
         marks.append((Mark.UNTRUSTED, why))
-    named = next((c for c in matrix.cells if c.id == record.cell_id), None) if matrix is not None else None
-    cell = matrix_cell(record, matrix) if matrix is not None else None
-    why_stale = definitions.stale(record, named, matrix.digest, file_digest) if named and matrix else None
+    cell = matrix.cell(record.cell_id) if matrix is not None else None
     if matrix is None:
         marks.append((Mark.STALE, NO_MATRIX))
-    elif why_stale or isinstance(cell, str):
-        marks.append((Mark.STALE, why_stale or str(cell)))
-    elif cell is None and record.axes.get("cell") == record.cell_id:   # a cell's record, of no cell of today's
-        marks.append((Mark.STALE, f"{record.cell_id} is no cell of {matrix.path.name} today"))
-    if isinstance(cell, Cell) and (why_foreign := foreign(record, cell)):
+    elif cell is None:
+        if record.axes.get("cell") == record.cell_id:   # a cell's record, of no cell of today's matrix
+            marks.append((Mark.STALE, f"{record.cell_id} is no cell of {matrix.path.name} today"))
+    else:
+        why_stale = definitions.stale(record, cell, matrix.digest, file_digest)
+        other_axes = axes_problem(record, cell, matrix)
+        if why_stale or other_axes:
+            marks.append((Mark.STALE, why_stale or str(other_axes)))
+        if other_axes:
+            cell = None   # the axes of another cell: judged with what it recorded
+    if cell is not None and (why_foreign := foreign(record, cell)):
         marks.append((Mark.FOREIGN, why_foreign))
-    judged = judged_with(record, cell if isinstance(cell, Cell) else None)
+    judged = judged_with(record, cell)
     unbacked = [s.name for s in record.stages if s.name in GPU_STAGES and (
         s.failure_class in UNBACKED_CLASSES or gpu_checked(s) is not s)]
     if unbacked:

@@ -94,6 +94,10 @@ class Matrix:
         for (a record counts while its own cell's definition holds: gate.py)."""
         return matrix_digest(self.spec)
 
+    def cell(self, cell_id: str) -> Cell | None:
+        """The cell whose id is `cell_id` (excluded ones too), None when there is none."""
+        return next((c for c in self.cells if c.id == cell_id), None)
+
     def buildable(self) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if c.excluded is None)
 

@@ -92,11 +92,10 @@ def staged_jobs(jobs: Sequence[dict[str, object]], paths: Sequence[Path], matrix
     `REPO@sha256:…` to verify. A cell that was not staged (it failed, or was expected to fail, a CPU stage) gets no
     job; nor does one whose record is stale (its cell's definition changed since: definition.stale), said once."""
     subjects: dict[str, str] = {}
-    cells = {c.id: c for c in matrix.cells}
     for path in paths:
         run = results.load(path)
         for record in run.cells:
-            cell = cells.get(record.cell_id)
+            cell = matrix.cell(record.cell_id)
             why = definition.stale(record, cell, matrix.digest, run.matrix_digest) if cell else None
             if why:
                 log.warn(f"{path}: {record.cell_id} gets no verify job: its staged record is stale: {why}")

@@ -113,7 +113,7 @@ def shown_as(record: CellResult, weight: Weight) -> str:
 
 def weigh_runs(runs: Sequence[RunResults], matrix: Matrix | None, trusted: Sequence[PublicKey]) -> Weighed:
     """Every record weighed, then merged as the module docstring says (with no matrix, every record is marked
-    as of another matrix: nothing says what its cell is)."""
+    stale: nothing says what its cell is)."""
     ordered = sorted(runs, key=merge.when)  # oldest first
     weights: dict[str, list[tuple[RunResults, CellResult, Weight]]] = {}
     for run in ordered:

@@ -108,4 +108,4 @@ def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:
 
 def matrix_cell(matrix: Matrix, cell_id: str) -> Cell | None:
     """The cell of matrix.yaml an image was built for (so its declared expected failure applies)."""
-    return next((c for c in matrix.cells if c.id == cell_id), None)
+    return matrix.cell(cell_id)
