@@ -18,10 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.images import Image
+from typing import TYPE_CHECKING
 
 from .. import hostenv, proc
 from ..errors import ConfigError
@@ -33,6 +30,10 @@ from ..results import BuildResult, ImageInfo, Status
 from ..workspace import Workspace
 from . import imagesize
 from .base import BaseImage, owner_labels
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ def build_cell(
     """Build one cell's image under its candidate `tag` (skipped when that tag already exists).
     `extra_args`: the builder and shared-cache flags (build/cache.py). `native`: the build machine's own base,
     for another platform's cell (its installs run there)."""
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     try:
         image = client.images.get(tag)
         return BuildResult(status=Status.PASSED, cached=True, reason="candidate tag exists: inputs unchanged",

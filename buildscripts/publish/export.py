@@ -16,7 +16,6 @@ interrupted or failed export leaves no partial archive.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import hashlib
@@ -28,12 +27,9 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
-from docker.models.images import Image
-
-from .. import arguments, disk, engine, log, proc, results
+from .. import arguments, disk, log, proc, results
 from ..errors import (
     ConfigError,
     DiskSpaceError,
@@ -43,9 +39,7 @@ from ..errors import (
     ToolMissingError,
 )
 from ..lxc import pct
-from ..matrix import load
 from ..matrix.schema import LABEL_PREFIX
-from ..matrix.spellings import flavour_version
 from ..refs import FORMS, reference_problem
 from ..registry import manifests
 from ..results import RunResults
@@ -54,6 +48,10 @@ from ..trust.keys import PublicKey
 from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
 from . import trusted
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
 
 # The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
 MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
@@ -77,6 +75,8 @@ class Exported:
 def resolve(client: docker.DockerClient, what: str, vouched: Sequence[trusted.Trusted] = ()) -> Image:
     """An image reference or id, else a cell id: the image of its newest record that earned a good tag,
     else its newest local image."""
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     problem = reference_problem(what)
     if problem and not SAFE_NAME.fullmatch(what):  # neither: said as such, not as an engine failure
         msg = f"CELL_OR_IMAGE {problem}, nor a cell id"
@@ -336,42 +336,3 @@ def safe_name(raw: str) -> str:
         msg = f"the archive name {name[:40]}… is {len(name)} characters; at most {MAX_NAME} fit a file name"
         raise ConfigError(msg, hint=f"pass --name NAME of up to {MAX_NAME} characters")
     return name
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws, env = ws or Workspace.at(), env or {}
-    ap = argparse.ArgumentParser(prog="nox -s export --", description=__doc__.splitlines()[0])
-    ap.add_argument("image", metavar="CELL_OR_IMAGE", help="a cell id (its built image) or an image reference")
-    ap.add_argument("--out", type=Path, default=ws.root / "exports", help="folder for the archive (default exports/)")
-    ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
-    ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
-    arguments.add_results(ap, default="the saved runs of this matrix; a sealed record there vouches for the image")
-    arguments.add_matrix(ap, ws, help="matrix.yaml the results are judged against")
-    trusted.add_arguments(ap)
-    a = ap.parse_args(list(argv))
-    if a.name is not None:
-        safe_name(a.name)  # a bad name is said before the engine is asked anything
-    matrix = load(a.matrix)
-    keys = trusted.keys_from(a, ws, env)
-    vouched = trusted.earned(vouched_runs(a.results, ws), matrix, keys)
-    client = engine.connect()
-    image = resolve(client, a.image, vouched)
-    record = vouching(str(image.id), vouched)
-    labels = record_labels(dict(image.labels or {}), record)
-    why_not = None if record else ("no sealed results record of a matrix cell says it was verified on a GPU "
-                                   "(labels on an image are never evidence)")
-    if why_not and not a.force:
-        msg = f"{a.image}: {why_not}"
-        raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
-                                    "or pass --force to export it marked as unverified")
-    name = safe_name(a.name) if a.name else archive_name(image, a.image)
-    cuda = flavour_version(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    tested = attested(image, keys, env, platform=engine.platform(client))
-    with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
-        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,
-                      env=env)
-    if why_not:
-        log.warn(f"exported although {why_not}; the archive's annotations say so")
-    log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "
-             f"{done.seconds:.0f} s), sha256 {done.sha256}; commands: {done.note}")
-    return 0
