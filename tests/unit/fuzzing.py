@@ -1,9 +1,9 @@
 """What the fuzz tests share: a temporary workspace, hostile text, and the one outcome check.
 
-Every command runs in-process, parsed and run as the CLI runs it (tests/commands.py), against a copy of the project (matrix.yaml,
-lockfiles/, a README with the table markers) in a temporary folder, with that folder as the working
-directory, so that whatever a generated argument names lands there. An outcome is acceptable when the
-command returns, raises one of the project's errors (whose message must print without an exception), or
+Every command runs in-process, parsed and run as the CLI runs it (tests/commands.py), against a copy of the
+project (matrix.yaml, lockfiles/, a README with the table markers) in a temporary folder, with that folder as
+the working directory, so that whatever a generated argument names lands there. An outcome is acceptable when
+the command returns, raises one of the project's errors (whose message must print without an exception), or
 exits through argparse with a message; anything else -- a traceback -- fails the test.
 """
 
@@ -15,7 +15,7 @@ import io
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
