@@ -4,8 +4,9 @@ Each command is a module of buildscripts/commands/ in one shape: `parse(argv, ws
 once), then `run(options) -> exit code`. The Workspace (where the project, matrix, locks and runs are) and the
 environment are made here, once, and handed to `parse`. A FatalError anywhere becomes its message and exit code
 here (a traceback only with --debug), as pypa/build's `__main__` turns errors into exit codes in one handler.
-The commands are imported here by name, not looked up at run time, so that the import contracts see every arrow;
-none of them imports the docker SDK, numpy or testcontainers before it runs (tests/unit/test_import_cost.py).
+The command modules are imported here by name, not looked up at run time, so that the import contracts see every
+arrow; each loads its library when it runs, and none imports the docker SDK, numpy, safetensors or testcontainers
+at its top (tests/process/test_import_cost.py).
 """
 
 from __future__ import annotations

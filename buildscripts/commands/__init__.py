@@ -8,5 +8,5 @@
 
 Nothing below this layer sees argparse or a Namespace; cli.py imports each module and handles every error. A
 module imports at its top only what its Options and its line need; `parse` and `run` import the library they
-drive, so that a start of the CLI loads the one command it runs (tests/unit/test_import_cost.py).
+drive, so that a start of the CLI loads the one command it runs (tests/process/test_import_cost.py).
 """
