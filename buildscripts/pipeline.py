@@ -9,13 +9,12 @@ REPO with its digest read back into the results (publish/staging.py).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -28,7 +27,7 @@ from .matrix import Cell, Matrix
 from .matrix.schema import LABEL_PREFIX, Cache
 from .pipeline_options import BuildOptions
 from .publish import staging, tags, trusted
-from .results import CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from .results import BuildResult, CellResult, Given, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
 from .verify import provision, reuse, tp
@@ -227,53 +226,61 @@ def check_locks(matrix: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[st
 
 def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts: BuildOptions,
              run_dir: Path) -> CellResult:
-    facts: dict[str, Any] = {"axes": cell.axes(), "targets": cell.archs, "expected": cell.expected_failure(),
-                             "versions": status.versions, "run_id": opts.run_id}
+    """The one record of a cell: excluded (or its locks not usable), else built, then verified (or its saved
+    verification reused) unless --no-verify, then staged with --stage."""
+    given = Given(axes=cell.axes(), targets=cell.archs, expected=cell.expected_failure(), versions=status.versions,
+                  run_id=opts.run_id)
     if cell.excluded or status.state != "ok":
-        return cell_record(cell.id, excluded=cell.excluded or f"{status.state}: {status.reason}", **facts)
+        return cell_record(cell.id, replace(given, excluded=cell.excluded or f"{status.state}: {status.reason}"))
     base = ctx.bases[cell.base_name]
     if ctx.builder.loads and ctx.cache and matrix.spec.bases[cell.base_name].debootstrap:
         # A builder outside the engine takes FROM images from a registry: the shared copy of the base.
-        base = dataclasses.replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
+        base = replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
     locks = paths_for(cell, opts.ws.locks)
-    facts["locks"] = {opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
-                      for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
+    given = replace(given, locks={opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
+                                  for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None})
     inputs, tag = ctx.candidates[cell.id]
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
-        build, image = buildx.build_cell(cell, base, locks, ctx.recipe, tag=tag, inputs=inputs, client=ctx.client,
-                                         log_file=build_log, env=opts.env, extra_args=extra,
-                                         native=ctx.native_of(cell))
+        what = buildx.CellInputs(cell, base, locks, ctx.recipe, ctx.native_of(cell))
+        build, image = buildx.build_cell(what, tag=tag, inputs=inputs, client=ctx.client, log_file=build_log,
+                                         env=opts.env, extra_args=extra)
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
-    stages: list[StageResult] = []
-    key = reused = None
     if build.status is Status.PASSED and opts.verify:
-        request = cell_request(cell, matrix, ctx, opts, image)
-        key = reuse.key(image.id or tag, request.plan, ctx.provision.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
-        reused = reuse.find(ctx.history, cell.id, key, ctx.trusted)
-        if reused and cell_record(cell.id, build=build, image=image, stages=reused.stages(),
-                                  **facts).verdict not in reuse.SETTLED:
-            reused = None   # judged against today's `expect:`, the saved outcome is no longer settled
-        if reused:
-            stages = reused.stages()
-            log.step(cell.id, "verify", "reused", 0.0, f"inputs unchanged since {reused.origin()} (--reverify to run)")
-        else:
-            with log.working(f"verifying {cell.id} (log: {request.log_file})"):
-                stages = _verify(ctx.client, image.id or tag, request)
-            for stage in stages:
-                said = stage.failure_class or stage.reason or ""
-                emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
-                log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
-                         "; ".join(x for x in (emulated, said) if x))
-    record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
-                         reused_from=reused.origin() if reused else None, **facts)
+        record = verified(cell_request(cell, matrix, ctx, opts, image), ctx, given, build, image)
+    else:
+        record = cell_record(cell.id, given, build=build, image=image)
     if opts.stage and record.verdict in staging.STAGED_VERDICTS:
         with log.working(f"staging {cell.id} in {opts.stage}"):
             staged = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
         record = record.model_copy(update={"image": staged})   # judged once: where the image went changes no verdict
     return record
+
+
+def verified(request: VerificationRequest, ctx: Context, given: Given, build: BuildResult,
+             image: ImageInfo) -> CellResult:
+    """The record of a built cell's verification: its saved one reused where every input is unchanged and the
+    outcome, judged against today's `expect:`, is still settled (reuse.py); else the ladder, run now."""
+    key = reuse.key(image.id or str(image.ref), request.plan, ctx.provision.discovery, gpu=request.gpu,
+                    per_gpu=request.per_gpu)
+    reused = reuse.find(ctx.history, request.cell_id, key, ctx.trusted)
+    if reused:
+        record = cell_record(request.cell_id, given, build=build, image=image, stages=reused.stages(),
+                             verification_key=key, reused_from=reused.origin())
+        if record.verdict in reuse.SETTLED:
+            log.step(request.cell_id, "verify", "reused", 0.0,
+                     f"inputs unchanged since {reused.origin()} (--reverify to run)")
+            return record
+    with log.working(f"verifying {request.cell_id} (log: {request.log_file})"):
+        stages = _verify(ctx.client, image.id or str(image.ref), request)
+    for stage in stages:
+        said = stage.failure_class or stage.reason or ""
+        emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
+        log.step(request.cell_id, stage.name, stage.status.value, stage.duration_s,
+                 "; ".join(x for x in (emulated, said) if x))
+    return cell_record(request.cell_id, given, build=build, image=image, stages=stages, verification_key=key)
 
 
 def tag_cell(run: RunResults, matrix: Matrix, ctx: Context, path: Path) -> None:
@@ -295,7 +302,7 @@ def cell_request(cell: Cell, matrix: Matrix, ctx: Context, opts: BuildOptions, b
     """The request of one built cell's verification: its targets and lane, the stages the run verifies, the GPUs
     and network the engine gives every container; the facts the build has just read (carried by the facts
     stage, named by the image's id)."""
-    asked = dataclasses.replace(opts, stages=opts.verified_stages)
+    asked = replace(opts, stages=opts.verified_stages)
     chosen = provision.plan(asked, matrix.profile(opts.profile), cell=cell)
     facts = built.model_copy(update={"ref": built.id}) if built.id else None
     return provision.request(asked, ctx.provision, chosen, cell_id=cell.id, cell=cell, facts=facts)

@@ -57,6 +57,7 @@ def run(options: Options) -> int:
     from ..matrix.spellings import flavour_version
     from ..publish import trusted
     from ..publish.export import (
+        Archive,
         archive_name,
         attested,
         export,
@@ -85,8 +86,8 @@ def run(options: Options) -> int:
     cuda = flavour_version(labels.get(f"{LABEL_PREFIX}.cuda", ""))
     tested = attested(image, trusted_keys, options.env, platform=engine.platform(client))
     with log.working(f"exporting {tested.source if tested else image.id} to {options.out}"):
-        done = export(client, image, options.out, name=name, forced=why_not, cuda=cuda, labels=labels,
-                      tested=tested, env=options.env)
+        done = export(client, image, options.out,
+                      Archive(name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested), options.env)
     if why_not:
         log.warn(f"exported although {why_not}; the archive's annotations say so")
     log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "

@@ -25,7 +25,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +60,20 @@ GZIP_MAGIC = b"\x1f\x8b"
 FORCED = f"{LABEL_PREFIX}.export.forced"
 ANNOTATED = ("cell", "verdict", "verified.archs", "verified.gpus", "results.digest", "tested-image", "sglang",
              "lane", "toolkit", "archs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Archive:
+    """What an export writes of an image: its name (NAME.oci.tar), the annotations made of `labels` (the record's
+    words where a record vouches for it, else the image's own), why it is exported although not verified
+    (`forced`), the CUDA its install note names, and the signed verdicts it carries (`tested`: copied from the
+    registry that holds them)."""
+
+    name: str
+    forced: str | None = None
+    cuda: str | None = None
+    labels: Mapping[str, str] | None = None
+    tested: carried.Tested | None = None
 
 
 @dataclass(frozen=True)
@@ -223,25 +237,24 @@ def check_target(out: Path, need_bytes: int) -> None:
         raise DiskSpaceError(msg, hint="free space there, or pass --out DIR on a larger disk")
 
 
-def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
-           cuda: str | None = None, labels: Mapping[str, str] | None = None, tested: carried.Tested | None = None,
+def export(client: docker.DockerClient, image: Image, out: Path, archive: Archive,
            env: Mapping[str, str] | None = None) -> Exported:
     size = int(image.attrs.get("Size", 0))
     # skopeo first copies the image out of the engine uncompressed (into TMPDIR: the work folder here), then
     # writes the gzip layout (about half); packing consumes the layout blob by blob.
     check_target(out, int(size * 1.6))
     skopeo = proc.which("skopeo", hint="apt-get install skopeo (`.ci/install-engine` does)")
-    labels = dict(image.labels or {}) if labels is None else dict(labels)  # `record_labels` when vouched for
-    work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
+    if archive.labels is None:
+        archive = replace(archive, labels=dict(image.labels or {}))   # `record_labels` when vouched for
+    work = out / f".{archive.name}.partial-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     try:
         with _writing(out):
-            digest = _made(skopeo, image, work, out, name=name, labels=labels, forced=forced, cuda=cuda,
-                           tested=tested, env=env or {})
+            digest = _made(skopeo, image, work, out, archive, env or {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
-    return Exported(archive, digest, archive.stat().st_size, size, round(time.monotonic() - started, 1), note)
+    made, note = out / f"{archive.name}.oci.tar", out / f"{archive.name}.proxmox.md"
+    return Exported(made, digest, made.stat().st_size, size, round(time.monotonic() - started, 1), note)
 
 
 @contextlib.contextmanager
@@ -257,12 +270,12 @@ def _writing(out: Path) -> Iterator[None]:
         raise ExportError(msg, hint=hint) from None
 
 
-def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels: Mapping[str, str],
-          forced: str | None, cuda: str | None, tested: carried.Tested | None, env: Mapping[str, str]) -> str:
+def _made(skopeo: str, image: Image, work: Path, out: Path, wanted: Archive, env: Mapping[str, str]) -> str:
     """Archive, checksum, install note (and the carried verdicts) made in `work`, then moved into `out`; the
     archive's sha256. An image whose signed verdicts are attached in its registry is copied from there, by
     digest, so that the archive's layers are the tested blobs themselves (gzip stays gzip: skopeo reuses
     them); any other from the local engine."""
+    name, labels, forced, tested = wanted.name, wanted.labels or {}, wanted.forced, wanted.tested
     work.mkdir()
     # From a registry, byte for byte (skopeo refuses what it could not copy so); from the engine, compressed.
     source = ["--preserve-digests", *manifests.source_access(tested.source, env), f"docker://{tested.source}"] \
@@ -295,7 +308,7 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
         sums.append(f"{sha256_of(side)}  {side.name}")
         visible.insert(0, side.name)
     (work / f"{archive.name}.sha256").write_text("\n".join(sums) + "\n")
-    plan = pct.Plan(archive=archive.name, cuda=cuda, verdicts=bool(tested))
+    plan = pct.Plan(archive=archive.name, cuda=wanted.cuda, verdicts=bool(tested))
     (work / note.name).write_text(pct.install_note(
         plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
     # The visible steps: the archive last, so that a checksum beside an archive is always its own.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..results import BuildResult, CellResult, ExpectedFailure, RunResults, StageResult, Status, cell_record
+from ..results import BuildResult, CellResult, ExpectedFailure, Given, RunResults, StageResult, Status, cell_record
 from . import claims, served
 from .gpus import Handed
 from .output import read_file, to_stage
@@ -32,8 +32,8 @@ def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
                     expected: ExpectedFailure | None = None) -> CellResult:
     """The judged record of one host-mode probe output file."""
     stages = claims.backed(served.merge([to_stage(raw) for raw in read_file(path)], None, None), FROM_FILE, "host")
-    return cell_record(cell_id, axes=axes, targets=axes.get("archs", "").split(), expected=expected,
-                       build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
+    given = Given(axes=axes, targets=axes.get("archs", "").split(), expected=expected)
+    return cell_record(cell_id, given, build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
 
 
 def timing_rows(label: str, raw: Sequence[dict[str, Any]]) -> str:

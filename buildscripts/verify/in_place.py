@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..results import BuildResult, CellResult, ImageInfo, Status, cell_record
+from ..results import BuildResult, CellResult, Given, ImageInfo, Status, cell_record
 from ..workspace import PROJECT_ROOT
 from . import identity
 from .host import HostRunner
 from .lxcrunner import LxcRunner
-from .one_image import axes_from_labels
+from .one_image import given
 from .request import VerificationRequest
 from .runner import verify
 
@@ -34,20 +34,19 @@ def on_host(request: VerificationRequest) -> tuple[CellResult, str | None]:
         runner = HostRunner(python, request.env, workdir, box)
         shared = identity.shared_with_verifier(runner.import_path())
         found = verify(runner, request.runner_options())
-    cell = cell_record(request.cell_id, targets=request.plan.archs,
+    cell = cell_record(request.cell_id, Given(targets=request.plan.archs, run_id=request.run_id),
                        build=BuildResult(status=Status.PASSED, reason="existing image"),
-                       image=request.facts or ImageInfo(ref="host"), stages=found, run_id=request.run_id)
+                       image=request.facts or ImageInfo(ref="host"), stages=found)
     return cell, shared
 
 
 def in_lxc(request: VerificationRequest) -> CellResult:
     """In place, in a running LXC container: the record of the container as it is now, as the cell its image
     was built for (its axes and declared expected failure; else what its labels say)."""
-    target, cell = request.place.target, request.cell
+    target = request.place.target
     assert target is not None, "provisioning names the container of an LXC request"
     facts = request.facts or ImageInfo(ref=target.shown)
     found = verify(LxcRunner(target, str(request.place.python)), request.runner_options())
-    return cell_record(request.cell_id, axes=cell.axes() if cell else axes_from_labels(facts.labels),
-                       targets=request.plan.archs, expected=cell.expected_failure() if cell else None,
+    return cell_record(request.cell_id, given(request, facts.labels),
                        build=BuildResult(status=Status.PASSED, reason=f"in place: {target.shown}"),
-                       image=facts, stages=found, run_id=request.run_id)
+                       image=facts, stages=found)

@@ -19,7 +19,7 @@ from ..build.buildx import image_info
 from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX
 from ..matrix.tagtemplates import AXIS_FIELDS
-from ..results import BuildResult, CellResult, ImageInfo, StageResult, Status, cell_record
+from ..results import BuildResult, CellResult, Given, ImageInfo, StageResult, Status, cell_record
 from . import emulated
 from .container import ContainerRunner
 from .output import failed
@@ -77,10 +77,15 @@ def check_image(client: docker.DockerClient, image: str, request: VerificationRe
     found = verify_image(client, image, replace(request, facts=local))
     build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id
              else BuildResult(status=Status.FAILED, reason=f"image {image} not found"))
+    return cell_record(request.cell_id, given(request, info.labels), build=build, image=info, stages=found)
+
+
+def given(request: VerificationRequest, labels: Mapping[str, str]) -> Given:
+    """What the record of a verification is given: the request's cell (its axes and declared expected failure;
+    else the axes the image's `labels` declare), the targets it was planned for, its run."""
     cell = request.cell
-    return cell_record(request.cell_id, axes=cell.axes() if cell else axes_from_labels(info.labels),
-                       targets=request.plan.archs, expected=cell.expected_failure() if cell else None, build=build,
-                       image=info, stages=found, run_id=request.run_id)
+    return Given(axes=cell.axes() if cell else axes_from_labels(labels), targets=request.plan.archs,
+                 expected=cell.expected_failure() if cell else None, run_id=request.run_id)
 
 
 def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:

@@ -185,14 +185,14 @@ def test_a_disk_that_fills_during_export_is_an_export_error(tmp_path: Path, monk
         labels: ClassVar[dict[str, str]] = {}
         attrs: ClassVar[dict[str, int]] = {"Size": 10}
 
-    def full(skopeo: str, image: object, work: Path, out: Path, **kwargs: object) -> str:
+    def full(skopeo: str, image: object, work: Path, out: Path, *rest: object) -> str:
         work.mkdir()
         (work / "x.oci.tar").write_bytes(b"half an archive")
         raise OSError(errno.ENOSPC, "No space left on device", str(work / "x.oci.tar"))
     monkeypatch.setattr(proc, "which", lambda name, hint: "/bin/true")
     monkeypatch.setattr(export, "_made", full)
     with pytest.raises(ExportError, match="No space left on device") as exc:
-        export.export(object(), Image(), tmp_path, name="x", forced=None)  # type: ignore[arg-type]
+        export.export(object(), Image(), tmp_path, export.Archive(name="x"))  # type: ignore[arg-type]
     assert "free space there" in str(exc.value) and list(tmp_path.iterdir()) == []
 
 

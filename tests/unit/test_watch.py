@@ -334,9 +334,9 @@ def test_the_report_renders_the_record() -> None:
                                                                "sglang": "0.5.24"}}
              for c in change.new_cells if c.excluded is None}
     ws = Workspace.at(ROOT, runs=ROOT / "tests" / "no-runs-here")
-    record = proposal.record(found, change, locks, None, the_matrix(), ws, changed=["A\tlockfiles/sglang/x.txt"],
-                             today={cid: {"versions": v} for cid, v in cells.items()}, build_asked=False,
-                             buildable=list(locks), branch=None)
+    made = proposal.Made(locks=locks, buildable=list(locks), built=None, changed=["A\tlockfiles/sglang/x.txt"],
+                         today={cid: {"versions": v} for cid, v in cells.items()})
+    record = proposal.record(found, change, made, the_matrix(), ws, build_asked=False, branch=None)
     text = proposal.markdown(record)
     assert record["title"] == "watch: propose sglang 0.5.24 (torch 2.14.1)"
     assert "Nothing is promoted before this pull request merges" in text
