@@ -25,8 +25,6 @@ from ..workspace import Workspace, checked_name
 if TYPE_CHECKING:
     from ..lxc.target import Target
     from ..results import CellResult, StageResult
-    from ..trust.keys import PublicKey
-    from ..verify.request import VerificationRequest
 
 ABOUT = "the ladder on an image, on this Python (--host) or in LXC (--lxc)"
 
@@ -156,60 +154,19 @@ def check_arguments(a: argparse.Namespace) -> Target | None:
 
 def run(options: Options) -> int:
     from .. import results
-    from ..results import RunResults
-    from ..trust import seal, verdicts
-    from ..verify import in_place, provision, reuse
-    from ..verify.one_image import check_image
+    from ..verify import places
 
-    started = results.now()
-    request, client = provision.for_verify(options, options.place, cell_id=options.cell_id, out=options.out,
-                                           trust_keys=options.trust_keys)
-    sealing = request.sealing
-    assert sealing is not None, "provisioning says who seals a verify run's record"
-    unsealed = sealing.unsealed
-    if request.place.host:
-        cell, shared = in_place.on_host(request)
-        unsealed = unsealed or shared
-    elif client is None:   # no engine: in place, in an LXC container
-        cell = in_place.in_lxc(request)
-    else:
-        cell = check_image(client, str(request.place.image), request)
-    matrix = options.matrix
-    run = RunResults(run_id=request.run_id, started=started, finished=results.now(), matrix=str(matrix.path),
-                     matrix_digest=results.matrix_digest(matrix.spec))
-    named = matrix.cell(cell.cell_id)   # a record of a matrix cell counts while its definition holds
-    cell = seal.record(run, cell, None if unsealed else sealing.signing, sealing.results,
-                       definition=named.definition if named else None)
-    if unsealed:
-        log.warn(f"{cell.cell_id}: the record is not sealed, so it vouches for nothing: {unsealed}")
-    if cell.image.subject:   # verified by digest: the verdict of each GPU arch, signed for the promote job
-        verdicts.sign_verdicts(cell, sealing.results.parent, image=cell.image.subject, matrix=matrix.path,
-                               probe=reuse.probe_digest(), env=request.env)
+    verifier = places.verifier(options.place)
+    request = verifier.request(options, places.Named(cell_id=options.cell_id, out=options.out,
+                                                     trust_keys=options.trust_keys))
+    cell = verifier.record(request)
     show(cell)
-    log.info(f"results: {sealing.results}; probe log: {request.log_file}")
-    if request.place.target is not None:
-        _say_source(request, sealing.trusted)
+    log.info(f"results: {options.out}; probe log: {request.log_file}")
+    verifier.after(request)
     if results.is_unexpected(cell.verdict):
         msg = f"{cell.image.ref}: {cell.verdict.value} ({cell.verdict_reason})"
         raise RunFailed(msg, hint="see the table above and the probe log")
     return 0
-
-
-def _say_source(request: VerificationRequest, trusted: Sequence[PublicKey]) -> None:
-    """The signed verdict of the image the container records as its source (its config, on the host): a run
-    in place verifies the container as it is now, the verdict says what the image it came from earned."""
-    from ..trust import sources
-
-    target = request.place.target
-    try:
-        config: str | None = target.config_path().read_text(errors="replace") if target else None
-    except OSError:
-        config = None
-    status, detail = sources.source_verdict(config, trusted, request.env)
-    if status == "pass":
-        log.info(f"source image: {detail}")
-    else:
-        log.warn(f"source image: {detail}")
 
 
 def _detail(stage: StageResult) -> str:

@@ -19,7 +19,7 @@ from .plan import Plan
 from .runner import Options
 
 if TYPE_CHECKING:
-    from ..matrix import Cell
+    from ..matrix import Cell, Matrix
     from ..results import ImageInfo
     from ..trust.keys import PublicKey, SigningKey
 
@@ -37,9 +37,11 @@ class Provision:
 
 @dataclass(frozen=True, kw_only=True)
 class Sealing:
-    """Who vouches for a verification's record, and where it is written."""
+    """Who vouches for a verification's record, and where it is written (`verify`'s: the build seals its run's)."""
 
     results: Path                           # the results file the sealed record is saved into
+    matrix: Matrix                          # judged against: the file's digest, the cell's definition
+    started: str                            # when the run began
     signing: SigningKey | None = None       # seals the record; None: it vouches for nothing, `unsealed` says why
     unsealed: str | None = None
     trusted: tuple[PublicKey, ...] = ()     # whose seals and signed verdicts count

@@ -12,7 +12,7 @@ from buildscripts import handed_env, matrix
 from buildscripts.errors import ConfigError
 from buildscripts.lxc import privileged
 from buildscripts.trust import keys
-from buildscripts.verify import identity, provision
+from buildscripts.verify import identity, places
 from buildscripts.verify.asked import Asked, Place
 from buildscripts.workspace import Workspace
 from tests import needs
@@ -71,8 +71,8 @@ def test_host_mode_not_as_root_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(ConfigError, match="can read this user's keys") as refused:
         ws = Workspace.at()
         asked = Asked(ws=ws, matrix=matrix.load(ws.matrix), env={keys.KEY_DIR_ENV: str(tmp_path / "none-yet")})
-        provision.for_verify(asked, Place(host=True, python="/usr/bin/python3"), cell_id=None,
-                             out=tmp_path / "results.json", trust_keys=())
+        places.verifier(Place(host=True, python="/usr/bin/python3")).request(
+            asked, places.Named(cell_id=None, out=tmp_path / "results.json"))
     assert "as root" in (refused.value.hint or "")
 
 
