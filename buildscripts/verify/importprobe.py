@@ -1,15 +1,9 @@
-"""Host-mode probe output -> results: the JSON that `python -m buildscripts.probe --out FILE` wrote on a machine
-where this package's dependencies may be missing (a GPU test machine, an LXC container), classified and judged
-into a cell's record, and a summary.md of a run of them (`python -m buildscripts import-probe`:
-commands/import_probe.py).
+"""A probe's output file judged into a cell's record, and a run of them summed up in Markdown: what
+`python -m buildscripts import-probe` does (commands/import_probe.py says why such a record vouches for nothing).
 
-There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
-verdict comes from the stages alone, by the same `results.judge` as every other run. A file is what a
-probe printed, with no host beside it: no GPU was handed over and no server observed, so its GPU stages
-are claims and fail as such (verify/claims.py); a GPU verdict comes from `verify --host` on that machine.
-The file still gives CPU-stage results, and server start-up times (`--timing`) as measurements.
-Its records are NOT sealed either: the importer did not run the probe, so they are for reports only and vouch
-for nothing (`tag`, `promote`, `export` and the build's reuse refuse them).
+The file is what a probe printed with no host beside it, so its GPU stages go through the host's claims check
+(claims.py) as unbacked, and its server stages through `served.merge` with nothing observed: the CPU stages and
+the server's start-up times are what it gives.
 """
 
 from __future__ import annotations
