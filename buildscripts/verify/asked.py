@@ -34,11 +34,6 @@ class Place:
     target: Target | None = None
     python: str | None = None           # the interpreter: host default this one, LXC default python3
 
-    @property
-    def mode(self) -> str:
-        """As runners name it: the `where` of every result."""
-        return "host" if self.host else "lxc" if self.target is not None else "container"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Asked:

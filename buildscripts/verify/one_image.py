@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from ..build import emulation
 from ..build.buildx import image_info
-from ..matrix import Cell, Matrix
 from ..matrix.schema import LABEL_PREFIX
 from ..matrix.tagtemplates import AXIS_FIELDS
 from ..results import BuildResult, CellResult, Given, ImageInfo, StageResult, Status, cell_record
@@ -93,8 +92,3 @@ def axes_from_labels(labels: Mapping[str, str]) -> dict[str, str] | None:
     made elsewhere may carry them too), or None when any is missing: then no good tag can be named."""
     found = {name: labels.get(f"{LABEL_PREFIX}.{name}") for name in AXIS_FIELDS}
     return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
-
-
-def matrix_cell(matrix: Matrix, cell_id: str) -> Cell | None:
-    """The cell of matrix.yaml an image was built for (so its declared expected failure applies)."""
-    return matrix.cell(cell_id)
