@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from .. import arguments, log
 from ..errors import ConfigError, NotVerified
-from ..refs import FORMS, reference_problem
 from ..workspace import Workspace
 
 if TYPE_CHECKING:
@@ -49,6 +48,7 @@ class Options:
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
     from .. import platform_reading
     from ..matrix.spellings import arch_problem
+    from ..refs import FORMS, reference_problem
     from ..trust.sources import ARCHIVE
 
     ap = argparse.ArgumentParser(prog="nox -s check --", description=__doc__.splitlines()[0] if __doc__ else None)

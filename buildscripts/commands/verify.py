@@ -18,7 +18,6 @@ from rich.markup import escape
 
 from .. import arguments, log
 from ..errors import ConfigError, RunFailed
-from ..refs import FORMS, reference_problem
 from ..verify.asked import KEEP_ENV, SHM_SIZE, Asked, Place
 from ..workspace import Workspace, checked_name
 
@@ -112,6 +111,7 @@ def check_arguments(a: argparse.Namespace) -> Target | None:
     from ..lxc.target import Target
     from ..matrix.schema import MAX_TIMEOUT_S
     from ..matrix.spellings import arch_problem
+    from ..refs import FORMS, reference_problem
     from ..verify import pulled
     from ..verify.plan import stages_argument
 
