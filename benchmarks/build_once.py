@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import docker  # noqa: E402
 
 from buildscripts import matrix, results  # noqa: E402
-from buildscripts.matrix.listing import github_jobs  # noqa: E402
+from buildscripts.matrix.cijobs import github_jobs  # noqa: E402
 from buildscripts.publish import staging  # noqa: E402
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save  # noqa: E402
 from tests.registry_server import RegistryServer  # noqa: E402

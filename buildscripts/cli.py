@@ -1,36 +1,56 @@
 """The one place that exits: `python -m buildscripts COMMAND ...` (what the nox sessions call).
 
-Each command lives in its own module as `main(argv, ws, env) -> int`: the Workspace (where the project,
-matrix, locks and runs are) and the environment are made here, once, and passed down. A FatalError
-anywhere becomes its message and exit code here (a traceback only with --debug).
+Each command is a module of buildscripts/commands/ in one shape: `parse(argv, ws, env) -> Options` (frozen, made
+once), then `run(options) -> exit code`. The Workspace (where the project, matrix, locks and runs are) and the
+environment are made here, once, and handed to `parse`. A FatalError anywhere becomes its message and exit code
+here (a traceback only with --debug), as pypa/build's `__main__` turns errors into exit codes in one handler.
+The command modules are imported here by name, not looked up at run time, so that the import contracts see every
+arrow; each loads its library when it runs, and none imports the docker SDK, numpy, safetensors or testcontainers
+at its top (tests/process/test_import_cost.py).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from . import log
+from .commands import (
+    build,
+    check,
+    export,
+    import_probe,
+    keygen,
+    lock,
+    matrix,
+    preflight,
+    promote,
+    report,
+    setup,
+    tag,
+    verify,
+    watch,
+)
 from .errors import EngineError, FatalError, Interrupted
 from .workspace import Workspace
 
-COMMANDS = {
-    "build": ("buildscripts.pipeline", "select cells, lock-check, build, verify, tag, report"),
-    "matrix": ("buildscripts.matrix.listing", "list the selected cell ids (--json for machines)"),
-    "lock": ("buildscripts.lock.command", "resolve hash-pinned lockfiles per layer (--check, --upgrade)"),
-    "verify": ("buildscripts.verify.command", "the ladder on an image, on this Python (--host) or in LXC (--lxc)"),
-    "report": ("buildscripts.report", "render console/Markdown/HTML/JUnit reports from saved results"),
-    "tag": ("buildscripts.publish.tagcmd", "apply the good tags that verified cells of a results file earned"),
-    "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
-    "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
-    "check": ("buildscripts.publish.check", "was this very image verified on a GPU? its signed verdicts, checked"),
-    "preflight": ("buildscripts.lxc.preflight", "read-only checks of an LXC host (and container) for GPUs"),
-    "watch": ("buildscripts.watch.command", "releases newer than matrix.yaml holds (--json; --propose a change)"),
-    "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
-    "keygen": ("buildscripts.trust.keygen", "a signing key pair for verifiers (CI secret + public key to commit)"),
-    "setup": ("buildscripts.machine", "check, and on Debian as root install, what `build` or `tests` needs"),
+
+class Command(Protocol):
+    """What every module of buildscripts/commands/ is: a line for the list, its options made once, its run."""
+
+    ABOUT: str
+
+    def parse(self, argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Any: ...
+
+    def run(self, options: Any) -> int: ...
+
+
+COMMANDS: dict[str, Command] = {
+    "build": build, "matrix": matrix, "lock": lock, "verify": verify, "report": report, "tag": tag,
+    "promote": promote, "export": export, "check": check, "preflight": preflight, "watch": watch,
+    "import-probe": import_probe, "keygen": keygen, "setup": setup,
 }
 
 
@@ -40,14 +60,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     args = [a for a in args if a != "--debug"]
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
-        lines = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
+        lines = [f"  {name:<{width}}  {command.ABOUT}" for name, command in COMMANDS.items()]
         print("usage: python -m buildscripts COMMAND [ARGS] [--debug]\n\ncommands:\n" + "\n".join(lines))
         return 0 if args and args[0] in ("-h", "--help") else 2
     env = dict(os.environ if env is None else env)
     log.configure(env)
-    module = importlib.import_module(COMMANDS[args[0]][0])
+    command = COMMANDS[args[0]]
     try:
-        code: int = module.main(args[1:], Workspace.at(), env)
+        code: int = command.run(command.parse(args[1:], Workspace.at(), env))
         sys.stdout.flush()  # here, not at exit, so that a reader gone before the end is caught below
         return code
     except BrokenPipeError:
@@ -71,8 +91,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 def _from_the_engine(exc: Exception) -> bool:
-    """Whether `exc` is the docker SDK's. The SDK is imported by the commands that reach the engine, not here:
-    a listing or a report starts without its tenth of a second (the fast tiers start the CLI fifty times)."""
+    """Whether `exc` is the docker SDK's. The SDK is imported by what reaches the engine, when it does, not
+    here: a listing or a report starts without its tenth of a second (the fast tiers start the CLI fifty times)."""
     errors = sys.modules.get("docker.errors")
     return errors is not None and isinstance(exc, errors.DockerException)
 

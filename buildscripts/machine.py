@@ -18,7 +18,6 @@ only the arm64 cells needs none; the whole matrix on it needs the x86_64 handler
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -26,10 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import arguments, hostenv, log, proc
-from .build import emulation
+from . import hostenv, log, proc
 from .errors import EngineError, ToolMissingError
-from .matrix import load, select
 from .workspace import Workspace
 
 NO_SETUP_ENV = "SGLANG_IMAGES_NO_SETUP"
@@ -124,27 +121,9 @@ class Selection:
     skip: tuple[str, ...] = ()
 
 
-def build_selection(build_argv: Sequence[str]) -> Selection:
-    """--matrix, --only and --skip from the build's arguments, the same flags it parses (arguments.py); the rest
-    (--run-id, --stage, ...) is the build's to check, not setup's."""
-    ap = argparse.ArgumentParser(prog="nox -s build --", add_help=False)
-    arguments.add_matrix(ap, None)
-    arguments.add_selection(ap, skip=True)
-    a, _rest = ap.parse_known_args(list(build_argv))
-    return Selection(matrix=a.matrix, only=tuple(a.only), skip=tuple(a.skip))
-
-
-def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m buildscripts setup",
-                                 description="Check, and on Debian as root install, what a command needs.",
-                                 epilog="After `--`, the build's own arguments: its --matrix, --only and --skip "
-                                        "say which CPUs need QEMU user emulation here.")
-    ap.add_argument("--for", dest="purpose", choices=sorted(NEEDS), default="build")
-    own, build_argv = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    purpose = ap.parse_args(list(own)).purpose
-    if {"-h", "--help"} & set(build_argv):
-        return 0   # the build prints its help; it builds nothing
-    selection = build_selection(build_argv)
+def setup(purpose: str, selection: Selection, ws: Workspace, env: Mapping[str, str]) -> int:
+    """What `purpose` (build, tests, check) needs, there or brought up; for a build, QEMU user emulation for the
+    CPUs of the cells `selection` picks. 0, or the error that says what is missing and how to fix it."""
     lacking = missing(NEEDS[purpose])
     if not lacking:
         return _emulation(ws, env, selection) if purpose == "build" else 0
@@ -188,6 +167,9 @@ def _emulation(ws: Workspace, env: Mapping[str, str], selection: Selection = Sel
     cell on x86_64, an amd64 one on an arm64 runner): registered here on Debian as root, saying what it does;
     elsewhere the fix, before any work. Cells the selection leaves out (an opt-in platform's unless named) need
     nothing here."""
+    from .build import emulation  # the matrix, for a build only: `setup --for tests` starts without it
+    from .matrix import load, select
+
     path = selection.matrix or ws.matrix
     if not path.is_file():
         return 0

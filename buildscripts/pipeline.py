@@ -1,4 +1,4 @@
-"""`nox -s build`: load → select → lock check → build → verify → tag (or stage) → report → exit code.
+"""`nox -s build` (commands/build.py): lock check → build → verify → tag (or stage) → report, over the cells chosen.
 
 Each step is a small function. A failed cell is a result, not a crash: the run goes on to the
 next cell unless --fail-fast. Results are saved after every cell, so an interrupted run keeps
@@ -9,45 +9,44 @@ REPO with its digest read back into the results (publish/staging.py).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
 from pydantic import ValidationError
 
 from . import engine, log, report, results
 from .build import base as base_images
 from .build import buildx, cache, footprint, native
-from .errors import ConfigError, LockError, RunFailed
+from .errors import ConfigError, LockError
 from .lock import LockStatus, paths_for, status_of
-from .matrix import Cell, Matrix, load, select
+from .matrix import Cell, Matrix
 from .matrix.schema import LABEL_PREFIX, Cache
-from .pipeline_options import Options, check_options, parse
-from .publish import staging, tagcmd, tags, trusted
-from .results import CPU_STAGES, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
+from .pipeline_options import BuildOptions
+from .publish import staging, tags, trusted
+from .results import BuildResult, CellResult, Given, ImageInfo, RunResults, StageResult, Status, cell_record
 from .trust import keys, seal
 from .trust.keys import PublicKey, SigningKey
-from .verify import gpus, provision, reuse, tp
+from .verify import provision, reuse, tp
 from .verify.one_image import verify_image
 from .verify.per_gpu_containers import combine_per_gpu, verify_per_gpu
-from .verify.plan import Plan
+from .verify.request import Provision, VerificationRequest
 from .workspace import Workspace
 
+if TYPE_CHECKING:
+    import docker
 
-@dataclass
+
+@dataclass(frozen=True, kw_only=True)
 class Context:
-    """What the run found out before the first cell: the engine client, its GPUs, the base images."""
+    """What the run found out before the first cell: the engine client, what it gives every verification
+    container (its GPUs, their options, the network), the base images, the saved runs, the keys."""
 
     client: docker.DockerClient
-    discovery: gpus.Discovery
-    container_options: dict[str, Any]   # the GPU (one, or none) and the network, for verification containers
-    network_options: dict[str, Any]
+    provision: Provision                # the GPUs (one, every one or none) and the network of verifications
     bases: dict[str, base_images.BaseImage]
     recipe: buildx.Recipe
     history: list[RunResults]           # saved runs, newest first: verifications that may be reused
@@ -57,8 +56,6 @@ class Context:
     trusted: list[PublicKey]            # whose seals count: for reused records and the tag step
     # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
-    handed: gpus.Handed = field(default_factory=gpus.Handed)   # the GPU container_options give (the GPU facts)
-    cut_problem: str | None = None      # why verification containers keep a network, when they do
     # base of another platform's cells -> the build machine's base their wheels are installed on (build/native.py)
     natives: dict[str, str] = field(default_factory=dict)
 
@@ -67,24 +64,7 @@ class Context:
         return self.bases[name] if name else None
 
 
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    env = env or {}
-    opts = parse(argv, ws or Workspace.at(), env)
-    matrix = load(opts.ws.matrix, dict(env))
-    check_options(matrix, opts)
-    chosen = select(matrix.cells, opts.only, opts.skip, include_excluded=True)
-    if not any(c.excluded is None for c in chosen):
-        select(chosen, opts.only, opts.skip)  # raises SelectionError with the explanation
-    run = execute(matrix, chosen, opts)
-    unexpected = [c for c in run.cells if results.is_unexpected(c.verdict)]
-    if unexpected:
-        names = ", ".join(f"{c.cell_id} ({c.verdict.value})" for c in unexpected)
-        msg = f"{len(unexpected)} cell(s) ended unexpectedly: {names}"
-        raise RunFailed(msg, hint=f"logs and results: {opts.ws.run_dir(opts.run_id)}")
-    return 0
-
-
-def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
+def execute(matrix: Matrix, cells: Sequence[Cell], opts: BuildOptions) -> RunResults:
     run_dir = opts.ws.run_dir(opts.run_id)
     run = RunResults(run_id=opts.run_id, started=results.now(), matrix=str(opts.ws.matrix),
                      matrix_digest=results.matrix_digest(matrix.spec))
@@ -104,8 +84,8 @@ def execute(matrix: Matrix, cells: Sequence[Cell], opts: Options) -> RunResults:
     engine.check_disk(found, len(missing),  # only what will really be built needs room
                       advice=lambda: footprint.advice(client, opts.ws.runs, {k: v[0] for k, v in current.items()},
                                                       tag_of))
-    provision.say(ctx.discovery, f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to build, "
-                                 f"engine {found.version}; ")
+    provision.say(ctx.provision.discovery, f"run {opts.run_id}: {len(buildable)} cell(s), {len(missing)} to "
+                                           f"build, engine {found.version}; ")
     results.save(run, run_dir / "results.json")  # a run killed in its first cell still leaves a record
     try:
         later = {c.id for c in missing[1:]}   # the first cell to build had its room made before the disk check
@@ -140,12 +120,14 @@ def bound_cache_after(record: CellResult, keep: int | None, builder: str | None)
         footprint.prune_cache(keep, builder)
 
 
-def bound_disk(run: RunResults, tag_of: footprint.CandidateTag, ctx: Context, opts: Options) -> None:
+def bound_disk(run: RunResults, tag_of: footprint.CandidateTag, ctx: Context, opts: BuildOptions) -> None:
     """After a run that went through: the candidates its built cells superseded go, the BuildKit cache is
     pruned to its bound, and what the engine holds is said (build/footprint.py). The inputs each cell was
     built from are read from its image (a tree edited during the run changes what a fresh hash would say);
     no image this run built or used is removed; an engine that refuses any of it leaves a warning, never
     a failed run: every cell has ended by now."""
+    import docker.errors  # the SDK where the engine is reached, not at import (cli.py)
+
     built = {c.cell_id: c.image.labels.get(f"{LABEL_PREFIX}.inputs", "") for c in run.cells
              if c.build is not None and c.build.status is Status.PASSED and c.image.id}
     used = {c.image.id for c in run.cells if c.image.id}
@@ -164,7 +146,7 @@ def _candidate_of(cells: Mapping[str, Cell], matrix: Matrix, cell_id: str, input
     return tags.candidate_tag(cells[cell_id], inputs, matrix.spec.tags)
 
 
-def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cell], opts: Options,
+def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cell], opts: BuildOptions,
             run_dir: Path) -> Context:
     info = client.info()
     # A tensor-parallel profile spans every GPU of the runner, in the build as in `verify IMAGE` (verify/tp.py)
@@ -186,14 +168,14 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
              for name in sorted({c.base_name for c in buildable} | set(natives.values()))}
     history = [] if opts.reverify or not opts.verify else reuse.saved_runs(opts.ws.runs, skip=opts.run_id)
     key = keys.signing_key(opts.env)
-    ctx = Context(client, given.discovery, given.options, given.network, bases, buildx.Recipe.of(opts.ws), history,
-                  builder, shared, key, keys.trusted(opts.ws.root, opts.env), handed=given.handed,
-                  cut_problem=given.cut_problem, natives=natives)
+    ctx = Context(client=client, provision=given, bases=bases, recipe=buildx.Recipe.of(opts.ws), history=history,
+                  builder=builder, cache=shared, key=key, trusted=keys.trusted(opts.ws.root, opts.env),
+                  natives=natives)
     ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
     return ctx
 
 
-def shared_cache(matrix: Matrix, opts: Options) -> Cache | None:
+def shared_cache(matrix: Matrix, opts: BuildOptions) -> Cache | None:
     """matrix.yaml's `cache:`, with the ref `--cache-ref` gives (which may also turn it on, or off)."""
     if opts.cache_ref is None:
         return matrix.spec.cache
@@ -222,6 +204,8 @@ def candidate(cell: Cell, matrix: Matrix, ctx: Context, ws: Workspace) -> tuple[
 
 
 def _image_exists(client: docker.DockerClient, ref: str) -> bool:
+    import docker.errors
+
     try:
         client.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -240,56 +224,63 @@ def check_locks(matrix: Matrix, cells: Sequence[Cell], ws: Workspace) -> dict[st
     return statuses
 
 
-def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts: Options, run_dir: Path) -> CellResult:
-    facts: dict[str, Any] = {"axes": cell.axes(), "targets": cell.archs, "expected": cell.expected_failure(),
-                             "versions": status.versions, "run_id": opts.run_id}
+def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts: BuildOptions,
+             run_dir: Path) -> CellResult:
+    """The one record of a cell: excluded (or its locks not usable), else built, then verified (or its saved
+    verification reused) unless --no-verify, then staged with --stage."""
+    given = Given(axes=cell.axes(), targets=cell.archs, expected=cell.expected_failure(), versions=status.versions,
+                  run_id=opts.run_id)
     if cell.excluded or status.state != "ok":
-        return cell_record(cell.id, excluded=cell.excluded or f"{status.state}: {status.reason}", **facts)
+        return cell_record(cell.id, replace(given, excluded=cell.excluded or f"{status.state}: {status.reason}"))
     base = ctx.bases[cell.base_name]
     if ctx.builder.loads and ctx.cache and matrix.spec.bases[cell.base_name].debootstrap:
         # A builder outside the engine takes FROM images from a registry: the shared copy of the base.
-        base = dataclasses.replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
+        base = replace(base, ref=ctx.cache.base_ref(cell.base_name, base.inputs_hash))
     locks = paths_for(cell, opts.ws.locks)
-    facts["locks"] = {opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
-                      for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None}
+    given = replace(given, locks={opts.ws.shown(p): hashlib.sha256(p.read_bytes()).hexdigest()
+                                  for p in (locks.lane, locks.sglang, locks.toolkit) if p is not None})
     inputs, tag = ctx.candidates[cell.id]
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
-        build, image = buildx.build_cell(cell, base, locks, ctx.recipe, tag=tag, inputs=inputs, client=ctx.client,
-                                         log_file=build_log, env=opts.env, extra_args=extra,
-                                         native=ctx.native_of(cell))
+        what = buildx.CellInputs(cell, base, locks, ctx.recipe, ctx.native_of(cell))
+        build, image = buildx.build_cell(what, tag=tag, inputs=inputs, client=ctx.client, log_file=build_log,
+                                         env=opts.env, extra_args=extra)
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
-    stages: list[StageResult] = []
-    key = reused = None
     if build.status is Status.PASSED and opts.verify:
-        plan = Plan.for_cell(cell, stages=_stages(opts), profile=matrix.spec.profiles[opts.profile],
-                             profile_name=opts.profile)
-        key = reuse.key(image.id or tag, plan, ctx.discovery, gpu=opts.gpu, per_gpu=opts.per_gpu)
-        reused = reuse.find(ctx.history, cell.id, key, ctx.trusted)
-        if reused and cell_record(cell.id, build=build, image=image, stages=reused.stages(),
-                                  **facts).verdict not in reuse.SETTLED:
-            reused = None   # judged against today's `expect:`, the saved outcome is no longer settled
-        if reused:
-            stages = reused.stages()
-            log.step(cell.id, "verify", "reused", 0.0, f"inputs unchanged since {reused.origin()} (--reverify to run)")
-        else:
-            with log.working(f"verifying {cell.id} (log: {run_dir / cell.id / 'probe.log'})"):
-                stages = _verify(image, tag, cell, plan, ctx, opts, run_dir / cell.id)
-            for stage in stages:
-                said = stage.failure_class or stage.reason or ""
-                emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
-                log.step(cell.id, stage.name, stage.status.value, stage.duration_s,
-                         "; ".join(x for x in (emulated, said) if x))
-    record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
-                         reused_from=reused.origin() if reused else None, **facts)
+        record = verified(cell_request(cell, matrix, ctx, opts, image), ctx, given, build, image)
+    else:
+        record = cell_record(cell.id, given, build=build, image=image)
     if opts.stage and record.verdict in staging.STAGED_VERDICTS:
         with log.working(f"staging {cell.id} in {opts.stage}"):
-            image = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
-        record = cell_record(cell.id, build=build, image=image, stages=stages, verification_key=key,
-                             reused_from=reused.origin() if reused else None, **facts)
+            staged = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
+        record = record.model_copy(update={"image": staged})   # judged once: where the image went changes no verdict
     return record
+
+
+def verified(request: VerificationRequest, ctx: Context, given: Given, build: BuildResult,
+             image: ImageInfo) -> CellResult:
+    """The record of a built cell's verification: its saved one reused where every input is unchanged and the
+    outcome, judged against today's `expect:`, is still settled (reuse.py); else the ladder, run now."""
+    key = reuse.key(image.id or str(image.ref), request.plan, ctx.provision.discovery, gpu=request.gpu,
+                    per_gpu=request.per_gpu)
+    reused = reuse.find(ctx.history, request.cell_id, key, ctx.trusted)
+    if reused:
+        record = cell_record(request.cell_id, given, build=build, image=image, stages=reused.stages(),
+                             verification_key=key, reused_from=reused.origin())
+        if record.verdict in reuse.SETTLED:
+            log.step(request.cell_id, "verify", "reused", 0.0,
+                     f"inputs unchanged since {reused.origin()} (--reverify to run)")
+            return record
+    with log.working(f"verifying {request.cell_id} (log: {request.log_file})"):
+        stages = _verify(ctx.client, image.id or str(image.ref), request)
+    for stage in stages:
+        said = stage.failure_class or stage.reason or ""
+        emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
+        log.step(request.cell_id, stage.name, stage.status.value, stage.duration_s,
+                 "; ".join(x for x in (emulated, said) if x))
+    return cell_record(request.cell_id, given, build=build, image=image, stages=stages, verification_key=key)
 
 
 def tag_cell(run: RunResults, matrix: Matrix, ctx: Context, path: Path) -> None:
@@ -302,27 +293,23 @@ def tag_cell(run: RunResults, matrix: Matrix, ctx: Context, path: Path) -> None:
     if isinstance(checked, trusted.Refused) or checked.why_not:
         log.step(record.cell_id, "tag", "skipped", detail=checked.why_not or "")
         return
-    refs = tagcmd.apply(ctx.client, checked, matrix.spec.tags)
+    refs = tags.apply(ctx.client, checked, matrix.spec.tags)
     run.cells[-1] = record.model_copy(update={"tags": refs})
     results.save(run, path)
 
 
-def _stages(opts: Options) -> list[str] | None:
-    """The stages to run: all (or --stages); with --stage only those that need no GPU."""
-    if not opts.stage:
-        return opts.stages
-    return [s for s in opts.stages or results.LADDER if s in CPU_STAGES]
+def cell_request(cell: Cell, matrix: Matrix, ctx: Context, opts: BuildOptions, built: ImageInfo) -> VerificationRequest:
+    """The request of one built cell's verification: its targets and lane, the stages the run verifies, the GPUs
+    and network the engine gives every container; the facts the build has just read (carried by the facts
+    stage, named by the image's id)."""
+    asked = replace(opts, stages=opts.verified_stages)
+    chosen = provision.plan(asked, matrix.profile(opts.profile), cell=cell)
+    facts = built.model_copy(update={"ref": built.id}) if built.id else None
+    return provision.request(asked, ctx.provision, chosen, cell_id=cell.id, cell=cell, facts=facts)
 
 
-def _verify(built: ImageInfo, tag: str, cell: Cell, plan: Plan, ctx: Context, opts: Options,
-            logs: Path) -> list[StageResult]:
-    """The ladder in one container, or (--per-gpu) one per GPU, combined; in the image by its id, whose facts
-    the build has just read (the facts stage carries them, named by that id)."""
-    image = built.id or tag
-    if opts.per_gpu and ctx.discovery.usable_in_containers:
-        return combine_per_gpu(verify_per_gpu(ctx.client, image, plan, ctx.discovery, logs=logs,
-                                              run_id=opts.run_id, cell_id=cell.id, keep=opts.keep_containers,
-                                              extra_options=ctx.network_options, cut_problem=ctx.cut_problem))
-    return verify_image(ctx.client, image, plan, log_file=logs / "probe.log", run_id=opts.run_id, cell_id=cell.id,
-                        options=ctx.container_options, handed=ctx.handed, cut_problem=ctx.cut_problem,
-                        keep=opts.keep_containers, facts=built.model_copy(update={"ref": image}) if built.id else None)
+def _verify(client: docker.DockerClient, image: str, request: VerificationRequest) -> list[StageResult]:
+    """The ladder in one container, or (--per-gpu) one per GPU, combined."""
+    if request.per_gpu and request.provision.discovery.usable_in_containers:
+        return combine_per_gpu(verify_per_gpu(client, image, request))
+    return verify_image(client, image, request)

@@ -77,28 +77,52 @@ def run(
     on_line: Callable[[str], object] | None = None,
     keep_lines: int = 400,
     stdin: bytes | None = None,
-    stdout: Path | None = None,
     inherit_env: bool = True,
 ) -> Completed:
     """Run `argv`, teeing stdout+stderr to `log`. Never raises on a non-zero exit: callers decide.
 
-    With `stdout`, the command's standard output goes to that file byte for byte (a manifest whose sha256 is
-    its digest), and only its standard error is teed. With `inherit_env=False` the command gets `env` alone,
-    none of this process's environment."""
-    argv = tuple(str(a) for a in argv)
+    With `inherit_env=False` the command gets `env` alone, none of this process's environment."""
     full_env = ({**os.environ, **env} if inherit_env else dict(env)) if env is not None else None
+    return _run(tuple(str(a) for a in argv), _How(log=log, timeout=timeout, env=full_env, cwd=cwd, on_line=on_line,
+                                                  keep_lines=keep_lines, stdin=stdin))
+
+
+def run_to_file(argv: Sequence[str], out: Path, *, log: Path | None = None, timeout: float | None = None,
+                env: Mapping[str, str] | None = None) -> Completed:
+    """Run `argv` as `run` does, its standard output going to `out` byte for byte (a manifest whose sha256 is its
+    digest); only its standard error is teed to `log`."""
+    full_env = {**os.environ, **env} if env is not None else None
+    return _run(tuple(str(a) for a in argv), _How(log=log, timeout=timeout, env=full_env, stdout=out))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _How:
+    """How one command runs (`run`, `run_to_file`): its log, deadline, environment, folder, input and output."""
+
+    log: Path | None = None
+    timeout: float | None = None
+    env: Mapping[str, str] | None = None    # the whole environment (None: this process's)
+    cwd: Path | None = None
+    on_line: Callable[[str], object] | None = None
+    keep_lines: int = 400
+    stdin: bytes | None = None
+    stdout: Path | None = None              # standard output to this file, byte for byte
+
+
+def _run(argv: tuple[str, ...], how: _How) -> Completed:
     started = time.monotonic()
-    tail: deque[str] = deque(maxlen=keep_lines)
-    log_handle = _open_log(log, argv)
+    tail: deque[str] = deque(maxlen=how.keep_lines)
+    log_handle = _open_log(how.log, argv)
+    stdout, stdin, timeout = how.stdout, how.stdin, how.timeout
     try:
         with stdout.open("wb") if stdout is not None else nullcontext() as out:
-            proc = _start(argv, env=full_env, cwd=cwd, stdin=bool(stdin), stdout=out)
+            proc = _start(argv, env=how.env, cwd=how.cwd, stdin=bool(stdin), stdout=out)
     except BaseException:
         if log_handle:
             log_handle.close()
         raise
     stream = cast(IO[bytes], proc.stderr if stdout is not None else proc.stdout)
-    reader = threading.Thread(target=_pump, args=(stream, tail, log_handle, on_line), daemon=True)
+    reader = threading.Thread(target=_pump, args=(stream, tail, log_handle, how.on_line), daemon=True)
     reader.start()
     if stdin and proc.stdin:
         threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()

@@ -9,8 +9,6 @@ they were made from that file).
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,27 +20,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # starting with a dot or dash, at most 200 characters (a cell id from matrix.yaml has at most ~150), so that
 # `../..`, `a/b`, control characters or an option-like `-rf` cannot name anything outside the folder.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,199}")
-
-
-def path_text(text: str) -> str:
-    """argparse `type=` for a path or glob: what no file system takes is a usage error, not a traceback later.
-
-    A NUL character, or text that cannot become bytes (a lone surrogate; undecodable bytes of a real command
-    line arrive as escapes that do convert back)."""
-    if "\x00" in text:
-        msg = "a path cannot contain a NUL character"
-        raise argparse.ArgumentTypeError(msg)
-    try:
-        os.fsencode(text)
-    except UnicodeError:
-        msg = f"{text!r} cannot be a file name on this system"
-        raise argparse.ArgumentTypeError(msg) from None
-    return text
-
-
-def path_argument(text: str) -> Path:
-    """argparse `type=` for a path (see `path_text`)."""
-    return Path(path_text(text))
 
 
 def checked_name(value: str, what: str) -> str:

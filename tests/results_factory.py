@@ -21,6 +21,7 @@ from buildscripts.results import (
     BuildResult,
     CellResult,
     ExpectedFailure,
+    Given,
     ImageInfo,
     RunResults,
     StageResult,
@@ -128,7 +129,7 @@ def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") ->
     ax = axes(sglang, *COORDINATES[kind])
     if kind == "incompatible":
         excluded = f"sglang {sglang} pins torch 2.11.0; lane torch2.9.1-cu128 has torch 2.9.1"
-        return cell_record(ax["cell"], axes=ax, targets=ax["archs"].split(), excluded=excluded)
+        return cell_record(ax["cell"], Given(axes=ax, targets=ax["archs"].split(), excluded=excluded))
     expected, stages = None, []
     if kind == "verified":
         stages = cpu_passed() + gpu_passed()
@@ -154,13 +155,13 @@ def make_cell(kind: str, image_id: str | None = None, sglang: str = "0.5.16") ->
                         log_excerpt="<script>alert('x')</script>\nnvcc fatal : Unsupported gpu architecture"),
             *[StageResult(name=n, status=Status.ABORTED, reason="jit-compile failed") for n in GPU_STAGES],
         ]
+    given = Given(axes=ax, targets=ax["archs"].split(), expected=expected,
+                  versions={"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"},
+                  locks={"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32})
     return cell_record(
-        ax["cell"], axes=ax, targets=ax["archs"].split(), expected=expected,
-        build=BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log"),
+        ax["cell"], given, build=BuildResult(status=Status.PASSED, duration_s=321.0, log="logs/build.log"),
         image=ImageInfo(ref=f"sglang-images:{ax['cell']}-0123456789ab", id=image_id or "sha256:" + "ab" * 32,
-                        size_bytes=9_876_543_210, labels=build_labels(ax)),
-        versions={"torch": "2.11.0+cu130", "sglang": sglang, "flashinfer": "0.4.1"},
-        locks={"lockfiles/lanes/torch2.11.0-cu130-bookworm.txt": "sha256:" + "11" * 32}, stages=stages)
+                        size_bytes=9_876_543_210, labels=build_labels(ax)), stages=stages)
 
 
 ALL_KINDS = ("verified", "cpu-checked", "expected-failure", "failed", "incompatible")

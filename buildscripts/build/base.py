@@ -16,15 +16,16 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.images import Image
+from typing import TYPE_CHECKING
 
 from .. import log, proc
 from ..errors import BaseBuildError, ConfigError, ToolMissingError
 from ..matrix.schema import Base
 from . import emulation
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
 
 BASE_REPOSITORY = "sglang-images/base"
 # What every debootstrapped base carries: Python for the venv and the probe.
@@ -107,6 +108,8 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     runner's is pushed there. Two runners' debootstraps never give the same image, and the cache keys
     of every layer hang on the base's id.
     """
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     if base.image:
         return _registry_base(base.image, client)
     assert base.debootstrap is not None
@@ -129,6 +132,8 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
 
 
 def _pull_shared(client: docker.DockerClient, remote: str, ref: str) -> Image | None:
+    import docker.errors
+
     repository, _, tag = remote.rpartition(":")
     try:
         image = client.images.pull(repository, tag=tag)
@@ -141,6 +146,8 @@ def _pull_shared(client: docker.DockerClient, remote: str, ref: str) -> Image | 
 
 
 def _push_shared(client: docker.DockerClient, ref: str, remote: str) -> None:
+    import docker.errors
+
     repository, _, tag = remote.rpartition(":")
     client.images.get(ref).tag(repository, tag)
     try:
@@ -249,6 +256,8 @@ def _remove(entry: Path) -> None:
 
 
 def _registry_base(ref: str, client: docker.DockerClient) -> BaseImage:
+    import docker.errors
+
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:

@@ -18,10 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.images import Image
+from typing import TYPE_CHECKING
 
 from .. import hostenv, proc
 from ..errors import ConfigError
@@ -33,6 +30,10 @@ from ..results import BuildResult, ImageInfo, Status
 from ..workspace import Workspace
 from . import imagesize
 from .base import BaseImage, owner_labels
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
 
 
 @dataclass(frozen=True)
@@ -179,21 +180,33 @@ def build_args(cell: Cell, base: BaseImage, locks: LockPaths, cell_json: Path, r
     return [x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")]
 
 
-def build_cell(
-    cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe, *, tag: str, inputs: str,
-    client: docker.DockerClient, log_file: Path, env: Mapping[str, str], timeout: float = 3600,
-    extra_args: Sequence[str] = (), native: BaseImage | None = None,
-) -> tuple[BuildResult, ImageInfo]:
-    """Build one cell's image under its candidate `tag` (skipped when that tag already exists).
-    `extra_args`: the builder and shared-cache flags (build/cache.py). `native`: the build machine's own base,
-    for another platform's cell (its installs run there)."""
+@dataclass(frozen=True)
+class CellInputs:
+    """What one cell's image is built from: the cell, its base (for another platform's cell also `native`, the
+    build machine's own base its installs run on), its locks and the project's recipe."""
+
+    cell: Cell
+    base: BaseImage
+    locks: LockPaths
+    recipe: Recipe
+    native: BaseImage | None = None
+
+
+def build_cell(what: CellInputs, *, tag: str, inputs: str, client: docker.DockerClient, log_file: Path,
+               env: Mapping[str, str], timeout: float = 3600,
+               extra_args: Sequence[str] = ()) -> tuple[BuildResult, ImageInfo]:
+    """Build one cell's image under its candidate `tag` (skipped when that tag already exists); `inputs` is the
+    hash of `what` (inputs_hash). `extra_args`: the builder and shared-cache flags (build/cache.py)."""
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     try:
         image = client.images.get(tag)
         return BuildResult(status=Status.PASSED, cached=True, reason="candidate tag exists: inputs unchanged",
                            log=str(log_file)), image_info(image, tag)
     except docker.errors.ImageNotFound:
         pass
-    labels = cell_metadata(cell, base, inputs)
+    cell, recipe = what.cell, what.recipe
+    labels = cell_metadata(cell, what.base, inputs)
     cell_json = recipe.cell_files / f"{cell.id}.json"
     cell_json.parent.mkdir(parents=True, exist_ok=True)
     cell_json.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
@@ -203,7 +216,7 @@ def build_cell(
         argv = [
             "docker", "buildx", "build", "--progress=plain", *platform, "--target", "cell", "--tag", tag,
             "--file", str(recipe.dockerfile_for(cell)), *secrets,
-            *build_args(cell, base, locks, cell_json, recipe, native), *extra_args,
+            *build_args(cell, what.base, what.locks, cell_json, recipe, what.native), *extra_args,
             *(x for k, v in sorted({**labels, **owner_labels(env)}.items()) for x in ("--label", f"{k}={v}")),
             str(recipe.context),
         ]

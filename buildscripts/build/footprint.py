@@ -21,15 +21,16 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.images import Image
+from typing import TYPE_CHECKING
 
 from .. import log, proc
 from ..errors import ConfigError
 from ..matrix.schema import LABEL_PREFIX
 from .base import OWNER_LABEL
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
 
 DEFAULT_CACHE_KEEP = "20GB"
 # What a cold cell may hold while it builds, and a margin for what runs beside it: the arm64 cell on the 2-core x86_64
@@ -97,6 +98,8 @@ def superseded(client: docker.DockerClient, current: dict[str, str], tag_of: Can
 def remove_superseded(client: docker.DockerClient, found: Iterable[tuple[str, Image]]) -> int:
     """Untag each superseded candidate (its image goes with its last tag); the images' sizes, added up (an
     upper bound: layers they share with kept images stay)."""
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     freed = 0
     for tag, image in found:
         last = len(image.tags) == 1
@@ -145,6 +148,8 @@ def make_room(path: str | None, keep: int | None, builder: str | None, driver: s
 def advice(client: docker.DockerClient, runs: Path, current: dict[str, str], tag_of: CandidateTag) -> str:
     """What to prune for room, each with its command and what it frees (the disk check's hint); when the
     engine cannot say (a disk-usage query already running, say), the plain commands."""
+    import docker.errors
+
     try:
         return _advice(client, runs, current, tag_of)
     except docker.errors.DockerException:

@@ -1,14 +1,13 @@
-"""`nox -s preflight`: is this LXC host (Proxmox or plain LXC), and optionally one container, ready to
-run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
-container a few questions, checks the signed verdict of the image the container records as its source,
-and prints per check what passed, what failed, and the exact lines to add. It never edits the host or
-the container. Unprivileged containers (Proxmox's default) get their own checks (root_access.py): the idmap,
-the GPU nodes as the container's root opens them, the loopback of the container's network namespace.
+"""The checks of `nox -s preflight` (commands/preflight.py): is this LXC host (Proxmox or plain LXC), and
+optionally one container, ready to run an image on its GPUs? Read-only: they read /proc, /dev and the container's
+config and ask the running container a few questions; each says what passed, what failed, and the exact lines to
+add. They never edit the host or the container. Unprivileged containers (Proxmox's default) get their own checks
+(root_access.py): the idmap, the GPU nodes as the container's root opens them, the loopback of the container's
+network namespace.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import stat
@@ -21,14 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import log
-from ..errors import ConfigError, PreflightFailed
-from ..matrix.spellings import CUDA_VERSION_RE
-from ..trust import keys, sources
-from ..workspace import Workspace
 from . import config_file, root_access
 from .fix_hints import missing_rule_lines
 from .preflight_check import Attach, Check
-from .target import LXC_PATH, STANDARD_NODES, Target, config_line, running
+from .target import STANDARD_NODES, Target, config_line, running
 
 # The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
 MIN_DRIVER_BRANCH = {"12.8": 570, "12.9": 575, "13.0": 580}
@@ -346,44 +341,3 @@ def show(checks: Sequence[Check]) -> None:
 def printable(text: str) -> str:
     """What the container or host said, with control characters (terminal escapes) shown, not sent."""
     return CONTROL.sub(lambda m: ascii(m.group(0))[1:-1], text)
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws, env = ws or Workspace.at(), env or {}
-    ap = argparse.ArgumentParser(prog="nox -s preflight --", description=__doc__.splitlines()[0])
-    where = ap.add_mutually_exclusive_group()
-    where.add_argument("--ctid", help="a Proxmox container id to check too (read with pct)")
-    where.add_argument("--lxc-name", help="a plain LXC container name to check too (read with lxc-attach)")
-    ap.add_argument("--cuda", help="the image's CUDA, e.g. 13.0 (checked against the host's driver)")
-    ap.add_argument("--lxc-path", type=Path, default=None,
-                    help=f"LXC's container folder (plain LXC; default {LXC_PATH})")
-    ap.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
-                    help="also trust verdicts signed by this public key (keys/*.pub are trusted always)")
-    a = ap.parse_args(list(argv))
-    target = _target(a)
-    view = container_view(target) if target else None
-    checks = run_checks(HostView(), view, a.cuda)
-    if view is not None:   # the image it came from, as its config records it: verified, for that digest?
-        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env, a.trust_key), env)
-        checks.append(Check("image's signed verdict", status, detail))
-    show(checks)
-    failed = [c.name for c in checks if c.status == "fail"]
-    if failed:
-        msg = f"{len(failed)} preflight check(s) failed: {', '.join(failed)}"
-        raise PreflightFailed(msg, hint="add the lines shown above, then run the preflight again")
-    return 0
-
-
-def _target(a: argparse.Namespace) -> Target | None:
-    """The container to check, from preflight's own flags; an empty value is an error, never dropped."""
-    if a.cuda is not None and not CUDA_VERSION_RE.fullmatch(a.cuda):
-        msg = f"--cuda {a.cuda!r} is not a CUDA this project builds for"
-        raise ConfigError(msg, hint="the CUDA major.minor of the image's lane, e.g. 13.0 (matrix.yaml `cuda:`)")
-    if a.lxc_path is not None and a.lxc_name is None:
-        msg = "--lxc-path is plain LXC's container folder: it goes with --lxc-name"
-        raise ConfigError(msg, hint="a Proxmox container (--ctid) is found by pct itself")
-    if a.ctid is not None:
-        return Target.pct(a.ctid, flag="--ctid")
-    if a.lxc_name is not None:
-        return Target.named(a.lxc_name, lxc_path=a.lxc_path, flag="--lxc-name")
-    return None

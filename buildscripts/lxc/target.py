@@ -99,6 +99,17 @@ class Target:
         """`command` inside the container, its output captured (short questions, not the probe)."""
         return proc.run(self.exec_argv(command), timeout=timeout, env=outside_env(), inherit_env=False)
 
+    def cell_labels(self) -> dict[str, str]:
+        """The cell's labels from /etc/sglang-images/cell.json inside the container ({} when it has none).
+        lxc-attach's own warnings share the output (`Can't open /dev/null`), so the JSON object is cut out."""
+        done = self.run(["cat", "/etc/sglang-images/cell.json"])
+        text = done.output[done.output.find("{"):done.output.rfind("}") + 1] if done.ok else ""
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
     def config(self) -> config_file.LxcConfig | None:
         """The container's config as LXC reads it (None when it cannot be read here)."""
         return config_file.load(self.config_path(), self.tool)
@@ -125,18 +136,6 @@ def running(target: Target) -> tuple[bool, str]:
 
 def _hint(target: Target) -> str:
     return "run this on the Proxmox host (pct)" if target.tool == "pct" else "apt-get install lxc"
-
-
-def cell_labels(target: Target) -> dict[str, str]:
-    """The cell's labels from /etc/sglang-images/cell.json inside the container ({} when it has none).
-    lxc-attach's own warnings share the output (`Can't open /dev/null`), so the JSON object is cut out."""
-    done = target.run(["cat", "/etc/sglang-images/cell.json"])
-    text = done.output[done.output.find("{"):done.output.rfind("}") + 1] if done.ok else ""
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def outside_env() -> dict[str, str]:

@@ -3,7 +3,7 @@
 First step of the flow; it depends only on the bottom (errors, results).
 """
 
-from .cells import Cell, Matrix, expand, select
+from .cells import Cell, Matrix, expand, select, selected
 from .load import load, parse
 
-__all__ = ["Cell", "Matrix", "expand", "load", "parse", "select"]
+__all__ = ["Cell", "Matrix", "expand", "load", "parse", "select", "selected"]

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arguments import selected
 from ..errors import ConfigError, SelectionError
 from ..results import ExpectedFailure, matrix_digest
 from ..results.judge import RULES
@@ -169,6 +168,12 @@ def definition(cell: Cell, spec: MatrixFile) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- selection
+
+
+def selected(cell_id: str, only: Sequence[str], skip: Sequence[str] = ()) -> bool:
+    """The one `--only`/`--skip` rule: an id any `only` glob matches (every id when none) and no `skip` glob."""
+    return ((not only or any(fnmatch.fnmatchcase(cell_id, p) for p in only))
+            and not any(fnmatch.fnmatchcase(cell_id, p) for p in skip))
 
 
 def select(

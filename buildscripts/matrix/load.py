@@ -4,7 +4,7 @@ and a did-you-mean."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -17,7 +17,7 @@ from .cells import Matrix, expand
 from .schema import MatrixFile
 
 
-def load(path: Path, env: dict[str, str] | None = None) -> Matrix:
+def load(path: Path, env: Mapping[str, str] | None = None) -> Matrix:
     """Read and validate matrix.yaml. `env` is accepted for symmetry with other loaders (tests pass {})."""
     del env  # nothing in the schema reads the environment yet
     return parse(yamlfile.read_text(path, "matrix file"), path)

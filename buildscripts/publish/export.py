@@ -16,7 +16,6 @@ interrupted or failed export leaves no partial archive.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import hashlib
@@ -26,14 +25,11 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
-from docker.models.images import Image
-
-from .. import arguments, disk, engine, log, proc, results
+from .. import arguments, disk, log, proc, results
 from ..errors import (
     ConfigError,
     DiskSpaceError,
@@ -43,9 +39,7 @@ from ..errors import (
     ToolMissingError,
 )
 from ..lxc import pct
-from ..matrix import load
 from ..matrix.schema import LABEL_PREFIX
-from ..matrix.spellings import flavour_version
 from ..refs import FORMS, reference_problem
 from ..registry import manifests
 from ..results import RunResults
@@ -55,6 +49,10 @@ from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
 from . import trusted
 
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
+
 # The longest name made from an archive name, `.NAME.partial-12345678`, must fit the file system's 255 bytes.
 MAX_NAME = disk.NAME_MAX - len(".partial-12345678") - 1
 REF_NAME = "latest"       # the tag inside the archive: `oci-archive:NAME.oci.tar:latest`
@@ -62,6 +60,20 @@ GZIP_MAGIC = b"\x1f\x8b"
 FORCED = f"{LABEL_PREFIX}.export.forced"
 ANNOTATED = ("cell", "verdict", "verified.archs", "verified.gpus", "results.digest", "tested-image", "sglang",
              "lane", "toolkit", "archs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Archive:
+    """What an export writes of an image: its name (NAME.oci.tar), the annotations made of `labels` (the record's
+    words where a record vouches for it, else the image's own), why it is exported although not verified
+    (`forced`), the CUDA its install note names, and the signed verdicts it carries (`tested`: copied from the
+    registry that holds them)."""
+
+    name: str
+    forced: str | None = None
+    cuda: str | None = None
+    labels: Mapping[str, str] | None = None
+    tested: carried.Tested | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class Exported:
 def resolve(client: docker.DockerClient, what: str, vouched: Sequence[trusted.Trusted] = ()) -> Image:
     """An image reference or id, else a cell id: the image of its newest record that earned a good tag,
     else its newest local image."""
+    import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
+
     problem = reference_problem(what)
     if problem and not SAFE_NAME.fullmatch(what):  # neither: said as such, not as an engine failure
         msg = f"CELL_OR_IMAGE {problem}, nor a cell id"
@@ -223,25 +237,24 @@ def check_target(out: Path, need_bytes: int) -> None:
         raise DiskSpaceError(msg, hint="free space there, or pass --out DIR on a larger disk")
 
 
-def export(client: docker.DockerClient, image: Image, out: Path, *, name: str, forced: str | None,
-           cuda: str | None = None, labels: Mapping[str, str] | None = None, tested: carried.Tested | None = None,
+def export(client: docker.DockerClient, image: Image, out: Path, archive: Archive,
            env: Mapping[str, str] | None = None) -> Exported:
     size = int(image.attrs.get("Size", 0))
     # skopeo first copies the image out of the engine uncompressed (into TMPDIR: the work folder here), then
     # writes the gzip layout (about half); packing consumes the layout blob by blob.
     check_target(out, int(size * 1.6))
     skopeo = proc.which("skopeo", hint="apt-get install skopeo (`.ci/install-engine` does)")
-    labels = dict(image.labels or {}) if labels is None else dict(labels)  # `record_labels` when vouched for
-    work = out / f".{name}.partial-{uuid.uuid4().hex[:8]}"
+    if archive.labels is None:
+        archive = replace(archive, labels=dict(image.labels or {}))   # `record_labels` when vouched for
+    work = out / f".{archive.name}.partial-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     try:
         with _writing(out):
-            digest = _made(skopeo, image, work, out, name=name, labels=labels, forced=forced, cuda=cuda,
-                           tested=tested, env=env or {})
+            digest = _made(skopeo, image, work, out, archive, env or {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    archive, note = out / f"{name}.oci.tar", out / f"{name}.proxmox.md"
-    return Exported(archive, digest, archive.stat().st_size, size, round(time.monotonic() - started, 1), note)
+    made, note = out / f"{archive.name}.oci.tar", out / f"{archive.name}.proxmox.md"
+    return Exported(made, digest, made.stat().st_size, size, round(time.monotonic() - started, 1), note)
 
 
 @contextlib.contextmanager
@@ -257,12 +270,12 @@ def _writing(out: Path) -> Iterator[None]:
         raise ExportError(msg, hint=hint) from None
 
 
-def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels: Mapping[str, str],
-          forced: str | None, cuda: str | None, tested: carried.Tested | None, env: Mapping[str, str]) -> str:
+def _made(skopeo: str, image: Image, work: Path, out: Path, wanted: Archive, env: Mapping[str, str]) -> str:
     """Archive, checksum, install note (and the carried verdicts) made in `work`, then moved into `out`; the
     archive's sha256. An image whose signed verdicts are attached in its registry is copied from there, by
     digest, so that the archive's layers are the tested blobs themselves (gzip stays gzip: skopeo reuses
     them); any other from the local engine."""
+    name, labels, forced, tested = wanted.name, wanted.labels or {}, wanted.forced, wanted.tested
     work.mkdir()
     # From a registry, byte for byte (skopeo refuses what it could not copy so); from the engine, compressed.
     source = ["--preserve-digests", *manifests.source_access(tested.source, env), f"docker://{tested.source}"] \
@@ -295,7 +308,7 @@ def _made(skopeo: str, image: Image, work: Path, out: Path, *, name: str, labels
         sums.append(f"{sha256_of(side)}  {side.name}")
         visible.insert(0, side.name)
     (work / f"{archive.name}.sha256").write_text("\n".join(sums) + "\n")
-    plan = pct.Plan(archive=archive.name, cuda=cuda, verdicts=bool(tested))
+    plan = pct.Plan(archive=archive.name, cuda=wanted.cuda, verdicts=bool(tested))
     (work / note.name).write_text(pct.install_note(
         plan, image=str(image.id), annotations=manifest_annotations(labels, forced=forced), forced=forced))
     # The visible steps: the archive last, so that a checksum beside an archive is always its own.
@@ -336,42 +349,3 @@ def safe_name(raw: str) -> str:
         msg = f"the archive name {name[:40]}… is {len(name)} characters; at most {MAX_NAME} fit a file name"
         raise ConfigError(msg, hint=f"pass --name NAME of up to {MAX_NAME} characters")
     return name
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws, env = ws or Workspace.at(), env or {}
-    ap = argparse.ArgumentParser(prog="nox -s export --", description=__doc__.splitlines()[0])
-    ap.add_argument("image", metavar="CELL_OR_IMAGE", help="a cell id (its built image) or an image reference")
-    ap.add_argument("--out", type=Path, default=ws.root / "exports", help="folder for the archive (default exports/)")
-    ap.add_argument("--name", help="archive name without .oci.tar (default: the cell id)")
-    ap.add_argument("--force", action="store_true", help="export an image that has not earned a good tag")
-    arguments.add_results(ap, default="the saved runs of this matrix; a sealed record there vouches for the image")
-    arguments.add_matrix(ap, ws, help="matrix.yaml the results are judged against")
-    trusted.add_arguments(ap)
-    a = ap.parse_args(list(argv))
-    if a.name is not None:
-        safe_name(a.name)  # a bad name is said before the engine is asked anything
-    matrix = load(a.matrix)
-    keys = trusted.keys_from(a, ws, env)
-    vouched = trusted.earned(vouched_runs(a.results, ws), matrix, keys)
-    client = engine.connect()
-    image = resolve(client, a.image, vouched)
-    record = vouching(str(image.id), vouched)
-    labels = record_labels(dict(image.labels or {}), record)
-    why_not = None if record else ("no sealed results record of a matrix cell says it was verified on a GPU "
-                                   "(labels on an image are never evidence)")
-    if why_not and not a.force:
-        msg = f"{a.image}: {why_not}"
-        raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
-                                    "or pass --force to export it marked as unverified")
-    name = safe_name(a.name) if a.name else archive_name(image, a.image)
-    cuda = flavour_version(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    tested = attested(image, keys, env, platform=engine.platform(client))
-    with log.working(f"exporting {tested.source if tested else image.id} to {a.out}"):
-        done = export(client, image, a.out, name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested,
-                      env=env)
-    if why_not:
-        log.warn(f"exported although {why_not}; the archive's annotations say so")
-    log.info(f"{done.archive} ({done.size_bytes / 1e9:.2f} GB from a {done.image_size_bytes / 1e9:.2f} GB image, "
-             f"{done.seconds:.0f} s), sha256 {done.sha256}; commands: {done.note}")
-    return 0

@@ -15,22 +15,17 @@ each good tag either on its old image or on the new verified one, never on anyth
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import glob
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import arguments, engine, log, platform_reading, results
-from ..errors import ConfigError, RegistryError, ResultsError
-from ..matrix import Matrix, load
+from .. import log, platform_reading, results
+from ..errors import RegistryError, ResultsError
+from ..matrix import Matrix
 from ..matrix.schema import Tags
-from ..registry import through_engine, writer_lock
+from ..registry import through_engine
 from ..trust.keys import PublicKey
-from ..workspace import Workspace
-from . import bydigest, platformtags, recorded, tags, trusted
+from . import platformtags, recorded, tags, trusted
 
 if TYPE_CHECKING:
     import docker
@@ -164,56 +159,3 @@ def promote_file(
         log.step(cell.cell_id, "promote", "passed", detail=", ".join(published))
         count += 1
     return count
-
-
-def _newest_results(runs: Path) -> list[Path]:
-    found = sorted(glob.glob(str(runs / "*" / "results.json")), key=lambda p: Path(p).stat().st_mtime)
-    return [Path(found[-1])] if found else []
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws, env = ws or Workspace.at(), env or {}
-    parser = argparse.ArgumentParser(prog="promote", description=__doc__.splitlines()[0] if __doc__ else None)
-    arguments.add_results(parser, default="the newest run's; the tags pushed are recorded in them")
-    parser.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: registry.url in matrix.yaml)")
-    arguments.add_matrix(parser, ws, help="matrix.yaml with the cells, tag templates and registry")
-    arguments.add_selection(parser, what="cell ids to promote")
-    trusted.add_arguments(parser)
-    parser.add_argument("--arch-tags-only", action="store_true",
-                        help="push only the tags that name an arch (a CI job that verified one arch of a cell)")
-    parser.add_argument("--repair", action="store_true",
-                        help="point a good tag that moved since these results promoted it back at their verified "
-                             "digest (without it, such a tag is refused: it may be a newer promotion's)")
-    parser.add_argument("--lock-wait", type=float, default=writer_lock.DEFAULT_WAIT_S, metavar="SECONDS",
-                        help="how long to wait for another promotion of the same repository (default: "
-                             f"{writer_lock.DEFAULT_WAIT_S:.0f})")
-    args = parser.parse_args(list(argv))
-    ws = dataclasses.replace(ws, matrix=args.matrix)
-    matrix = load(ws.matrix)
-    spec = matrix.spec
-    url = args.registry or spec.registry.url
-    if not url:
-        msg = "no registry to promote to"
-        raise ConfigError(msg, hint="pass --registry HOST:PORT or set registry.url in matrix.yaml")
-    url = through_engine.check_url(url)
-    paths = arguments.results_files(args.results) or _newest_results(ws.runs)
-    if not paths:
-        msg = "no results to promote (looked for runs/*/results.json)"
-        raise ResultsError(msg, hint="run `nox -s build` first, or pass --results PATH")
-    keys = trusted.keys_from(args, ws, env)
-    runs = recorded.load_checked(paths, matrix, keys, only=args.only,
-                                 command="promote")
-    total = bydigest.promote(runs, matrix, url, keys, env, only=args.only, repair=args.repair, wait_s=args.lock_wait,
-                             log_file=ws.runs / f"promote-{time.strftime('%Y%m%d-%H%M%S')}.log")
-    if any(_pushed_from_here(run, matrix, keys, args.only) for run in runs.values()):
-        client = engine.connect()
-        cfg = arch_tags_only(spec.tags) if args.arch_tags_only else spec.tags
-        total += sum(promote_file(client, path, url, cfg, matrix, keys, args.only, env) for path in paths)
-    log.info(f"{total} cell(s) promoted to {url}")
-    return 0
-
-
-def _pushed_from_here(run: results.RunResults, matrix: Matrix, keys: Sequence[PublicKey], only: Sequence[str]) -> bool:
-    """The run holds a cell that earned good tags here and names no staged digest: pushed from this engine."""
-    return any(isinstance(c, trusted.Trusted) and not c.why_not and c.record.tags and not c.record.image.subject
-               for c in trusted.sift(run, matrix, keys, only))

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import arguments, disk, results
+from .. import disk, results
 from ..errors import ResultsError, SelectionError
-from ..matrix import Matrix
+from ..matrix import Matrix, selected
 from ..results import RunResults
 from ..trust.keys import PublicKey
 from . import trusted
@@ -21,7 +21,7 @@ from . import trusted
 def positions(run: RunResults, only: Sequence[str]) -> list[int]:
     """Positions of the cells whose id matches an `only` glob (all when none is given)."""
     return [i for i, cell in enumerate(run.cells)
-            if arguments.selected(cell.cell_id, only)]
+            if selected(cell.cell_id, only)]
 
 
 def check_selection(runs: Mapping[Path, RunResults], only: Sequence[str]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import ResultsError, TagError
 from ..matrix.tagtemplates import check_templates, named, render
 from ..results import tag_form
 
@@ -69,3 +70,17 @@ def apply_good_tags(client: docker.DockerClient, cell: Trusted, cfg: Tags) -> li
         repository, tag = ref.rsplit(":", 1)
         client.api.tag(cell.image_id, repository, tag)
     return refs
+
+
+def apply(client: docker.DockerClient, cell: Trusted, cfg: Tags) -> list[str]:
+    """The cell's good tags on its tested image, engine refusals said as such (`tag`, and the build's tag step)."""
+    import docker.errors  # here: the docker SDK only where the engine is reached (cli.py)
+
+    try:
+        return apply_good_tags(client, cell, cfg)
+    except docker.errors.ImageNotFound:
+        msg = f"{cell.cell_id}: the verified image {cell.image_id} is not in this engine"
+        raise ResultsError(msg, hint="tag on the machine that verified it") from None
+    except docker.errors.APIError as exc:
+        msg = f"{cell.cell_id}: the engine refused its good tags: {exc}"
+        raise TagError(msg, hint="tags already moved point at the verified image; try again") from None

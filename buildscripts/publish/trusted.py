@@ -6,7 +6,6 @@ Stable names (other modules and branches build on them):
   check(record, position, matrix, keys) -> Trusted | Refused   one cell record
   earned(runs, matrix, keys) -> list[Trusted]                  the cells of runs that earned good tags
   refuse(checked, path)                                        ResultsError naming each Refused, if any
-  add_arguments(parser) / keys_from(args, ws, env)             --trust-key
   Trusted(position, record, cell, judged, signer)              a record let through, judged here
        .why_not (None: earns good tags)  .archs (`sm90` …)  .gpus  .every_arch  .image_id  .cell_id
   Refused(position, cell_id, reason)  .why_not (the reason)
@@ -15,29 +14,24 @@ Stable names (other modules and branches build on them):
 What a record is worth is judged in one place, buildscripts/gate.py (sealed by a trusted key, a cell of
 matrix.yaml with its axes, its cell's definition unchanged since, of its cell's image, judged again, a full image
 id where it earns a tag); this module is that gate as the commands that act on records use it: over a whole file
-and their arguments. A file of another matrix.yaml is read like any other: each record counts while its own cell's
-definition holds, and a stale one earns nothing: verify it again.
+and their selection. A file of another matrix.yaml is read like any other: each record counts while its own cell's
+definition holds, and a stale one earns nothing: verify it again. (`--trust-key` is arguments.add_trust_keys.)
 A Refused record is no evidence (bad input: `refuse` makes it an error before anything is tagged or pushed);
 a Trusted one may still earn nothing (`why_not`: not verified on a GPU of a target arch).
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .. import arguments
 from ..errors import ResultsError
 from ..gate import IMAGE_ID, NO_GPU_RECORDED, Refused, Trusted, check
-from ..matrix import Matrix
+from ..matrix import Matrix, selected
 from ..results import RunResults
-from ..trust import keys
 from ..trust.keys import PublicKey
-from ..workspace import Workspace
 
-__all__ = ["IMAGE_ID", "NO_GPU_RECORDED", "Refused", "Trusted", "add_arguments", "check", "earned", "keys_from",
-           "refuse", "sift"]
+__all__ = ["IMAGE_ID", "NO_GPU_RECORDED", "Refused", "Trusted", "check", "earned", "refuse", "sift"]
 
 
 def refuse(checked: Sequence[Trusted | Refused], where: Path) -> None:
@@ -55,22 +49,10 @@ def sift(run: RunResults, matrix: Matrix, trusted: Sequence[PublicKey],
          only: Sequence[str] = ()) -> list[Trusted | Refused]:
     """Every cell of `run` an `only` glob selects (all when none), through the gate, in file order."""
     return [check(cell, i, matrix, trusted, file_digest=run.matrix_digest)
-            for i, cell in enumerate(run.cells) if arguments.selected(cell.cell_id, only)]
+            for i, cell in enumerate(run.cells) if selected(cell.cell_id, only)]
 
 
 def earned(runs: Iterable[RunResults], matrix: Matrix, trusted: Sequence[PublicKey]) -> list[Trusted]:
     """The cells of `runs` the gate lets through that earned a good tag, in the order of `runs`."""
     return [c for run in runs for c in sift(run, matrix, trusted)
             if isinstance(c, Trusted) and c.why_not is None]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--trust-key, the same for every command that acts on records."""
-    parser.add_argument("--trust-key", action="append", default=[], type=Path, metavar="PUB",
-                        help="also trust records sealed by this public key (repeatable; keys/*.pub and this "
-                             "machine's verifier key are trusted always)")
-
-
-def keys_from(args: argparse.Namespace, ws: Workspace, env: Mapping[str, str]) -> list[PublicKey]:
-    """The keys whose seals count: the project's, this verifier's, and every --trust-key."""
-    return keys.trusted(ws.root, env, args.trust_key)

@@ -153,8 +153,8 @@ def _read(argv: list[str], ref: str, env: Mapping[str, str], log: Path | None) -
     seconds = deadline(env)
     with tempfile.TemporaryDirectory(prefix="sglang-images-skopeo-") as scratch:
         out = Path(scratch) / "stdout"
-        done = proc.run([skopeo(), "--command-timeout", f"{seconds:g}s", *argv], timeout=seconds + GRACE_S,
-                        log=log, env=dict(env), stdout=out)
+        done = proc.run_to_file([skopeo(), "--command-timeout", f"{seconds:g}s", *argv], out,
+                                timeout=seconds + GRACE_S, log=log, env=dict(env))
         if done.ok:
             return out.read_bytes()
     if stalled(done):

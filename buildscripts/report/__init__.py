@@ -1,7 +1,7 @@
 """Reports rendered from saved results (never recomputed by hand): console, Markdown, HTML, JUnit, JSON.
 
-`python -m buildscripts report` (what `nox -s report` runs) weighs every record of the stored results of
-every run and runner as the gate does (report/weigh.py: only what the gate would let through is shown as
+`python -m buildscripts report` (what `nox -s report` runs: commands/report.py) weighs every record of the stored
+results of every run and runner as the gate does (report/weigh.py: only what the gate would let through is shown as
 verified), merges them (newest per cell, stage and GPU arch wins), writes every format under `reports/` and
 prints the console summary. The README's compatibility table is tracked, so it is rewritten only when asked
 (`--update-readme`), and then from the committed evidence (EVIDENCE_RESULTS) unless --results names the
@@ -16,7 +16,6 @@ naming it and why.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -24,15 +23,15 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import arguments, disk, log, matrix
-from ..errors import ConfigError, ResultsError
+from .. import disk, log, matrix
+from ..errors import ConfigError
 from ..results import RunResults
 from ..trust.keys import PublicKey
-from ..workspace import Workspace, path_argument
-from . import console, found, github, html, junit, markdown, merge, sizes, weigh
+from ..workspace import Workspace
+from . import console, github, html, junit, markdown, merge, sizes, weigh
 from .weigh import Weighed
 
-__all__ = ["console", "main", "render_all", "weigh"]
+__all__ = ["console", "render_all", "weigh"]
 
 # What the README's table is rendered from: each evidence folder's results, and the runs under its runs/
 # (each run's folder as `nox -s build` or `verify` writes it: runs/RUN_ID/results.json)
@@ -102,7 +101,7 @@ def weighed_from(paths: Sequence[Path], matrix_path: Path | None, keys: Sequence
     return weigh.weigh_runs(runs, matrix.load(matrix_path) if matrix_path is not None else None, keys)
 
 
-def _check_destinations(out: Path, readme: Path | None) -> None:
+def check_destinations(out: Path, readme: Path | None) -> None:
     """Where reports go must be a folder and the README a file, both writable: said before anything is read."""
     disk.check_writable(out, "--out", "pass --out DIR of a folder you can write: every report format goes there",
                         folder=True)
@@ -119,29 +118,7 @@ def _check_destinations(out: Path, readme: Path | None) -> None:
     disk.check_writable(readme, "--readme", "pass --readme PATH of a file you can write, or leave out --update-readme")
 
 
-def _parser(ws: Workspace) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="report", description="render reports from saved results")
-    arguments.add_results(parser, default="runs/*/results.json and " + " and ".join(EVIDENCE_RESULTS)
-                                          + ", merged; with --update-readme: the evidence only")
-    parser.add_argument("--out", type=path_argument, default=ws.root / "reports",
-                        help="output folder (default: reports/)")
-    parser.add_argument("--update-readme", action="store_true",
-                        help="also rewrite the README's compatibility table (from the committed evidence "
-                             "unless --results is given)")
-    parser.add_argument("--readme", type=path_argument, default=None, metavar="PATH",
-                        help="the README --update-readme rewrites (default: README.md); naming one implies "
-                             "--update-readme")
-    parser.add_argument("--no-readme", action="store_true",
-                        help="leave the README alone (the default; refused with --update-readme or --readme)")
-    arguments.add_matrix(parser, None, help="the matrix.yaml the results must come from (default: matrix.yaml)")
-    parser.add_argument("--trust-key", action="append", default=[], type=path_argument, metavar="PUB",
-                        help="also trust records sealed by this public key (keys/*.pub, this machine's verifier key "
-                             "and evidence/keys/*.pub are trusted always)")
-    parser.add_argument("--verbose", action="store_true", help="print every reason and warning in full")
-    return parser
-
-
-def _write_readme(readme: Path, weighed: Weighed) -> dict[str, Path]:
+def write_readme(readme: Path, weighed: Weighed) -> dict[str, Path]:
     """The README's block and docs/compatibility.md beside it, each written when it changed."""
     written: dict[str, Path] = {}
     try:
@@ -166,41 +143,3 @@ def _write_readme(readme: Path, weighed: Weighed) -> dict[str, Path]:
         if written_to != readme:
             log.info(f"{readme} is a symbolic link: the table was written into its target, the link kept")
     return written
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws = ws or Workspace.at()
-    parser = _parser(ws)
-    args = parser.parse_args(list(argv))
-    update_readme = args.update_readme or args.readme is not None
-    if update_readme and args.no_readme:
-        parser.error("--no-readme contradicts --update-readme / --readme: pass one or the other")
-    readme: Path | None = (args.readme or ws.root / "README.md") if update_readme else None
-    defaults = readme_results(ws) if update_readme else default_results(ws)
-    _check_destinations(args.out, readme)
-    github.check(env or {})
-    paths, skipped = (arguments.results_files(args.results), []) if args.results else found.results(defaults)
-    for line in skipped:
-        log.warn(line)
-    if not paths:
-        msg = "no results files found (looked for " + ", ".join(defaults) + ")"
-        raise ResultsError(msg, hint="run `nox -s build` first, or pass --results GLOB")
-    matrix_path: Path | None = args.matrix or ws.matrix
-    if args.matrix is None and not ws.matrix.is_file():
-        log.warn(f"no {ws.matrix}: every record is shown as stale, none as verified (pass --matrix PATH)")
-        matrix_path = None
-    # The README's table from the evidence trusts only committed keys: it renders the same on every machine
-    keys = weigh.committed_keys(ws.root, args.trust_key) if update_readme and not args.results else \
-        weigh.report_keys(ws.root, env or {}, args.trust_key)
-    weighed = weighed_from(paths, matrix_path, keys)
-    try:
-        written = render_all(weighed, args.out, env)
-    except OSError as exc:  # e.g. a parent of --out is a file, or not writable
-        msg = f"cannot write the reports into {args.out}: {exc.strerror} ({exc.filename})"
-        raise ConfigError(msg, hint="pass --out DIR of a folder you can write") from None
-    if readme is not None:
-        written |= _write_readme(readme, weighed)
-    console.summary(weighed, build=False, verbose=args.verbose)
-    for kind, path in written.items():
-        log.info(f"{kind}: {path}")
-    return 0

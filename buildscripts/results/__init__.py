@@ -5,7 +5,7 @@ nothing of theirs.
 """
 
 from .archs import families, family, tag_form
-from .factory import cell_record, versions_from
+from .factory import Given, cell_record, versions_from
 from .judge import arch_key, arch_outcomes, gpu_runs, is_unexpected, judge, judged, verified_archs
 from .provenance import definition_digest, matrix_digest
 from .schema import (
@@ -28,7 +28,7 @@ from .store import load, now, save
 __all__ = [
     "CPU_STAGES", "GPU_STAGES", "LADDER", "REQUIRED_GPU_STAGES", "SCHEMA_VERSION", "BuildResult", "CellResult",
     "ExpectedFailure",
-    "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "arch_key", "arch_outcomes", "cell_record",
+    "Given", "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "arch_key", "arch_outcomes", "cell_record",
     "definition_digest", "families", "family", "gpu_runs", "is_unexpected", "judge", "judged", "load",
     "matrix_digest",
     "now", "save", "tag_form", "verified_archs", "versions_from",

@@ -7,6 +7,7 @@ The pipeline (a built cell), `verify IMAGE`, `verify --host`, `verify --lxc` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from .judge import judged
 from .schema import BuildResult, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
@@ -15,20 +16,31 @@ from .store import now
 VERSION_KEYS = ("torch", "sglang", "flashinfer", "deep_gemm", "cuda_runtime", "driver", "nvcc")
 
 
-def cell_record(
-    cell_id: str, *, axes: Mapping[str, str] | None = None, targets: Sequence[str] = (),
-    excluded: str | None = None, expected: ExpectedFailure | None = None, build: BuildResult | None = None,
-    image: ImageInfo | None = None, stages: Sequence[StageResult] = (), versions: Mapping[str, str] | None = None,
-    locks: Mapping[str, str] | None = None, run_id: str | None = None, verification_key: str | None = None,
-    reused_from: str | None = None,
-) -> CellResult:
+@dataclass(frozen=True, kw_only=True)
+class Given:
+    """What is known of a cell before its outcome: its axes and targets, the failure it is expected to meet (or why
+    it is excluded), and the versions, locks and run it is made with."""
+
+    axes: Mapping[str, str] | None = None
+    targets: Sequence[str] = ()
+    excluded: str | None = None
+    expected: ExpectedFailure | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    locks: Mapping[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+def cell_record(cell_id: str, given: Given | None = None, *, build: BuildResult | None = None,
+                image: ImageInfo | None = None, stages: Sequence[StageResult] = (),
+                verification_key: str | None = None, reused_from: str | None = None) -> CellResult:
     """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built."""
-    if build is None and not excluded:
+    given = given or Given()
+    if build is None and not given.excluded:
         build = BuildResult(status=Status.SKIPPED, reason="not built")
     record = CellResult(
-        cell_id=cell_id, axes=dict(axes or {}), targets=list(targets), excluded=excluded, expected=expected,
-        build=build, image=image or ImageInfo(), stages=list(stages),
-        versions={**(versions or {}), **versions_from(stages)}, locks=dict(locks or {}), run_id=run_id,
+        cell_id=cell_id, axes=dict(given.axes or {}), targets=list(given.targets), excluded=given.excluded,
+        expected=given.expected, build=build, image=image or ImageInfo(), stages=list(stages),
+        versions={**given.versions, **versions_from(stages)}, locks=dict(given.locks), run_id=given.run_id,
         finished=now(), verification_key=verification_key, reused_from=reused_from,
     )
     return judged(record)

@@ -30,12 +30,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
-from typing import Any
-
-import docker
-from docker.errors import APIError, DockerException, NotFound
-from testcontainers.core.config import testcontainers_config
-from testcontainers.core.container import DockerContainer
+from typing import TYPE_CHECKING, Any
 
 from .. import log
 from . import netns
@@ -44,7 +39,12 @@ from .observe import Endpoint
 from .output import ProbeRun, failed, interpret
 from .plan import grace
 from .runner import Options, Outcome
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:   # the docker SDK and testcontainers are imported where the engine is reached (cli.py)
+    import docker
+    from testcontainers.core.container import DockerContainer
+
+    from .tinymodel import TinyModel
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
@@ -53,7 +53,6 @@ STOP_FILE = f"{PROBE_ROOT}/stop"            # created by the host once it has ob
 LABEL_RUN, LABEL_CELL = "sglang-images.run", "sglang-images.cell"
 # Who owns a container: host name and "PID START" (the start time tells a reused pid from the owner).
 LABEL_HOST, LABEL_OWNER, LABEL_KEPT = "sglang-images.host", "sglang-images.owner-process", "sglang-images.kept"
-KEEP_ENV = "SGLANG_IMAGES_KEEP_CONTAINERS"
 KEEPALIVES = (["python3", "-c", "import time; time.sleep(1e9)"], ["sleep", "infinity"])
 NOT_FOUND_RE = re.compile(r"executable file not found|no such file or directory", re.I)
 
@@ -84,6 +83,8 @@ def network_plan(client: docker.DockerClient) -> tuple[dict[str, Any], str | Non
     an engine on this machine. Elsewhere the engine's default network is kept and the stage evidence says
     the network was not cut; where the engine has no default bridge network (dockerd --bridge=none, as on
     hosts without iptables), containers can only share the host's network."""
+    from docker.errors import APIError, DockerException
+
     problem = netns.problem()
     if problem is None and not str(client.api.base_url).startswith("http+docker://"):
         problem = f"the engine is not on this machine ({client.api.base_url}): its containers' namespaces are not here"
@@ -142,6 +143,8 @@ class ContainerRunner:
         self.image, self.docker_options, self.cut_problem = image, dict(docker_options or {}), cut_problem
 
     def run(self, options: Options, model: TinyModel | None) -> Outcome:
+        from docker.errors import APIError
+
         plan = options.plan
         network = self.docker_options.get("network_mode")
         args = plan.probe_args("container") + (["--model-dir", MODEL_ROOT] if model else []) + [
@@ -174,6 +177,11 @@ class ContainerRunner:
 def probe_container(image: str, *, run_id: str, cell_id: str, options: Mapping[str, Any] | None = None,
                     keep: bool = False) -> Iterator[tuple[DockerContainer | None, str]]:
     """A started container with a keep-alive (and the keep-alive used), removed on exit unless `keep`."""
+    import docker
+    from docker.errors import APIError
+    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.container import DockerContainer
+
     testcontainers_config.ryuk_disabled = True   # we remove our own containers; no reaper image to pull
     opts = dict(options or {})
     env = dict(opts.pop("environment", None) or {})
@@ -206,6 +214,8 @@ def probe_container(image: str, *, run_id: str, cell_id: str, options: Mapping[s
 
 
 def _remove(container: DockerContainer, *, keep: bool) -> None:
+    from docker.errors import NotFound
+
     if keep:
         container.get_docker_client().client.close()
         return
@@ -303,6 +313,8 @@ def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper
 
 
 def _pump(stream: Iterator[bytes], lines: queue.Queue[str | None]) -> None:
+    from docker.errors import DockerException
+
     pending = b""
     try:
         for chunk in stream:
@@ -321,6 +333,8 @@ def _pump(stream: Iterator[bytes], lines: queue.Queue[str | None]) -> None:
 
 
 def _kill(wrapped: Any) -> None:
+    from docker.errors import APIError, NotFound
+
     with suppress(APIError, NotFound):
         wrapped.kill()
 
@@ -337,6 +351,8 @@ def _process_identity(pid: int) -> str:
 
 def reap_orphans(client: docker.DockerClient) -> list[str]:
     """Remove this host's verification containers whose owner process is gone; return their names."""
+    from docker.errors import APIError, DockerException, NotFound
+
     host = socket.gethostname()
     reaped = []
     try:

@@ -9,28 +9,22 @@ are SKIPPED with the host's reason instead of a vague "no device".
 
 from __future__ import annotations
 
-import argparse
 import glob
-import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from docker.types import DeviceRequest, Ulimit
 
 from .. import proc
 from ..errors import GpuError
+from .asked import SHM_SIZE
 
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"   # read by the probe's gpu-visible stage
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")   # where nvidia-ctk writes specs, when the engine does not say
 CDI_KIND = "nvidia.com/gpu"
 SMI_QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
-# /dev/shm is 64 MB by default in Docker; NCCL and SGLang's shared-memory queues need far more
-# (a too-small /dev/shm is a known NCCL failure: "Error while creating shared memory segment").
-SHM_SIZE = "16g"
-SHM_SIZE_FORM = re.compile(r"[1-9][0-9]*[bkmg]?", re.I)   # what docker's --shm-size takes
 STACK_BYTES = 64 * 1024 * 1024
 
 
@@ -193,6 +187,8 @@ def on_host(discovery: Discovery, env: Mapping[str, str]) -> Handed:
 def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
                       shm_size: str = SHM_SIZE) -> dict[str, Any]:
     """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
+    from docker.types import DeviceRequest, Ulimit  # the SDK where a container is made, not at import (cli.py)
+
     options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
     given = handed(discovery, gpu, all_gpus=all_gpus)
     chosen = given.gpus
@@ -211,14 +207,6 @@ def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus:
                                                     capabilities=[["gpu"]])]
         options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
     return options
-
-
-def shm_size_argument(text: str) -> str:
-    """An argparse type for a /dev/shm size in docker's form (16g, 64m, 1073741824)."""
-    if not SHM_SIZE_FORM.fullmatch(text.strip()):
-        msg = f"{text!r} is not a size as docker's --shm-size takes it (e.g. 16g, 1g, 64m)"
-        raise argparse.ArgumentTypeError(msg)
-    return text.strip().lower()
 
 
 def host_env(gpu: Gpu) -> dict[str, str]:

@@ -14,14 +14,16 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..probe.core import SERVE_PREFIX, SERVER_EXIT_PREFIX
 from ..probe.server import Readiness
 from . import netns, observe
 from .gpus import Handed
 from .observe import Endpoint
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
+    from .tinymodel import TinyModel
 
 UNBACKED = "gpu-claim-unbacked"        # failure classes (data/failures.yaml)
 UNOBSERVED = "server-unobserved"

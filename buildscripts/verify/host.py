@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import proc
 from ..handed_env import handed_environment
@@ -25,7 +26,9 @@ from .identity import Sandbox
 from .observe import Endpoint
 from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:
+    from .tinymodel import TinyModel
 
 FIND_S = 5.0   # how long the host looks for the server's process: one read while it execs shows no marker for a moment
 IMPORT_PATH_S = 20   # an interpreter says its import path in well under a second; one that stalls only waits this

@@ -1,31 +1,18 @@
-"""Host-mode probe output -> results: read the JSON that `python -m buildscripts.probe --out FILE`
-wrote on a machine where this package's dependencies may be missing (a GPU test machine, an LXC
-container), then classify failures, judge verdicts and write results.json plus a summary.md.
+"""A probe's output file judged into a cell's record, and a run of them summed up in Markdown: what
+`python -m buildscripts import-probe` does (commands/import_probe.py says why such a record vouches for nothing).
 
-  python -m buildscripts import-probe --cell ID=FILE [--cell ID=FILE ...] --out DIR [--title TEXT]
-      [--axis KEY=VALUE ...] [--cell-axis ID=KEY:VALUE ...] [--expect ID=STAGE:CLASS:REASON]
-      [--note TEXT ...]
-
-There is no image in host mode: the build is recorded as passed with the reason "host mode", so the
-verdict comes from the stages alone, by the same `results.judge` as every other run. A file is what a
-probe printed, with no host beside it: no GPU was handed over and no server observed, so its GPU stages
-are claims and fail as such (verify/claims.py); a GPU verdict comes from `verify --host` on that machine.
-The file still gives CPU-stage results, and server start-up times (`--timing`) as measurements.
-Its records are NOT sealed either: this command did not run the probe, so they are for reports only and vouch
-for nothing (`tag`, `promote`, `export` and the build's reuse refuse them).
+The file is what a probe printed with no host beside it, so its GPU stages go through the host's claims check
+(claims.py) as unbacked, and its server stages through `served.merge` with nothing observed: the CPU stages and
+the server's start-up times are what it gives.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import results
-from ..errors import ResultsError
-from ..results import BuildResult, CellResult, ExpectedFailure, RunResults, StageResult, Status, cell_record
-from ..workspace import Workspace
+from ..results import BuildResult, CellResult, ExpectedFailure, Given, RunResults, StageResult, Status, cell_record
 from . import claims, served
 from .gpus import Handed
 from .output import read_file, to_stage
@@ -39,8 +26,8 @@ def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
                     expected: ExpectedFailure | None = None) -> CellResult:
     """The judged record of one host-mode probe output file."""
     stages = claims.backed(served.merge([to_stage(raw) for raw in read_file(path)], None, None), FROM_FILE, "host")
-    return cell_record(cell_id, axes=axes, targets=axes.get("archs", "").split(), expected=expected,
-                       build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
+    given = Given(axes=axes, targets=axes.get("archs", "").split(), expected=expected)
+    return cell_record(cell_id, given, build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
 
 
 def timing_rows(label: str, raw: Sequence[dict[str, Any]]) -> str:
@@ -91,59 +78,3 @@ def _detail(stage: StageResult) -> str:
     else:
         text = stage.reason or ""
     return text.replace("|", "\\|").replace("\n", " ")[:300]
-
-
-def _expectation(text: str) -> ExpectedFailure:
-    """`STAGE[,STAGE]:CLASS:REASON` (CLASS may be empty) -> the declared expected failure."""
-    stage, _, rest = text.partition(":")
-    failure_class, _, reason = rest.partition(":")
-    if not stage:
-        msg = f"--expect {text!r} must look like STAGE:CLASS:REASON"
-        raise ResultsError(msg, hint="e.g. --expect host-b=import:cuda-home-missing:no toolkit")
-    return ExpectedFailure(stages=stage.split(","), failure_class=failure_class or None, reason=reason)
-
-
-def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        key, sep, rest = value.partition("=")
-        if not sep or not key:
-            msg = f"{what} {value!r} must look like KEY=VALUE"
-            raise ResultsError(msg, hint=f"e.g. {what} host-a=/path/a.json")
-        out[key] = rest
-    return out
-
-
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    del ws, env  # every path comes from the arguments
-    ap = argparse.ArgumentParser(prog="python -m buildscripts import-probe", description=__doc__)
-    ap.add_argument("--cell", action="append", required=True, help="CELL_ID=PROBE_JSON (repeatable)")
-    ap.add_argument("--out", type=Path, required=True, help="folder for results.json and summary.md")
-    ap.add_argument("--run-id", default=None)
-    ap.add_argument("--runner", default=None, help="where the probe ran, e.g. 'an H200 test machine'")
-    ap.add_argument("--title", default="Host-mode verification")
-    ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE shown with every cell")
-    ap.add_argument("--cell-axis", action="append", default=[], help="CELL_ID=KEY:VALUE for one cell")
-    ap.add_argument("--expect", action="append", default=[], help="CELL_ID=STAGE:CLASS:REASON")
-    ap.add_argument("--note", action="append", default=[])
-    ap.add_argument("--timing", action="append", default=[], help="LABEL=PROBE_JSON: start-up times only")
-    a = ap.parse_args(list(argv))
-    axes = _pairs(a.axis, "--axis")
-    expects = {cid: _expectation(text) for cid, text in _pairs(a.expect, "--expect").items()}
-    own: dict[str, dict[str, str]] = {}
-    for value in a.cell_axis:
-        cid, _, pair = value.partition("=")
-        key, _, val = pair.partition(":")
-        own.setdefault(cid, {})[key] = val
-    cells = [cell_from_probe(cid, Path(path), {**axes, **own.get(cid, {})}, expects.get(cid))
-             for cid, path in _pairs(a.cell, "--cell").items()]
-    run = RunResults(run_id=a.run_id or f"host-{results.now()}", started=min(c.finished or "" for c in cells),
-                     finished=results.now(), cells=cells)
-    if a.runner:
-        run = run.model_copy(update={"runner": a.runner})
-    results.save(run, a.out / "results.json")
-    timings = [(label, read_file(Path(path))) for label, path in _pairs(a.timing, "--timing").items()]
-    (a.out / "summary.md").write_text(summary_markdown(run, a.title, a.note, timings))
-    for cell in cells:
-        print(f"{cell.cell_id}: {cell.verdict} ({cell.verdict_reason})")
-    return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import TYPE_CHECKING
 
 from .. import log, proc
 from ..lxc import fix_hints
@@ -18,7 +19,9 @@ from .host import ProcessReach, marker
 from .output import failed, from_process
 from .plan import Plan
 from .runner import Options, Outcome
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:
+    from .tinymodel import TinyModel
 
 STOP_FILE = re.compile(r"/tmp/sglang-images-probe\.[A-Za-z0-9]{6,}/stop")   # in probe_script's folder
 

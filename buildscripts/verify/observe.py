@@ -10,12 +10,13 @@ import json
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..probe.server import Readiness, poll_ready
 from . import netns
-from .reference import Decode
-from .tinymodel import NEW_TOKENS
+
+if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
+    from .reference import Decode
 
 READY_PATH = "/health_generate"   # SGLang: 200 only once a warm-up generation has passed
 REQUEST_TIMEOUT_S = 120.0
@@ -111,6 +112,8 @@ def _post(endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any]
 
 def generate(endpoint: Endpoint, reference: Decode, evidence: dict[str, Any]) -> None:
     """The host's first generation: the reference prompt as token ids, greedy, a fixed length."""
+    from .tinymodel import NEW_TOKENS
+
     prompt = list(reference.prompt_ids)
     answer = _post(endpoint, "/generate", {
         "input_ids": prompt, "return_logprob": True,

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
-
-import docker
+from typing import TYPE_CHECKING, TypeVar
 
 from ..results import StageResult, Status
-from .gpus import Discovery, Gpu, Handed, container_options
+from .gpus import Discovery, Gpu, container_options
 from .one_image import verify_image
-from .plan import Plan
+from .request import VerificationRequest
+
+if TYPE_CHECKING:
+    import docker
 
 T = TypeVar("T")
 
@@ -26,19 +26,15 @@ def per_gpu(discovery: Discovery, verify_one: Callable[[Gpu], T]) -> list[T]:
         return list(pool.map(verify_one, discovery.gpus))
 
 
-def verify_per_gpu(client: docker.DockerClient, image: str, plan: Plan, discovery: Discovery, *, logs: Path,
-                   run_id: str, cell_id: str, keep: bool = False,
-                   extra_options: Mapping[str, Any] | None = None,
-                   cut_problem: str | None = None) -> dict[int, list[StageResult]]:
-    """{gpu index: its stage results}, one container per GPU side by side; logs go to logs/gpu<i>/.
-    `extra_options` (e.g. the network mode) apply to every container; each container's GPU facts are its
-    own GPU's, and each server is observed by the host in its own container's network."""
+def verify_per_gpu(client: docker.DockerClient, image: str,
+                   request: VerificationRequest) -> dict[int, list[StageResult]]:
+    """{gpu index: its stage results}, one container per GPU side by side; logs go to the request's gpu<i>/.
+    The request's network options apply to every container; each container's GPU facts are its own GPU's, and
+    each server is observed by the host in its own container's network."""
+    discovery = request.provision.discovery
 
     def one(gpu: Gpu) -> list[StageResult]:
-        options = {**container_options(discovery, gpu.index), **(extra_options or {})}
-        return verify_image(client, image, plan, log_file=logs / f"gpu{gpu.index}" / "probe.log", run_id=run_id,
-                            cell_id=cell_id, options=options, handed=Handed((gpu,)), cut_problem=cut_problem,
-                            keep=keep)
+        return verify_image(client, image, request.on_gpu(gpu, container_options(discovery, gpu.index)))
 
     return dict(zip([g.index for g in discovery.gpus], per_gpu(discovery, one), strict=True))
 

@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..matrix import Cell
 from ..matrix.schema import LABEL_PREFIX, Profile, TinyModelName
 from ..matrix.spellings import flavour_version
 from ..probe import __main__ as probe_main  # registers every stage, as in the image
@@ -77,15 +76,6 @@ class Plan:
         return cls(archs=tuple(archs), also_archs=also, lane_cuda=lane_cuda, stages=tuple(planned_stages(stages)),
                    stage_timeout=stage_timeout, server_args=tuple(profile.args), server_env=dict(profile.env),
                    server_profile=profile_name, server_model=profile.model)
-
-    @classmethod
-    def for_cell(cls, cell: Cell, *, stages: Sequence[str] | None = None, profile: Profile | None = None,
-                 profile_name: str = "default") -> Plan:
-        """A matrix cell's archs and lane; the stage deadline covers the profile's server timeout."""
-        profile = profile or Profile()
-        return cls.make(archs=cell.archs, lane_cuda=cell.lane.cuda_version, stages=stages, profile=profile,
-                        stage_timeout=stage_timeout(profile), profile_name=profile_name,
-                        also_archs=cell.also_audit)
 
     @property
     def deadline(self) -> float:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-
-import docker
+from typing import TYPE_CHECKING
 
 from .. import engine, log
 from ..errors import ConfigError, RegistryError
 from ..registry import failures, manifests, references, through_engine
 from ..results import ImageInfo
+
+if TYPE_CHECKING:
+    import docker
 
 
 def pinned(ref: str) -> tuple[str, str]:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..results import StageResult
-from . import claims, served, tinymodel, tp
+from . import claims, served, tp
 from .gpus import Handed
 from .handoff import Observation
 from .plan import Plan
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
+    from .tinymodel import TinyModel
 
 VERIFY_ENV = "SGLANG_IMAGES_VERIFICATION"   # marks the probe's processes (and the server) as this run's
 
@@ -51,6 +53,8 @@ class Runner(Protocol):
 def model_for(options: Options) -> TinyModel | None:
     """Fresh weights of the profile's tiny model and their reference decode, when the server stage is planned
     on a handed GPU."""
+    from . import tinymodel
+
     planned = "server" in options.plan.stages and not options.plan.server_skip
     return tinymodel.make(model=options.plan.server_model) if planned and options.handed.gpus else None
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..results import StageResult, Status
 from . import classify
 from .handoff import UNOBSERVED, Observation
-from .tinymodel import TinyModel
+
+if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
+    from .tinymodel import TinyModel
 
 OFFLINE = "offline-download"   # the failure class (data/failures.yaml) of a download tried with no route out
 _URL = r"https?://[^\s'\"<>()\[\],]+"

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..matrix.schema import Profile
 from ..results import StageResult, Status
-from . import classify, served, tinymodel
+from . import classify, served
 from .gpus import Handed
 from .handoff import UNBACKED
 from .plan import Plan, planned_stages
@@ -57,6 +57,8 @@ def planned(plan: Plan, handed: Handed) -> Plan:
 
 def attention_heads(model: str) -> int:
     """The attention heads of the tiny model a profile serves, which tensor parallelism splits evenly."""
+    from . import tinymodel  # numpy: loaded when a plan is made for GPUs, not when the CLI starts
+
     heads = tinymodel.ARCHITECTURES[model].config["num_attention_heads"]
     assert isinstance(heads, int)
     return heads

@@ -22,12 +22,27 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import InvalidVersion, Version
 
 from ..errors import PackageIndexError
+from ..hostenv import ca_bundle, index_urls
 from ..matrix import Matrix
 from ..matrix.spellings import flavour_version
-from .index import DistFile, Index, Project
+from .index import DistFile, Index, Project, SimpleIndex
 from .wheels import Platform, cuda_flavour, exact_pin, installable, runtime_requirements, toolkit_pin, torch_pin
 
 HOST = ""  # the key of the host's index among the indexes a matrix uses (lanes may name their own)
+
+
+def make_indexes(matrix: Matrix, env: Mapping[str, str], timeout_s: float) -> tuple[dict[str, Index], list[str]]:
+    """The host's index (its pip settings, uv's order) and each lane's own; and how to name them."""
+    host = index_urls(env)
+    bundle = ca_bundle(env)
+    merge = env.get("UV_INDEX_STRATEGY", "first-index").startswith("unsafe-")
+    indexes: dict[str, Index] = {HOST: SimpleIndex(host, timeout_s=timeout_s, ca_bundle=bundle, merge=merge)}
+    shown = [f"the host's package index ({(' + ' if merge else ' then ').join(host)})"]
+    for lane in matrix.spec.torch_lanes:
+        if lane.index and lane.index not in indexes:
+            indexes[lane.index] = SimpleIndex([lane.index], timeout_s=timeout_s, ca_bundle=bundle)
+            shown.append(f"lane {lane.id}'s index ({lane.index})")
+    return indexes, shown
 
 
 @dataclass(frozen=True)

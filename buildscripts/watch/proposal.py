@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..matrix import Cell, Matrix
@@ -21,15 +22,27 @@ from .news import Findings
 KEYS = ("sglang", "torch", "cuda", "flashinfer", "sglang-kernel", "deep-gemm", "triton", "nvcc")
 
 
-def record(findings: Findings, change: Change, locks: Mapping[str, Mapping[str, Any]], built: RunResults | None,
-           before: Matrix, ws: Workspace, *, changed: Sequence[str], today: Mapping[str, Mapping[str, Any]],
-           build_asked: bool, buildable: Sequence[str], branch: str | None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Made:
+    """What the proposal's tree gave: the new cells' locks and which of them could be built, what was built (with
+    --build), the files the change touches; and the locks of the matrix as it is today, to compare with."""
+
+    locks: Mapping[str, Mapping[str, Any]]
+    buildable: Sequence[str]
+    built: RunResults | None
+    changed: Sequence[str]
+    today: Mapping[str, Mapping[str, Any]]
+
+
+def record(findings: Findings, change: Change, made: Made, before: Matrix, ws: Workspace, *, build_asked: bool,
+           branch: str | None) -> dict[str, Any]:
     releases = findings.proposable()
     title = "watch: propose " + ", ".join(
         f"sglang {s.version} (torch {s.torch}{', new lane' if s.new_lane else ''}"
         f"{' in CUDA flavour ' + s.new_flavour['name'] if s.new_flavour else ''})" for s in releases)
     history = saved_runs(ws.runs)
-    cells = [_cell(cell, locks.get(cell.id, {}), built, before, today, history) for cell in change.new_cells]
+    cells = [_cell(cell, made.locks.get(cell.id, {}), made.built, before, made.today, history)
+             for cell in change.new_cells]
     diff = "".join(difflib.unified_diff(before.path.read_text(encoding="utf-8").splitlines(keepends=True),
                                         change.text.splitlines(keepends=True), "a/matrix.yaml", "b/matrix.yaml"))
     return {
@@ -38,8 +51,8 @@ def record(findings: Findings, change: Change, locks: Mapping[str, Mapping[str, 
         "added": change.added,
         "matrix_diff": diff,
         "cells": cells,
-        "lock_files": list(changed),
-        "build": _build_state(build_asked, buildable, built),
+        "lock_files": list(made.changed),
+        "build": _build_state(build_asked, made.buildable, made.built),
         "branch": branch,
         "watch": findings.to_json(),
     }

@@ -106,9 +106,10 @@ def run(findings: Findings, matrix: Matrix, start: Snapshot, request: Request) -
         _git(tree, "diff", "--cached", "--binary", f"--output={scratch}", what="write the patch")
         changed = _git(tree, "diff", "--cached", "--name-status", what="list the changed files").splitlines()
         _unchanged_since(start, request.ws)
-        record = proposal.record(findings, change, locks, built, matrix, request.ws, changed=changed,
-                               today=read_index(request.ws.locks)["cells"], build_asked=request.build,
-                               buildable=buildable, branch=request.branch)
+        made = proposal.Made(locks=locks, buildable=buildable, built=built, changed=changed,
+                             today=read_index(request.ws.locks)["cells"])
+        record = proposal.record(findings, change, made, matrix, request.ws, build_asked=request.build,
+                                 branch=request.branch)
         out.mkdir(parents=True, exist_ok=True)
         shutil.move(scratch, out / "matrix.patch")
         (out / "proposal.md").write_text(proposal.markdown(record), encoding="utf-8")

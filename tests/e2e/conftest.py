@@ -26,8 +26,9 @@ import pytest
 
 from buildscripts import matrix
 from buildscripts.results import RunResults
-from buildscripts.verify import gpus, reuse
-from buildscripts.verify.plan import Plan
+from buildscripts.verify import gpus, provision, reuse
+from buildscripts.verify.asked import Asked
+from buildscripts.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = "sglang0.5.16-torch2.11.0-cu130-*"
@@ -72,7 +73,8 @@ def main_job_run(images: dict[str, str], saved: Path = MAIN_RUNS) -> RunResults 
     with contextlib.closing(docker.from_env()) as client:
         discovery = gpus.discover(client.info())
     profile = loaded.spec.profiles["default"]
-    wanted = {c.id: reuse.key(images[c.id], Plan.for_cell(c, profile=profile), discovery)
+    asked = Asked(ws=Workspace.at(ROOT), matrix=loaded)   # what a build asks by default
+    wanted = {c.id: reuse.key(images[c.id], provision.plan(asked, profile, cell=c), discovery)
               for c in loaded.cells if c.id in images}
     for saved_run in reuse.saved_runs(saved):
         records = [saved_run.cell(cell_id) for cell_id in CELL_IDS]

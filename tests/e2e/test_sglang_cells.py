@@ -21,6 +21,7 @@ from buildscripts.probe import fatbin
 from buildscripts.results import CellResult, RunResults, Status, Verdict
 from buildscripts.verify.one_image import verify_image
 from buildscripts.verify.plan import Plan
+from tests.verification import request
 
 ROOT = Path(__file__).resolve().parents[2]
 NONE = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
@@ -134,10 +135,9 @@ def test_no_host_compiler_fails_the_jit_stage(run: RunResults, tmp_path: Path) -
     ref = cell(run, NONE).image.ref
     assert ref
     plan = Plan.make(archs=["sm_90a"], lane_cuda="13.0", stages=["toolchain", "jit-compile"], stage_timeout=600)
-    stages = verify_image(
-        docker.from_env(), ref, plan, log_file=tmp_path / "no-compiler" / "probe.log", cell_id="no-compiler",
-        options={"environment": {"CUDA_HOME": PIP_NVCC_HOME,
-                                 "PATH": f"{PIP_NVCC_HOME}/bin:/opt/venv/bin:/usr/bin:/bin"}})
+    environment = {"CUDA_HOME": PIP_NVCC_HOME, "PATH": f"{PIP_NVCC_HOME}/bin:/opt/venv/bin:/usr/bin:/bin"}
+    stages = verify_image(docker.from_env(), ref, request(plan, tmp_path / "no-compiler", cell_id="no-compiler",
+                                                          options={"environment": environment}))
     failed = [s for s in stages if s.status is Status.FAILED]
     assert failed, stages
     assert failed[0].failure_class == "no-host-compiler", failed[0]

@@ -21,6 +21,7 @@ from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.plan import Plan
 from tests import needs
 from tests.integration import tinyimages
+from tests.verification import request
 
 STAND_IN = Path(__file__).resolve().parents[1] / "cpu_stand_in"
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -59,9 +60,9 @@ def test_the_host_observes_the_server_in_the_container(client: docker.DockerClie
     run_id = f"test-{uuid.uuid4().hex[:8]}"
     plan = Plan.make(archs=["sm_90a"], lane_cuda=None, stages=["gpu-visible", "server", "first-generation"],
                      stage_timeout=60)
-    stages = {s.name: s for s in one_image.verify_image(
-        client, stand_in_image, plan, log_file=tmp_path / "probe.log", run_id=run_id, handed=Handed((H200,)),
-        options={"environment": {"SGLANG_TEST_OUTPUT_IDS": json.dumps(ids)}, **network}, cut_problem=cut_problem)}
+    asked = request(plan, tmp_path, run_id=run_id, handed=Handed((H200,)), cut_problem=cut_problem,
+                    options={"environment": {"SGLANG_TEST_OUTPUT_IDS": json.dumps(ids)}, **network})
+    stages = {s.name: s for s in one_image.verify_image(client, stand_in_image, asked)}
     assert container.leftovers(client, run_id) == []
     visible = stages["gpu-visible"]
     assert visible.status is Status.PASSED and visible.where == "container: NVIDIA H200 (sm_90)"

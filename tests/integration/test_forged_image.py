@@ -11,10 +11,12 @@ from pathlib import Path
 import docker
 import pytest
 
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import RunFailed
-from buildscripts.verify import command, container
+from buildscripts.verify import container
 from buildscripts.workspace import Workspace
 from tests import forged
+from tests.commands import call
 from tests.integration import tinyimages
 
 
@@ -35,7 +37,7 @@ def test_a_forged_python_gets_no_gpu_stage_through_verify_image(client: docker.D
     run_id = f"forged-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "results.json"
     with pytest.raises(RunFailed):
-        command.main([forged_images[variant], "--run-id", run_id, "--out", str(out), "--stage-timeout", "60"],
+        call(verify_command, [forged_images[variant], "--run-id", run_id, "--out", str(out), "--stage-timeout", "60"],
                      ws=Workspace.at(runs=tmp_path / "runs"))
     assert container.leftovers(client, run_id) == []
     cell = json.loads(out.read_text())["cells"][0]

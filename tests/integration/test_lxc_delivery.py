@@ -17,11 +17,13 @@ import docker
 import pytest
 
 from buildscripts import matrix, results
+from buildscripts.commands import export as export_command
 from buildscripts.errors import DiskSpaceError
 from buildscripts.publish import export
 from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
+from tests.commands import call
 from tests.integration import tinyimages
 from tests.lxc_container import attach, container, start_container
 from tests.results_factory import make_cell, sealed
@@ -108,7 +110,8 @@ def test_bad_targets_leave_nothing_behind(images: dict[str, str], tmp_path: Path
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage)
     with pytest.raises(DiskSpaceError, match=r"only 10 kB free in .*needs about 0\.\d+ GB"):
-        export.main([images["good"], "--out", str(tmp_path), "--results", images["results"]], env=dict(os.environ))
+        call(export_command, [images["good"], "--out", str(tmp_path), "--results", images["results"]],
+             env=dict(os.environ))
     assert leftovers(tmp_path) == []
 
 

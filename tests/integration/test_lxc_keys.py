@@ -57,9 +57,9 @@ def test_lxc_mode_code_under_test_reaches_no_key(open_tmp: Path) -> None:
         env = {**os.environ, keys.KEY_ENV: keys.private_pem(secret.private).decode(),
                keys.KEY_DIR_ENV: str(key_dir)}
         env.pop(keys.KEY_FILE_ENV, None)
-        verifier = ("import os, sys; from pathlib import Path; from buildscripts.verify import command; "
+        verifier = ("import os, sys; from pathlib import Path; from buildscripts.commands import verify; "
                     "from buildscripts.workspace import Workspace; "
-                    "command.main(sys.argv[2:], Workspace.at(runs=Path(sys.argv[1])), dict(os.environ))")
+                    "verify.run(verify.parse(sys.argv[2:], Workspace.at(runs=Path(sys.argv[1])), dict(os.environ)))")
         done = subprocess.run([sys.executable, "-c", verifier, str(open_tmp / "runs"), "--lxc-name", name,
                                "--python", "/root/python3", "--run-id", "r", "--stages", "facts,import",
                                "--stage-timeout", "20"], cwd=ROOT, env=env, capture_output=True, text=True,

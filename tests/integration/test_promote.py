@@ -20,14 +20,17 @@ import docker
 import pytest
 
 from buildscripts import matrix, results
+from buildscripts.commands import promote as promote_command
+from buildscripts.commands import tag as tag_command
 from buildscripts.errors import RegistryError, ResultsError
 from buildscripts.matrix.schema import Tags
-from buildscripts.publish import promote, tagcmd, tags, trusted
+from buildscripts.publish import promote, tags, trusted
 from buildscripts.registry import manifests, through_engine
 from buildscripts.results import CellResult, RunResults
 from buildscripts.trust import keys
 from buildscripts.trust.keys import SigningKey
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.integration.tinyimages import owner_change
 from tests.registry_server import RegistryServer
 from tests.results_factory import finish, make_cell, of_cell, sealed
@@ -218,12 +221,12 @@ def test_a_forged_record_moves_no_tag(
     argv = ["--results", str(path), "--matrix", str(loaded.path)]
     reason = FORGERIES[kind]
     if kind in ("no targets, arch bogus", "GPU stages on no GPU"):
-        assert tagcmd.main(argv, Workspace.at(tmp_path), dict(os.environ)) == 0
+        assert call(tag_command, argv, Workspace.at(tmp_path), dict(os.environ)) == 0
         said = " ".join(capsys.readouterr().out.split())
         assert f"{good.cell_id} tag" in said and reason in said and "0 cell(s) tagged" in said
     else:
         with pytest.raises(ResultsError) as err:
-            tagcmd.main(argv, Workspace.at(tmp_path), dict(os.environ))
+            call(tag_command, argv, Workspace.at(tmp_path), dict(os.environ))
         assert reason in err.value.message and "not evidence" in err.value.message
     assert repository_tags(client, cfg.repository) == before
     assert results.load(path).cells[0].tags == []
@@ -262,7 +265,7 @@ def test_promote_refuses_a_forged_record_before_pushing(
     edited = cell.model_copy(update={"targets": []})   # sealed, then edited: the seal no longer fits
     path = save_run(edited, tmp_path / "results.json", loaded)
     with pytest.raises(ResultsError, match="changed after it was sealed"):
-        promote.main(["--results", str(path), "--registry", server.url, "--matrix", str(loaded.path)],
+        call(promote_command, ["--results", str(path), "--registry", server.url, "--matrix", str(loaded.path)],
                      Workspace.at(tmp_path), dict(os.environ))
     assert promote.promote_file(client, path, server.url, cfg, loaded, KEYS) == 0   # the API skips it too
     assert results.load(path).cells[0].promoted == {}

@@ -21,13 +21,15 @@ import docker
 import pytest
 
 from buildscripts import matrix, results
+from buildscripts.commands import promote as promote_command
 from buildscripts.errors import RegistryError
-from buildscripts.publish import promote, staging
+from buildscripts.publish import staging
 from buildscripts.registry import failures, manifests, writer_lock
 from buildscripts.results import CellResult
 from buildscripts.trust import cosign, keys, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
+from tests.commands import call
 from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
 from tests.registry_server import RegistryServer
 
@@ -69,7 +71,7 @@ class Staged:
 
     def promote(self, *extra: str, results_glob: str = "collected/*/results.json") -> int:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
-        return promote.main(self.argv(*extra, results_glob=results_glob), ws,
+        return call(promote_command, self.argv(*extra, results_glob=results_glob), ws,
                             {**ENV, writer_lock.LOCK_DIR_ENV: str(self.tmp / "locks")})
 
     def release_in(self, server: RegistryServer) -> None:
@@ -280,4 +282,4 @@ def test_a_release_registry_that_never_answers_is_named_within_the_deadline(stag
         ws = Workspace.at(ROOT, matrix=staged.matrix_path, runs=staged.tmp / "runs")
         env = {**ENV, writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks"), failures.DEADLINE_ENV: "2"}
         with pytest.raises(RegistryError, match=f"the registry {host} did not answer within 2 s"):
-            promote.main(staged.argv(), ws, env)
+            call(promote_command, staged.argv(), ws, env)

@@ -24,13 +24,16 @@ import docker
 import pytest
 
 from buildscripts import matrix
+from buildscripts.commands import check as check_command
+from buildscripts.commands import promote as promote_command
 from buildscripts.errors import NotVerified, RegistryError
-from buildscripts.publish import check, platformtags, promote, staging
+from buildscripts.publish import platformtags, staging
 from buildscripts.registry import manifests, writer_lock
 from buildscripts.results import CellResult
 from buildscripts.trust import keys, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
+from tests.commands import call
 from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
 from tests.integration.test_promote_by_digest import skopeo_digest
 from tests.integration.tinyimages import one_file_tar
@@ -132,7 +135,7 @@ class Platforms:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
         argv = ["--matrix", str(self.matrix_path), "--registry", self.url,
                 "--results", str(self.tmp / "collected/*/results.json"), *extra]
-        return promote.main(argv, ws, {**ENV, writer_lock.LOCK_DIR_ENV: str(self.tmp / "locks")})
+        return call(promote_command, argv, ws, {**ENV, writer_lock.LOCK_DIR_ENV: str(self.tmp / "locks")})
 
     def clear(self) -> None:
         """Forget the results promoted so far: the next promotion starts from new staging builds."""
@@ -164,7 +167,7 @@ class Platforms:
     def check(self, tag: str, platform: str) -> int:
         ws = Workspace.at(ROOT, matrix=self.matrix_path, runs=self.tmp / "runs")
         try:
-            return check.main([f"{self.dest}:{tag}", "--platform", platform], ws, ENV)
+            return call(check_command, [f"{self.dest}:{tag}", "--platform", platform], ws, ENV)
         except NotVerified:
             return 1
 

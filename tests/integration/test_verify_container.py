@@ -18,6 +18,7 @@ from buildscripts.results import StageResult, Status
 from buildscripts.verify import container, gpus, one_image
 from buildscripts.verify.plan import Plan, grace
 from tests.integration import tinyimages
+from tests.verification import request
 
 HANG = b"import time\ntime.sleep(10 ** 6)\n"   # a module whose import never returns
 CPU_STAGES = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile"]
@@ -39,8 +40,8 @@ def verify_image(client: docker.DockerClient, image: str, *, archs: list[str], l
                  run_id: str, cell_id: str = "adhoc", stages: list[str] | None = None, stage_timeout: float = 900,
                  keep: bool = False, options: dict[str, Any] | None = None) -> list[StageResult]:
     plan = Plan.make(archs=archs, lane_cuda=lane_cuda, stages=stages, stage_timeout=stage_timeout)
-    return one_image.verify_image(client, image, plan, log_file=logs / cell_id / "probe.log", run_id=run_id,
-                               cell_id=cell_id, keep=keep, options=options)
+    return one_image.verify_image(client, image, request(plan, logs / cell_id, cell_id=cell_id, run_id=run_id,
+                                                         keep=keep, options=options))
 
 
 @pytest.fixture

@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import RunFailed
 from buildscripts.lxc.target import Target
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import command, gpus, host, lxcrunner
+from buildscripts.verify import gpus, host, lxcrunner
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.host import HostRunner
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.runner import Options, Runner, verify
 from buildscripts.workspace import Workspace
 from tests import forged
+from tests.commands import call
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
 PLAN = Plan.make(archs=["sm_90a", "sm_100a"], lane_cuda="13.0", stage_timeout=30)
@@ -44,8 +46,8 @@ def test_verify_host_with_a_forged_python_passes_no_gpu_stage(open_tmp: Path, se
     monkeypatch.setattr(gpus, "discover", lambda info: gpus.Discovery(problem="no GPU here"))
     out = open_tmp / "results.json"
     with pytest.raises(RunFailed):
-        command.main(["--host", "--python", str(forged.write(open_tmp)), "--out", str(out), "--stage-timeout", "30"],
-                     ws=Workspace.at(runs=open_tmp / "runs"), env={"SGLANG_TEST_SERVE": serve})
+        call(verify_command, ["--host", "--python", str(forged.write(open_tmp)), "--out", str(out), "--stage-timeout",
+                              "30"], Workspace.at(runs=open_tmp / "runs"), {"SGLANG_TEST_SERVE": serve})
     cell = json.loads(out.read_text())["cells"][0]
     found = {s["name"]: s for s in cell["stages"]}
     assert [n for n in forged.GPU_STAGES if found[n]["status"] == "passed"] == []

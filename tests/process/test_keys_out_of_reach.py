@@ -58,9 +58,9 @@ def test_host_mode_code_under_test_reaches_no_key(open_tmp: Path) -> None:
            "KEYS": str(key_dir), "PYTHONPATH": ""}
     env.pop(keys.KEY_FILE_ENV, None)
     argv = ["--host", "--python", str(hostile), "--run-id", "r", "--stages", "facts,import", "--stage-timeout", "20"]
-    verifier = ("import os, sys; from pathlib import Path; from buildscripts.verify import command; "
+    verifier = ("import os, sys; from pathlib import Path; from buildscripts.commands import verify; "
                 "from buildscripts.workspace import Workspace; "
-                "command.main(sys.argv[2:], Workspace.at(runs=Path(sys.argv[1])), dict(os.environ))")
+                "verify.run(verify.parse(sys.argv[2:], Workspace.at(runs=Path(sys.argv[1])), dict(os.environ)))")
     done = subprocess.run([sys.executable, "-c", verifier, str(open_tmp / "runs"), *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     home = out.parent / "host" / "work" / "home"

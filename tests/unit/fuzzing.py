@@ -1,9 +1,9 @@
 """What the fuzz tests share: a temporary workspace, hostile text, and the one outcome check.
 
-Every command runs in-process through its `main(argv, ws, env)` against a copy of the project (matrix.yaml,
-lockfiles/, a README with the table markers) in a temporary folder, with that folder as the working
-directory, so that whatever a generated argument names lands there. An outcome is acceptable when the
-command returns, raises one of the project's errors (whose message must print without an exception), or
+Every command runs in-process, parsed and run as the CLI runs it (tests/commands.py), against a copy of the
+project (matrix.yaml, lockfiles/, a README with the table markers) in a temporary folder, with that folder as
+the working directory, so that whatever a generated argument names lands there. An outcome is acceptable when
+the command returns, raises one of the project's errors (whose message must print without an exception), or
 exits through argparse with a message; anything else -- a traceback -- fails the test.
 """
 
@@ -15,7 +15,7 @@ import io
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from buildscripts import engine, log
+from buildscripts.cli import Command
 from buildscripts.errors import FatalError
 from buildscripts.report import markdown
 from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.workspace import Workspace
+from tests.commands import call
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = (ROOT / "matrix.yaml").read_text()
@@ -118,13 +120,13 @@ def disk_fills_at(patch: pytest.MonkeyPatch, nth: int) -> None:
     patch.setattr(Path, "open", filling)
 
 
-def run(main: Callable[..., int], argv: Sequence[str], ws: Workspace) -> str:
+def run(command: Command, argv: Sequence[str], ws: Workspace) -> str:
     """Run one command; return how it ended ("ok", "error", "usage", "outside"), failing on anything else."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             # the verifier key, where a command seals a record, goes into the workspace too
-            main(list(argv), ws, {KEY_DIR_ENV: str(ws.root / ".keys")})
+            call(command, argv, ws, {KEY_DIR_ENV: str(ws.root / ".keys")})
         except FatalError as exc:
             log.error(str(exc))  # the printer must take any message (markup in user text crashed it)
             assert exc.exit_code != 0 and exc.message

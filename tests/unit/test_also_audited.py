@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 
 from buildscripts import matrix
+from buildscripts.matrix import Cell
+from buildscripts.matrix.schema import Profile
 from buildscripts.probe import core, cpu_stages, cudatools, jitcompile, pruned, tritonjit
-from buildscripts.verify import plan, reuse
+from buildscripts.verify import plan, provision, reuse
+from buildscripts.verify.asked import Asked
 from buildscripts.verify.gpus import Discovery
+from buildscripts.workspace import Workspace
 from tests.unit.test_fatbin import ARCH_SPECIFIC, elf_with_sections, entry, fatbin_blob
 from tests.unit.test_matrix import ROOT, edited, error_of, parse
 
@@ -40,8 +44,13 @@ def test_an_audited_arch_must_be_an_arch_and_not_a_target() -> None:
 
 
 def test_the_plan_passes_them_to_the_probe_and_into_the_reuse_key() -> None:
-    cell = matrix.load(ROOT / "matrix.yaml", {}).buildable()[0]
-    planned = plan.Plan.for_cell(cell)
+    loaded = matrix.load(ROOT / "matrix.yaml", {})
+    cell = loaded.buildable()[0]
+
+    def for_cell(cell: Cell) -> plan.Plan:
+        return provision.plan(Asked(ws=Workspace.at(ROOT), matrix=loaded), Profile(), cell=cell)
+
+    planned = for_cell(cell)
     args = planned.probe_args("container")
     assert args[args.index("--also-archs") + 1] == "sm_103a"
     bare = plan.Plan.make(archs=["sm_90a"], lane_cuda=None, also_archs=["sm_90a", "sm_121a", "sm_121a"])
@@ -49,7 +58,7 @@ def test_the_plan_passes_them_to_the_probe_and_into_the_reuse_key() -> None:
     assert "--also-archs" not in plan.Plan.make(archs=["sm_90a"], lane_cuda=None).probe_args("host")
     nogpu = Discovery(problem="no GPU")
     assert reuse.key("sha256:x", planned, nogpu) != reuse.key(
-        "sha256:x", plan.Plan.for_cell(cell.__class__(**{**cell.__dict__, "also_audit": ()})), nogpu)
+        "sha256:x", for_cell(cell.__class__(**{**cell.__dict__, "also_audit": ()})), nogpu)
 
 
 def test_the_probe_reads_them_from_its_command_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,19 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import arguments, engine, matrix, pipeline_options, report, results
+from buildscripts import arguments, engine, matrix, results
+from buildscripts.commands import build as build_command
+from buildscripts.commands import export as export_command
+from buildscripts.commands import promote as promote_command
+from buildscripts.commands import report as report_command
+from buildscripts.commands import tag as tag_command
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError, ResultsError, SelectionError
 from buildscripts.matrix.schema import Profile
-from buildscripts.publish import export, promote, recorded, tagcmd
+from buildscripts.publish import recorded
 from buildscripts.trust.keys import KEY_DIR_ENV
-from buildscripts.verify import command as verify_command
-from buildscripts.verify.plan import MIN_STAGE_TIMEOUT, Plan, stage_timeout
+from buildscripts.verify import provision
+from buildscripts.verify.asked import Asked
+from buildscripts.verify.plan import MIN_STAGE_TIMEOUT, stage_timeout
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import make_cell, make_run, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = {"report": ["--no-readme"], "tag": [], "promote": ["--registry", "127.0.0.1:5000"], "export": ["x"]}
-MAINS = {"report": report.main, "tag": tagcmd.main, "promote": promote.main, "export": export.main}
+COMMANDS = {"report": report_command, "tag": tag_command, "promote": promote_command, "export": export_command}
 
 
 @pytest.fixture
@@ -41,7 +49,7 @@ def test_every_command_that_reads_results_refuses_a_pattern_that_matches_nothing
                                                                                   ws: Workspace) -> None:
     argv = [*READERS[command], "--results", str(ws.root / "runs" / "typo*" / "results.json")]
     with pytest.raises(ResultsError, match="no results file matches") as exc:
-        MAINS[command](argv, ws, {})
+        call(COMMANDS[command], argv, ws, {})
     assert "typo*" in exc.value.message
 
 
@@ -61,7 +69,8 @@ def test_tag_takes_several_results_files_and_checks_every_one_before_the_engine(
     results.save(good, ws.runs / "a" / "results.json")
     results.save(make_run(), ws.runs / "b" / "results.json")   # no matrix digest: refused
     with pytest.raises(ResultsError, match=r"b/results\.json"):
-        tagcmd.main(["--results", str(ws.runs / "*" / "results.json")], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
+        call(tag_command, ["--results", str(ws.runs / "*" / "results.json")], ws,
+             {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
 
 
 def test_tag_refuses_files_whose_records_of_one_cell_earned_tags_for_different_images(ws: Workspace) -> None:
@@ -72,13 +81,14 @@ def test_tag_refuses_files_whose_records_of_one_cell_earned_tags_for_different_i
         run.cells = [sealed(make_cell("verified", image_id=image), matrix_digest=digest)]
         results.save(run, ws.runs / name / "results.json")
     with pytest.raises(ResultsError, match="earned good tags for 2 different images") as exc:
-        tagcmd.main(["--results", str(ws.runs / "*" / "results.json")], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
+        call(tag_command, ["--results", str(ws.runs / "*" / "results.json")], ws,
+             {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
     assert "aa-new" in exc.value.message and "zz-old" in exc.value.message
 
 
 def test_tag_without_results_is_a_usage_error(ws: Workspace) -> None:
     with pytest.raises(SystemExit) as exc:
-        tagcmd.main([], ws, {})
+        call(tag_command, [], ws, {})
     assert exc.value.code == 2
 
 
@@ -91,7 +101,7 @@ def test_only_selects_matrix_cells_and_recorded_cells_by_the_same_rule() -> None
         except SelectionError:
             chosen = set()
         # an opt-in platform's cells only where a pattern names them (matrix/cells.py)
-        assert chosen == {c.id for c in cells if arguments.selected(c.id, only, skip)
+        assert chosen == {c.id for c in cells if matrix.selected(c.id, only, skip)
                           and (c.opt_in is None or any(fnmatch.fnmatchcase(c.id, p) for p in only))}
     assert recorded.positions(run, ["nothing-*"]) == []
     assert recorded.positions(run, []) == [0, 1]
@@ -102,9 +112,9 @@ def test_only_selects_matrix_cells_and_recorded_cells_by_the_same_rule() -> None
                                                ("import,", "names an empty stage")])
 def test_build_and_verify_check_stages_alike(value: str, needle: str, ws: Workspace) -> None:
     with pytest.raises(ConfigError) as from_build:
-        pipeline_options.parse(["--stages", value], ws, {})
+        build_command.parse(["--stages", value], ws, {})
     with pytest.raises(ConfigError) as from_verify:
-        verify_command.parse(["some-image", "--stages", value])
+        verify_command.parse(["some-image", "--stages", value], ws, {})
     assert needle in from_build.value.message and from_build.value.message == from_verify.value.message
 
 
@@ -113,22 +123,22 @@ def test_the_stage_timeout_rule_is_one_for_the_build_and_verify() -> None:
     assert stage_timeout(Profile()) == MIN_STAGE_TIMEOUT == 900
     assert stage_timeout(slow) == 1800                      # a slow server's deadline is not cut short
     assert stage_timeout(slow, 60) == 60                    # --stage-timeout wins
-    cell = matrix.load(ROOT / "matrix.yaml").buildable()[0]
-    assert Plan.for_cell(cell, profile=slow).stage_timeout == stage_timeout(slow)
+    loaded = matrix.load(ROOT / "matrix.yaml")
+    asked = Asked(ws=Workspace.at(ROOT), matrix=loaded)
+    assert provision.plan(asked, slow, cell=loaded.buildable()[0]).stage_timeout == stage_timeout(slow)
 
 
 def test_build_and_verify_refuse_a_negative_gpu_alike(ws: Workspace) -> None:
     with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
-        pipeline_options.parse(["--gpu", "-1"], ws, {})
+        build_command.parse(["--gpu", "-1"], ws, {})
     with pytest.raises(ConfigError, match="--gpu -1 is not a GPU index"):
-        verify_command.parse(["some-image", "--gpu", "-1"])
+        verify_command.parse(["some-image", "--gpu", "-1"], ws, {})
 
 
 def test_an_unknown_profile_is_said_alike_by_build_and_verify(ws: Workspace) -> None:
-    loaded = matrix.load(ws.matrix)
     with pytest.raises(ConfigError) as from_build:
-        pipeline_options.check_options(loaded, pipeline_options.parse(["--profile", "nope"], ws, {}))
+        build_command.parse(["--profile", "nope"], ws, {})
     with pytest.raises(ConfigError) as from_verify:
-        verify_command.main(["some-image", "--profile", "nope", "--out", str(ws.root / "r.json")], ws, {})
+        call(verify_command, ["some-image", "--profile", "nope", "--out", str(ws.root / "r.json")], ws, {})
     assert "no server profile 'nope'" in from_build.value.message
     assert from_build.value.message == from_verify.value.message

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from buildscripts import matrix, pipeline, pipeline_options, proc
+from buildscripts import matrix, pipeline, proc
 from buildscripts.build import cache
+from buildscripts.commands import build
 from buildscripts.errors import ConfigError
 from buildscripts.matrix.schema import Cache
 from buildscripts.workspace import Workspace
@@ -117,7 +118,7 @@ def shared_cache_for(argv: list[str], env: dict[str, str], cache_yaml: Cache | N
     ws = Workspace.at()
     loaded = matrix.load(ws.matrix)
     changed = dataclasses.replace(loaded, spec=loaded.spec.model_copy(update={"cache": cache_yaml}))
-    return pipeline.shared_cache(changed, pipeline_options.parse(argv, ws, env))
+    return pipeline.shared_cache(changed, build.parse(argv, ws, env))
 
 
 def test_the_cache_comes_from_the_flag_else_the_environment_else_matrix_yaml() -> None:

@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import matrix, pipeline, pipeline_options, results
+from buildscripts import matrix, results
+from buildscripts.commands import build as build_command
+from buildscripts.commands import matrix as matrix_command
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError, ResultsError
-from buildscripts.matrix import listing
 from buildscripts.publish import bydigest, trusted
 from buildscripts.registry import manifests, references
 from buildscripts.results import CellResult
 from buildscripts.trust import keys
-from buildscripts.verify import command as verify_command
 from buildscripts.verify import pulled
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.digest_records import PIP_CELL, arch_runners_matrix, built, cell_of, gpu_job, save
 from tests.results_factory import server_fails
 
@@ -72,11 +74,11 @@ def test_the_manifest_of_this_platform_is_picked_from_an_index() -> None:
 
 def test_a_gpu_job_refuses_a_tag_before_asking_the_engine() -> None:
     with pytest.raises(ConfigError, match="names a tag, not a digest") as refused:
-        verify_command.main(["--pull", f"{STAGING}:0.5.16-pip"], Workspace.at(ROOT), {})
+        call(verify_command, ["--pull", f"{STAGING}:0.5.16-pip"], Workspace.at(ROOT), {})
     assert "REPO@sha256:" in str(refused.value)
     assert pulled.pinned(f"{STAGING}@{DIGEST}") == (STAGING, DIGEST)
     with pytest.raises(SystemExit):
-        verify_command.parse(["--pull", "--host"])
+        verify_command.parse(["--pull", "--host"], Workspace.at(ROOT), {})
 
 
 @pytest.mark.parametrize(("argv", "words"), [
@@ -86,17 +88,16 @@ def test_a_gpu_job_refuses_a_tag_before_asking_the_engine() -> None:
     (["--stage", "127.0.0.1:5000/Upper"], "lower case"),
 ])
 def test_a_staging_build_refuses_what_it_cannot_do_before_building(argv: list[str], words: str) -> None:
-    loaded = matrix.load(ROOT / "matrix.yaml")
     with pytest.raises(ConfigError, match=words):
-        pipeline_options.check_options(loaded, pipeline_options.parse(argv, Workspace.at(ROOT), {}))
+        build_command.parse(argv, Workspace.at(ROOT), {})
 
 
 def test_a_staging_build_runs_the_cpu_stages_only() -> None:
-    opts = pipeline_options.parse(["--stage", STAGING], Workspace.at(ROOT), {})
-    assert pipeline._stages(opts) == list(results.CPU_STAGES)
-    opts = pipeline_options.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
-    assert pipeline._stages(opts) == ["facts"]
-    assert pipeline._stages(pipeline_options.parse([], Workspace.at(ROOT), {})) is None
+    opts = build_command.parse(["--stage", STAGING], Workspace.at(ROOT), {})
+    assert opts.verified_stages == tuple(results.CPU_STAGES)
+    opts = build_command.parse(["--stage", STAGING, "--stages", "facts,server"], Workspace.at(ROOT), {})
+    assert opts.verified_stages == ("facts",)
+    assert build_command.parse([], Workspace.at(ROOT), {}).verified_stages is None
 
 
 def staged_run(tmp_path: Path, loaded: matrix.Matrix) -> Path:
@@ -116,14 +117,15 @@ def test_the_verify_jobs_are_the_matrix_jobs_of_what_was_staged_with_its_digest(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = arch_runners_matrix(tmp_path)
     staged = staged_run(tmp_path, matrix.load(path))
-    assert listing.main(["--matrix", str(path), "--github", "--only", "sglang0.5.16-*", "--staged", str(staged)]) == 0
+    argv = ["--matrix", str(path), "--github", "--only", "sglang0.5.16-*", "--staged", str(staged)]
+    assert call(matrix_command, argv) == 0
     rows = json.loads(capsys.readouterr().out)["include"]
-    assert listing.main(["--matrix", str(path), "--github", "--only", PIP_CELL]) == 0
+    assert call(matrix_command, ["--matrix", str(path), "--github", "--only", PIP_CELL]) == 0
     planned = json.loads(capsys.readouterr().out)["include"]
     assert [{k: v for k, v in r.items() if k != "image"} for r in rows] == planned   # the none cell: no GPU job
     assert [(r["arch"], r["image"]) for r in rows] == [("sm_100a", f"{STAGING}@{DIGEST}"),
                                                        ("sm_120a", f"{STAGING}@{DIGEST}")]
-    assert listing.main(["--matrix", str(path), "--build-runner"]) == 0
+    assert call(matrix_command, ["--matrix", str(path), "--build-runner"]) == 0
     assert json.loads(capsys.readouterr().out) == ["self-hosted", "linux", "x64", "build"]
 
 

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from buildscripts import matrix
+from buildscripts.commands import matrix as matrix_command
 from buildscripts.errors import ConfigError, SelectionError
-from buildscripts.matrix import listing
 from buildscripts.matrix.cijobs import labels_cpus
+from tests.commands import call
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = (ROOT / "matrix.yaml").read_text()
@@ -30,7 +31,7 @@ def with_runners(tmp_path: Path, runners: object) -> Path:
 
 
 def github(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, list[dict[str, object]]]:
-    assert listing.main(["--github", *argv]) == 0
+    assert call(matrix_command, ["--github", *argv]) == 0
     out = capsys.readouterr().out
     rows: list[dict[str, object]] = json.loads(out)["include"]
     return out, rows
@@ -74,12 +75,12 @@ def test_only_and_skip_select_the_jobs(capsys: pytest.CaptureFixture[str]) -> No
     _, rows = github(capsys, "--only", "sglang0.5.16-*", "--skip", "*-none-*")
     assert [r["cell"] for r in rows] == ["sglang0.5.16-torch2.11.0-cu130-pip-bookworm"]
     with pytest.raises(SelectionError, match="matches no buildable cell"):
-        listing.main(["--github", "--only", "sglang9.9-*"])
+        call(matrix_command, ["--github", "--only", "sglang9.9-*"])
 
 
 def test_github_output_lists_buildable_cells_only(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        listing.main(["--github", "--all"])
+        call(matrix_command, ["--github", "--all"])
     assert exc.value.code == 2
     assert "drop --all" in capsys.readouterr().err
 
@@ -123,7 +124,7 @@ GB200 = ["self-hosted", "linux", "ARM64", "gpu", "gb200"]
 
 
 def builds(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
-    assert listing.main(["--builds", *argv]) == 0
+    assert call(matrix_command, ["--builds", *argv]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1   # one line: setup writes it to $GITHUB_OUTPUT as builds=...
     rows: list[dict[str, object]] = json.loads(out)["include"]
@@ -171,7 +172,7 @@ def test_an_arm64_default_gpu_runner_gives_one_job_and_cpu_false_none(
     _, rows = github(capsys, "--matrix", str(path), "--only", "*-bookworm-arm64")
     assert [(r["arch"], r["runs-on"]) for r in rows] == [("cpu", ["self-hosted", "linux", "arm64", "cpu"])]
     path = with_runners(tmp_path, {"platforms": {"linux/arm64": {"cpu": False}}})
-    assert listing.main(["--github", "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*"]) == 0
+    assert call(matrix_command, ["--github", "--matrix", str(path), "--only", "sglang0.5.23-*-pip-*"]) == 0
     out, err = capsys.readouterr()
     assert [r["cell"] for r in json.loads(out)["include"]] == [AMD64]
     assert "no verify job for 1 cell(s)" in err and ARM64 in err and "cpu: false" in err

@@ -22,11 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
-from buildscripts import matrix, pipeline_options, report, results
-from buildscripts.matrix import listing
+from buildscripts import matrix, results
+from buildscripts.commands import build as build_command
+from buildscripts.commands import matrix as matrix_command
+from buildscripts.commands import report as report_command
+from buildscripts.commands import verify as verify_command
 from buildscripts.results import ImageInfo
-from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +88,7 @@ def build_env(row: Mapping[str, Any]) -> dict[str, str]:
 
 
 def github_rows(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    assert listing.main(argv) == 0
+    assert call(matrix_command, argv) == 0
     out = capsys.readouterr().out
     rows: list[dict[str, Any]] = json.loads(out)["include"]
     return out, rows
@@ -106,7 +109,7 @@ def staged_results(tmp_path: Path, cell_ids: list[str], run_id: str = "gh4242.1-
 def test_the_setup_job_names_the_build_runner_from_matrix_yaml(capsys: pytest.CaptureFixture[str]) -> None:
     runner = step("setup", "Build runner from matrix.yaml")
     assert command(runner["run"], "nox -s matrix", {"RUNNER_TEMP": "/tmp"}) == ["--build-runner"]
-    assert listing.main(["--build-runner"]) == 0
+    assert call(matrix_command, ["--build-runner"]) == 0
     labels = json.loads(capsys.readouterr().out)
     assert labels == list(matrix.load(ROOT / "matrix.yaml").spec.runners.build) and "gpu" not in labels
     assert JOBS["setup"]["outputs"]["build-runner"] == "${{ steps.runner.outputs.labels }}"
@@ -138,7 +141,7 @@ def test_the_build_jobs_are_what_matrix_builds_prints_and_build_the_selection_on
         # the script passes each of the job's cells as `--only ID` ("${only[@]}": tests/process runs it)
         only = [w for cell in env["CELLS"].split() for w in ("--only", cell)]
         argv = command(build["run"], "nox -s build", env)
-        opts = pipeline_options.parse([*only, *argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
+        opts = build_command.parse([*only, *argv, "--stage", env["STAGING"]], Workspace.at(ROOT), env)
         assert opts.run_id == env["RUN_ID"] and '"${stage[@]}"' in build["run"]
         built += [c.id for c in matrix.select(default.cells, opts.only)]
     wanted = matrix.select(default.cells, [] if whole else [only_input])
@@ -185,8 +188,8 @@ def test_each_verify_job_pulls_exactly_its_digest_into_its_own_run_and_artifact(
         context = {"matrix": row, "github": GITHUB, "env": {}}
         env = {k: evaluate(v, context) for k, v in job["env"].items()}
         argv = command(step("verify", "Verify the staged digest")["run"], "nox -s verify", env)
-        parsed = verify_command.parse(argv)
-        assert parsed.pull and parsed.image == row["image"] and parsed.run_id == env["RUN_ID"]
+        parsed = verify_command.parse(argv, Workspace.at(ROOT), {})
+        assert parsed.place.pull and parsed.place.image == row["image"] and parsed.run_id == env["RUN_ID"]
         upload = step("verify", "Upload results and logs")
         context["env"] = env
         assert upload["if"] == "always()"
@@ -284,7 +287,7 @@ def test_the_promote_job_merges_what_the_jobs_upload(
     merge = step("promote", "Merge into one report")
     assert merge["if"] == "always()"
     argv = command(merge["run"], "nox -s report", {})
-    assert report.main(argv, Workspace.at(tmp_path), {"GITHUB_STEP_SUMMARY": str(summary)}) == 0
+    assert call(report_command, argv, Workspace.at(tmp_path), {"GITHUB_STEP_SUMMARY": str(summary)}) == 0
     out = tmp_path / step("promote", "Upload the report")["with"]["path"]
     merged = results.load(out / "results.json")
     assert merged.run_id == "merged:gh1-a-sm_100a+gh1-b-any"

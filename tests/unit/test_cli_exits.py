@@ -3,26 +3,23 @@ and exit code, although the CLI itself no longer imports the SDK; any other exce
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import docker.errors
 import pytest
 
 from buildscripts import cli
+from buildscripts.commands import matrix as matrix_command
 from buildscripts.errors import EngineError
-from buildscripts.matrix import listing
-from buildscripts.workspace import Workspace
 
 
 def raising(exc: Exception) -> object:
-    def main(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> int:
+    def run(options: object) -> int:
         raise exc
-    return main
+    return run
 
 
 def test_a_docker_sdk_error_is_an_engine_error(monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(listing, "main", raising(docker.errors.NotFound("no such image: sglang-images:x")))
+    monkeypatch.setattr(matrix_command, "run", raising(docker.errors.NotFound("no such image: sglang-images:x")))
     assert cli.main(["matrix"], {}) == EngineError.exit_code
     err = capsys.readouterr().err
     assert "the Docker engine failed a request: no such image: sglang-images:x" in err
@@ -30,6 +27,6 @@ def test_a_docker_sdk_error_is_an_engine_error(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_another_exception_is_left_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listing, "main", raising(ValueError("a bug")))
+    monkeypatch.setattr(matrix_command, "run", raising(ValueError("a bug")))
     with pytest.raises(ValueError, match="a bug"):
         cli.main(["matrix"], {})

@@ -3,6 +3,7 @@ superseded candidates (same cell, other inputs) and the advice a disk check give
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 from buildscripts.build import footprint
 from buildscripts.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
 
@@ -80,21 +83,23 @@ def test_the_disk_advice_names_each_thing_to_prune_with_its_command(tmp_path: Pa
 
 def test_the_build_options_of_the_bound_refuse_bad_values_naming_where_they_came_from(tmp_path: Path) -> None:
     from buildscripts import pipeline_options
+    from buildscripts.commands import build
     from buildscripts.workspace import Workspace
 
     ws = Workspace.at(tmp_path)
-    opts = pipeline_options.parse([], ws, {})
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    opts = build.parse([], ws, {})
     assert opts.cache_keep == 20 * 10**9 and opts.keep_superseded is False
     env = {pipeline_options.CACHE_KEEP_ENV: "none", pipeline_options.KEEP_SUPERSEDED_ENV: "1"}
-    opts = pipeline_options.parse([], ws, env)
+    opts = build.parse([], ws, env)
     assert opts.cache_keep is None and opts.keep_superseded is True
-    assert pipeline_options.parse(["--cache-keep", "5GB", "--keep-superseded"], ws, {}).cache_keep == 5 * 10**9
+    assert build.parse(["--cache-keep", "5GB", "--keep-superseded"], ws, {}).cache_keep == 5 * 10**9
     with pytest.raises(ConfigError, match=r"^--cache-keep 'lots' is not a size"):
-        pipeline_options.parse(["--cache-keep", "lots"], ws, {})
+        build.parse(["--cache-keep", "lots"], ws, {})
     with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_CACHE_KEEP='lots' is not a size"):
-        pipeline_options.parse([], ws, {pipeline_options.CACHE_KEEP_ENV: "lots"})
+        build.parse([], ws, {pipeline_options.CACHE_KEEP_ENV: "lots"})
     with pytest.raises(ConfigError, match=r"^SGLANG_IMAGES_KEEP_SUPERSEDED='yes' is neither 0 nor 1"):
-        pipeline_options.parse([], ws, {pipeline_options.KEEP_SUPERSEDED_ENV: "yes"})
+        build.parse([], ws, {pipeline_options.KEEP_SUPERSEDED_ENV: "yes"})
 
 
 def test_only_images_of_the_same_owner_are_superseded() -> None:
@@ -112,7 +117,8 @@ def test_the_run_never_removes_what_it_built_even_when_the_tree_changed_meanwhil
     """The inputs come from the built image's label, not a fresh hash of a tree edited during the run."""
     from types import SimpleNamespace
 
-    from buildscripts import pipeline, pipeline_options
+    from buildscripts import pipeline
+    from buildscripts.commands import build
     from buildscripts.results import BuildResult, ImageInfo, RunResults, Status, cell_record
     from buildscripts.workspace import Workspace
 
@@ -124,7 +130,8 @@ def test_the_run_never_removes_what_it_built_even_when_the_tree_changed_meanwhil
     run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[record])
     monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
     ctx = SimpleNamespace(client=client, builder=SimpleNamespace(name=None))
-    opts = pipeline_options.parse([], Workspace.at(tmp_path), {})
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    opts = build.parse([], Workspace.at(tmp_path), {})
     pipeline.bound_disk(run, tag_of, ctx, opts)  # type: ignore[arg-type]
     assert client.images.removed == [tag_of(CELL, "oldoldoldold")]
 
@@ -135,7 +142,8 @@ def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
 
     import docker.errors
 
-    from buildscripts import pipeline, pipeline_options
+    from buildscripts import pipeline
+    from buildscripts.commands import build
     from buildscripts.results import RunResults
     from buildscripts.workspace import Workspace
 
@@ -146,7 +154,8 @@ def test_an_engine_that_refuses_the_clean_up_leaves_a_warning_not_a_failed_run(
     monkeypatch.setattr(footprint, "prune_cache", lambda keep, builder: None)
     run = RunResults(run_id="r", started="2026-12-01T10:00:00+00:00", cells=[])
     ctx = SimpleNamespace(client=Busy([]), builder=SimpleNamespace(name=None))
-    pipeline.bound_disk(run, tag_of, ctx, pipeline_options.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    pipeline.bound_disk(run, tag_of, ctx, build.parse([], Workspace.at(tmp_path), {}))  # type: ignore[arg-type]
     assert "the engine could not list sizes" in footprint.advice(Busy([]), tmp_path, {}, tag_of)  # type: ignore[arg-type]
 
 

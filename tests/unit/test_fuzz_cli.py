@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from buildscripts import results
-from buildscripts.lock import command as lock_command
-from buildscripts.matrix import listing
-from buildscripts.publish import export, tagcmd
-from buildscripts.report import main as report_main
-from buildscripts.verify import command as verify_command
+from buildscripts.cli import Command
+from buildscripts.commands import export, lock, matrix, report, tag, verify
 from buildscripts.workspace import Workspace
 from tests.results_factory import make_run
 from tests.unit.fuzzing import FUZZ, HOSTILE, TEXT, confined, examples, make_workspace, run
 
 EXAMPLES_PER_COMMAND = examples(100)  # six commands: 600 argument lists (all of them)
-Main = Callable[..., int]  # main(argv, ws, env) of each command
 
 # Files the arguments may name, made in the workspace (all relative: the workspace is the working directory).
 FILES = ["matrix.yaml", "lockfiles", "lockfiles/index.json", "README.md", "results.json", "binary.json",
@@ -53,8 +48,8 @@ OPTIONS: dict[str, dict[str, st.SearchStrategy[str] | None]] = {
     "tag": {"--results": PATHS, "--matrix": PATHS, "--only": GLOBS},
     "export": {"--out": OUTS, "--name": TEXT, "--force": None},
 }
-MAINS: dict[str, Main] = {"matrix": listing.main, "lock": lock_command.main, "report": report_main,
-                          "verify": verify_command.main, "tag": tagcmd.main, "export": export.main}
+COMMANDS: dict[str, Command] = {"matrix": matrix, "lock": lock, "report": report, "verify": verify, "tag": tag,
+                                "export": export}
 ALWAYS = {"lock": ["--check"]}  # lock without --check resolves (a process, stopped anyway)
 
 
@@ -92,7 +87,7 @@ def test_any_argument_list_ends_cleanly(command: str, ws: Workspace) -> None:
     @FUZZ.__class__(FUZZ, max_examples=EXAMPLES_PER_COMMAND)
     @given(argv_for(command))
     def one(argv: list[str]) -> None:
-        outcomes[run(MAINS[command], argv, ws)] += 1
+        outcomes[run(COMMANDS[command], argv, ws)] += 1
 
     with confined(ws.root):
         one()

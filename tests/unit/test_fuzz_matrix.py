@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildscripts.matrix import listing
+from buildscripts.commands import matrix as matrix_command
 from buildscripts.workspace import Workspace, checked_name
 from tests.unit.fuzzing import DEFAULT, FUZZ, HOSTILE, TEXT, confined, examples, make_workspace, run
 
@@ -128,7 +128,7 @@ def test_any_matrix_file_is_a_matrix_or_a_config_error(ws: Workspace) -> None:
     @given(MATRIX_FILES, st.sampled_from([["--all"], ["--json"], []]))
     def one(data: bytes, extra: list[str]) -> None:
         path.write_bytes(data)
-        outcome = run(listing.main, ["--matrix", str(path), *extra], ws)
+        outcome = run(matrix_command, ["--matrix", str(path), *extra], ws)
         outcomes[outcome] += 1
         assert outcome in ("ok", "error"), outcome
         if outcome == "ok":  # what was accepted names cells that are safe folder names
@@ -144,4 +144,4 @@ def test_any_matrix_file_is_a_matrix_or_a_config_error(ws: Workspace) -> None:
 
 
 def test_the_workspace_matrix_still_loads(ws: Workspace) -> None:
-    assert run(listing.main, ["--matrix", str(Path(ws.matrix))], ws) == "ok"
+    assert run(matrix_command, ["--matrix", str(Path(ws.matrix))], ws) == "ok"

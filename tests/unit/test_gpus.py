@@ -10,6 +10,8 @@ import pytest
 from buildscripts.errors import GpuError
 from buildscripts.verify import gpus, per_gpu_containers
 from buildscripts.verify.plan import Plan
+from buildscripts.verify.request import VerificationRequest
+from tests.verification import request
 
 SMI = """0, NVIDIA H200, GPU-aaaa, 9.0, 580.159.04, 143771
 1, NVIDIA H200, GPU-bbbb, 9.0, 580.159.04, 143771
@@ -100,16 +102,15 @@ def test_per_gpu_runs_side_by_side_in_gpu_order() -> None:
 def test_verify_per_gpu_gives_each_container_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: dict[str, object] = {}
 
-    def fake_verify_image(client: object, image: str, plan: object, **kwargs: object) -> list[object]:
-        options = kwargs["options"]
-        assert isinstance(options, dict)
-        calls[str(kwargs["log_file"])] = options["device_requests"][0]["DeviceIDs"]
+    def fake_verify_image(client: object, image: str, asked: VerificationRequest) -> list[object]:
+        options = asked.provision.options
+        calls[str(asked.log_file)] = options["device_requests"][0]["DeviceIDs"]
         return []
 
     monkeypatch.setattr(per_gpu_containers, "verify_image", fake_verify_image)
     plan = Plan.make(archs=["sm_90a"], lane_cuda="13.0")
-    found = per_gpu_containers.verify_per_gpu(object(), "img", plan, two_gpus(), logs=Path("/runs/x"),  # type: ignore[arg-type]
-                                  run_id="r", cell_id="c")
+    asked = request(plan, Path("/runs/x"), run_id="r", cell_id="c", discovery=two_gpus())
+    found = per_gpu_containers.verify_per_gpu(object(), "img", asked)  # type: ignore[arg-type]
     assert found == {0: [], 1: []}
     assert calls == {"/runs/x/gpu0/probe.log": ["0"], "/runs/x/gpu1/probe.log": ["1"]}
 

@@ -8,16 +8,18 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from buildscripts import engine, proc, report, results
+from buildscripts import engine, proc, results
+from buildscripts.cli import Command
+from buildscripts.commands import lock as lock_command
+from buildscripts.commands import report as report_command
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError, FatalError, LockError, ResultsError, ToolMissingError
-from buildscripts.lock import command as lock_command
 from buildscripts.report import markdown
-from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace, checked_name
+from tests.commands import call
 from tests.results_factory import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +40,7 @@ def index_of(ws: Workspace) -> dict[str, object]:
 
 def check(ws: Workspace) -> str:
     with pytest.raises(LockError) as exc:
-        lock_command.main(["--check"], ws, {})
+        call(lock_command, ["--check"], ws, {})
     return exc.value.message
 
 
@@ -46,7 +48,7 @@ def check(ws: Workspace) -> str:
 
 
 def test_the_copied_locks_pass(ws: Workspace) -> None:
-    assert lock_command.main(["--check"], ws, {}) == 0
+    assert call(lock_command, ["--check"], ws, {}) == 0
 
 
 def test_a_binary_lockfile_is_a_stale_lock(ws: Workspace) -> None:
@@ -101,7 +103,7 @@ def test_recorded_versions_edited_by_hand_fail_the_check(ws: Workspace) -> None:
 
 def report_error(tmp_path: Path, *argv: str) -> FatalError:
     with pytest.raises(FatalError) as exc:
-        report.main(["--no-readme", *argv], Workspace.at(tmp_path), {})
+        call(report_command, ["--no-readme", *argv], Workspace.at(tmp_path), {})
     return exc.value
 
 
@@ -138,9 +140,9 @@ def test_a_readme_that_is_no_utf8_or_a_folder_is_a_config_error(tmp_path: Path) 
     (tmp_path / "README.md").write_bytes(f"{markdown.START}\n\xe9\n{markdown.END}\n".encode("latin-1"))
     runs = str(tmp_path / "runs" / "*" / "results.json")
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
-        report.main(["--update-readme", "--results", runs], Workspace.at(tmp_path), {})
+        call(report_command, ["--update-readme", "--results", runs], Workspace.at(tmp_path), {})
     with pytest.raises(ConfigError, match="is not a regular file"):
-        report.main(["--readme", str(tmp_path)], Workspace.at(tmp_path), {})
+        call(report_command, ["--readme", str(tmp_path)], Workspace.at(tmp_path), {})
 
 
 # ---------------------------------------------------------------- verify: arguments before the engine
@@ -175,14 +177,14 @@ def test_verify_arguments_are_checked_before_the_engine(argv: list[str], needle:
                                                          no_engine: None) -> None:
     del no_engine
     with pytest.raises(ConfigError) as exc:  # the workspace has no matrix.yaml: not read either
-        verify_command.main(["some-image", *argv], Workspace.at(tmp_path), {})
+        call(verify_command, ["some-image", *argv], Workspace.at(tmp_path), {})
     assert needle in exc.value.message
 
 
 def test_verify_reads_the_matrix_before_the_engine(tmp_path: Path, no_engine: None) -> None:
     del no_engine
     with pytest.raises(ConfigError, match="cannot read the matrix file"):
-        verify_command.main(["some-image"], Workspace.at(tmp_path), {})
+        call(verify_command, ["some-image"], Workspace.at(tmp_path), {})
 
 
 # ---------------------------------------------------------------- names that become paths
@@ -209,12 +211,12 @@ def test_names_this_project_makes_are_safe(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["a\x00b", "\ud800"])
-@pytest.mark.parametrize(("main", "flag"), [(lock_command.main, "--matrix"), (report.main, "--out"),
-                                            (report.main, "--results"), (verify_command.main, "--out")])
-def test_paths_no_file_system_takes_are_usage_errors(main: Any, flag: str, value: str, tmp_path: Path,
+@pytest.mark.parametrize(("command", "flag"), [(lock_command, "--matrix"), (report_command, "--out"),
+                                               (report_command, "--results"), (verify_command, "--out")])
+def test_paths_no_file_system_takes_are_usage_errors(command: Command, flag: str, value: str, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main([flag, value], Workspace.at(tmp_path), {})
+        call(command, [flag, value], Workspace.at(tmp_path), {})
     assert exc.value.code == 2
     assert "cannot" in capsys.readouterr().err
 

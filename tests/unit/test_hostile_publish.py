@@ -16,12 +16,16 @@ import yaml
 
 from buildscripts import engine, matrix, proc, results
 from buildscripts.build import cache
+from buildscripts.commands import export as export_command
+from buildscripts.commands import promote as promote_command
+from buildscripts.commands import tag as tag_command
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError, DiskSpaceError, ExportError, RegistryError, ResultsError, SelectionError
-from buildscripts.publish import export, promote, recorded, tagcmd, tags
+from buildscripts.publish import export, recorded, tags
 from buildscripts.registry import through_engine
 from buildscripts.trust.keys import KEY_DIR_ENV
-from buildscripts.verify import command as verify_command
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import make_run, sealed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,13 +68,13 @@ def unwritable(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tag_only_matching_nothing_is_an_error(ws: Workspace) -> None:
     with pytest.raises(SelectionError, match="--only 'nothing-\\*' matches no cell of"):
-        tagcmd.main(["--results", results_file(ws), "--only", "nothing-*"], ws, {})
+        call(tag_command, ["--results", results_file(ws), "--only", "nothing-*"], ws, {})
 
 
 def test_tag_checks_the_results_file_writable_before_tagging(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     unwritable(ws.runs / "r", monkeypatch)
     with pytest.raises(ConfigError, match="Read-only file system") as exc:
-        tagcmd.main(["--results", results_file(ws)], ws, {})
+        call(tag_command, ["--results", results_file(ws)], ws, {})
     assert "--results" in exc.value.message
 
 
@@ -82,7 +86,7 @@ def test_a_save_that_fails_after_tagging_names_the_tags(ws: Workspace, monkeypat
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(results, "save", full)
     with pytest.raises(ResultsError) as exc:
-        tagcmd.main(["--results", results_file(ws)], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
+        call(tag_command, ["--results", results_file(ws)], ws, {KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})
     assert "was tagged sglang-images:good, but it could not be recorded" in exc.value.message
     assert "No space left on device" in exc.value.message
 
@@ -91,10 +95,10 @@ def test_promote_checks_selection_and_writability_before_pushing(ws: Workspace,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     base = ["--registry", "127.0.0.1:5000", "--results", results_file(ws)]
     with pytest.raises(SelectionError, match="matches no cell"):
-        promote.main([*base, "--only", "nothing-*"], ws, {})
+        call(promote_command, [*base, "--only", "nothing-*"], ws, {})
     unwritable(ws.runs / "r", monkeypatch)
     with pytest.raises(ConfigError, match="Read-only file system"):
-        promote.main(base, ws, {})
+        call(promote_command, base, ws, {})
 
 
 def test_a_selection_across_files_needs_a_match_in_one_of_them() -> None:
@@ -127,20 +131,20 @@ def test_a_registry_url_is_ascii_and_one_line(url: str) -> None:
 ])
 def test_a_bad_image_reference_is_said_to_be_one(image: str, needle: str, ws: Workspace) -> None:
     with pytest.raises(ConfigError) as exc:
-        verify_command.main([image], ws, {})
+        call(verify_command, [image], ws, {})
     assert "is not an image reference" in exc.value.message and needle in exc.value.message
     assert "engine" not in str(exc.value)
 
 
 def test_an_empty_image_is_a_usage_error(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        verify_command.main([""], ws, {})
+        call(verify_command, [""], ws, {})
     assert "give an IMAGE" in capsys.readouterr().err
 
 
 def test_verify_host_with_an_empty_python_is_refused(ws: Workspace) -> None:
     with pytest.raises(ConfigError, match="--python '' names no interpreter"):
-        verify_command.main(["--host", "--python", ""], ws, {})
+        call(verify_command, ["--host", "--python", ""], ws, {})
 
 
 @pytest.mark.parametrize("where", ["folder", "below-a-file"])
@@ -148,7 +152,7 @@ def test_verify_out_is_checked_before_the_ladder(where: str, ws: Workspace) -> N
     (ws.root / "a-file").write_text("x")
     out = ws.root if where == "folder" else ws.root / "a-file" / "results.json"
     with pytest.raises(ConfigError, match="is a folder" if where == "folder" else "a-file is a file, not a folder"):
-        verify_command.main(["some-image", "--out", str(out)], ws, {})
+        call(verify_command, ["some-image", "--out", str(out)], ws, {})
 
 
 # ---------------------------------------------------------------- export
@@ -156,7 +160,7 @@ def test_verify_out_is_checked_before_the_ladder(where: str, ws: Workspace) -> N
 
 def test_export_name_too_long_is_refused_before_the_engine(ws: Workspace) -> None:
     with pytest.raises(ConfigError, match="at most 237 fit a file name"):
-        export.main(["some-image", "--name", "a" * 300], ws, {})
+        call(export_command, ["some-image", "--name", "a" * 300], ws, {})
 
 
 @pytest.mark.parametrize("what", ["a\nb", "", " ", "../../etc/passwd", "Foo Bar"])
@@ -181,14 +185,14 @@ def test_a_disk_that_fills_during_export_is_an_export_error(tmp_path: Path, monk
         labels: ClassVar[dict[str, str]] = {}
         attrs: ClassVar[dict[str, int]] = {"Size": 10}
 
-    def full(skopeo: str, image: object, work: Path, out: Path, **kwargs: object) -> str:
+    def full(skopeo: str, image: object, work: Path, out: Path, *rest: object) -> str:
         work.mkdir()
         (work / "x.oci.tar").write_bytes(b"half an archive")
         raise OSError(errno.ENOSPC, "No space left on device", str(work / "x.oci.tar"))
     monkeypatch.setattr(proc, "which", lambda name, hint: "/bin/true")
     monkeypatch.setattr(export, "_made", full)
     with pytest.raises(ExportError, match="No space left on device") as exc:
-        export.export(object(), Image(), tmp_path, name="x", forced=None)  # type: ignore[arg-type]
+        export.export(object(), Image(), tmp_path, export.Archive(name="x"))  # type: ignore[arg-type]
     assert "free space there" in str(exc.value) and list(tmp_path.iterdir()) == []
 
 

@@ -16,10 +16,12 @@ import pytest
 from rich.console import Console
 
 from buildscripts import disk, report, results
+from buildscripts.commands import report as report_command
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.report import console, html, junit, markdown
 from buildscripts.results import RunResults, StageResult, Status
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import finish, make_cell, make_run, vouched
 from tests.unit.fuzzing import disk_fills_at
 
@@ -244,7 +246,8 @@ def test_an_unwritable_step_summary_is_named_as_such(tmp_path: Path) -> None:
     summary = tmp_path / "summary-is-a-folder"
     summary.mkdir()
     with pytest.raises(ConfigError) as exc:
-        report.main(["--out", str(tmp_path / "out")], Workspace.at(tmp_path), {"GITHUB_STEP_SUMMARY": str(summary)})
+        call(report_command, ["--out", str(tmp_path / "out")], Workspace.at(tmp_path),
+             {"GITHUB_STEP_SUMMARY": str(summary)})
     assert "$GITHUB_STEP_SUMMARY" in exc.value.message and "--out" not in exc.value.message
     assert not (tmp_path / "out").exists()  # said before the reports were written
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from buildscripts import results
+from buildscripts.commands import import_probe
 from buildscripts.errors import ResultsError
 from buildscripts.results import Status, Verdict
 from buildscripts.verify import importprobe
+from tests.commands import call
 
 GPU = {"gpu": "NVIDIA H200", "arch": "sm_90", "where": "host (gpu)"}
 
@@ -77,7 +79,7 @@ def test_without_gpu_the_cell_is_only_cpu_checked(tmp_path: Path) -> None:
 def test_main_writes_results_and_summary(tmp_path: Path) -> None:
     a = probe_file(tmp_path, "a", passing())
     out = tmp_path / "evidence"
-    assert importprobe.main(["--cell", f"host-a={a}", "--out", str(out), "--title", "H200", "--note", "n1",
+    assert call(import_probe, ["--cell", f"host-a={a}", "--out", str(out), "--title", "H200", "--note", "n1",
                              "--timing", f"cold={a}"]) == 0
     run = results.load(out / "results.json")
     assert [c.verdict for c in run.cells] == [Verdict.FAILED]
@@ -92,7 +94,7 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="is not probe output"):
         importprobe.cell_from_probe("x", bad, {})
     with pytest.raises(ResultsError, match="must look like KEY=VALUE"):
-        importprobe.main(["--cell", "nonsense", "--out", str(tmp_path)])
+        call(import_probe, ["--cell", "nonsense", "--out", str(tmp_path)])
 
 
 def test_timing_rows_show_flags_and_times_without_host_and_port() -> None:

@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
 import pytest
 
-from buildscripts import handed_env
+from buildscripts import handed_env, matrix
 from buildscripts.errors import ConfigError
 from buildscripts.lxc import privileged
 from buildscripts.trust import keys
-from buildscripts.verify import command, identity
+from buildscripts.verify import identity, places
+from buildscripts.verify.asked import Asked, Place
+from buildscripts.workspace import Workspace
 from tests import needs
 
 
@@ -64,15 +65,14 @@ def test_a_configured_key_file_readable_by_others_is_refused(tmp_path: Path) -> 
         keys.signing_key({keys.KEY_FILE_ENV: str(path)})
 
 
-def host_args(python: str = "/usr/bin/python3") -> argparse.Namespace:
-    return argparse.Namespace(host=True, python=python, lxc=None, lxc_name=None, lxc_path=None)
-
-
 def test_host_mode_not_as_root_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No other identity can be given: the code under test could read this user's keys, or plant one."""
     monkeypatch.setattr(identity, "is_root", lambda: False)
     with pytest.raises(ConfigError, match="can read this user's keys") as refused:
-        command._why_unsealed(host_args(), {keys.KEY_DIR_ENV: str(tmp_path / "none-yet")})
+        ws = Workspace.at()
+        asked = Asked(ws=ws, matrix=matrix.load(ws.matrix), env={keys.KEY_DIR_ENV: str(tmp_path / "none-yet")})
+        places.verifier(Place(host=True, python="/usr/bin/python3")).request(
+            asked, places.Named(cell_id=None, out=tmp_path / "results.json"))
     assert "as root" in (refused.value.hint or "")
 
 

@@ -15,8 +15,8 @@ import pytest
 from buildscripts import lock
 from buildscripts import matrix as matrix_mod
 from buildscripts.errors import LockError
-from buildscripts.lock import command as lock_command
 from buildscripts.lock import layers as layerlock
+from buildscripts.lock import locking
 from buildscripts.lock.resolver import Resolution, Target
 from buildscripts.workspace import Workspace
 from tests.lock_matrix import TK130, matrix_text, pip_toolkit
@@ -57,7 +57,7 @@ def failed(error: str) -> Resolution:
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Setup:
-    monkeypatch.setattr(lock_command, "uv_version", lambda: "0.13.9")
+    monkeypatch.setattr(locking, "uv_version", lambda: "0.13.9")
 
     def make(lanes: str, sglang: str, answers: dict[tuple[str, ...], Answer], tk: str = TK130) -> tuple[
             matrix_mod.Matrix, RecordedUv]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from buildscripts.commands import preflight as preflight_command
+from buildscripts.commands.verify import parse
 from buildscripts.errors import ConfigError
 from buildscripts.lxc import fix_hints, preflight
 from buildscripts.lxc.preflight import ContainerView, HostView
@@ -18,9 +20,11 @@ from buildscripts.lxc.preflight_check import Check
 from buildscripts.lxc.target import LXC_PATH, STANDARD_NODES, Target, config_line
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import classify
-from buildscripts.verify.command import parse
+from buildscripts.workspace import Workspace
+from tests.commands import call
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence" / "h200-lxc-2026-12-01"
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE = ROOT / "evidence" / "h200-lxc-2026-12-01"
 H200_NODES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (238, 0),
               "/dev/nvidia-uvm-tools": (238, 1)}
 
@@ -158,7 +162,7 @@ def test_the_verified_run_ran_every_stage_on_the_gpu_in_lxc() -> None:
 # ----------------------------------------------------------------------------- hostile and empty input
 
 def run_preflight(*argv: str) -> None:
-    preflight.main(list(argv))
+    call(preflight_command, argv)
 
 
 @pytest.mark.parametrize(("argv", "said"), [
@@ -194,9 +198,10 @@ def test_lxc_path_is_the_one_read_and_asked_about() -> None:
 
 def test_verify_checks_its_lxc_flags_before_anything_runs() -> None:
     with pytest.raises(ConfigError, match=re.escape("--lxc '' is not a Proxmox container id")):
-        parse(["--lxc", ""])
+        parse(["--lxc", ""], Workspace.at(ROOT), {})
     with pytest.raises(ConfigError, match=re.escape("--lxc-name '..' is not an LXC container name")):
-        parse(["--lxc-name", ".."])
+        parse(["--lxc-name", ".."], Workspace.at(ROOT), {})
     with pytest.raises(ConfigError, match="goes with --lxc-name"):
-        parse(["--host", "--lxc-path", "/srv/lxc"])
-    assert parse(["--lxc-name", "ct", "--lxc-path", "/srv/lxc"]).lxc_path == Path("/srv/lxc")
+        parse(["--host", "--lxc-path", "/srv/lxc"], Workspace.at(ROOT), {})
+    target = parse(["--lxc-name", "ct", "--lxc-path", "/srv/lxc"], Workspace.at(ROOT), {}).place.target
+    assert target is not None and target.lxc_path == Path("/srv/lxc")

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from buildscripts import machine, proc
+from buildscripts.commands import setup as setup_command
 from buildscripts.errors import ConfigError, EngineError, ToolMissingError
 from buildscripts.workspace import Workspace
+from tests.commands import call
 
 
 class Flag:
@@ -41,7 +43,7 @@ def test_nothing_missing_installs_nothing(needs: dict[str, Flag], debian_root: N
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     needs["engine"].value = True
     monkeypatch.setattr(proc, "run", lambda *a, **k: pytest.fail("nothing to install"))
-    assert machine.main([], Workspace.at(tmp_path), {}) == 0
+    assert call(setup_command, [], Workspace.at(tmp_path), {}) == 0
 
 
 def test_on_debian_as_root_the_installer_brings_up_what_is_missing(
@@ -55,7 +57,7 @@ def test_on_debian_as_root_the_installer_brings_up_what_is_missing(
         return proc.Completed(tuple(argv), 0, "== starting dockerd", 1.0, False)
 
     monkeypatch.setattr(proc, "run", install)
-    assert machine.main(["--for", "build"], Workspace.at(tmp_path), {}) == 0
+    assert call(setup_command, ["--for", "build"], Workspace.at(tmp_path), {}) == 0
     assert ran == [["bash", str(tmp_path / ".ci" / "install-engine")]]
     shown = capsys.readouterr()
     assert "`nox -s build` needs a running Docker engine: installing and starting them" in shown.out + shown.err
@@ -65,7 +67,7 @@ def test_an_installer_that_leaves_something_missing_is_an_error(
         needs: dict[str, Flag], debian_root: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "run", lambda argv, **k: proc.Completed(tuple(argv), 1, "E: no network", 1.0, False))
     with pytest.raises(ToolMissingError, match="exited 1 and this machine still lacks a running Docker engine") as err:
-        machine.main([], Workspace.at(tmp_path), {})
+        call(setup_command, [], Workspace.at(tmp_path), {})
     assert "E: no network" in str(err.value)
 
 
@@ -74,23 +76,23 @@ def test_elsewhere_build_stops_with_the_line_that_fixes_it(needs: dict[str, Flag
     needs["debootstrap"].value = False
     with pytest.raises(ToolMissingError, match=r"needs a running Docker engine, debootstrap, and it installs "
                                                r"nothing here \(turned off\)") as err:
-        machine.main([], Workspace.at(tmp_path), {machine.NO_SETUP_ENV: "1"})
+        call(setup_command, [], Workspace.at(tmp_path), {machine.NO_SETUP_ENV: "1"})
     assert err.value.hint == "a running Docker engine: start it; debootstrap: apt-get install debootstrap"
 
 
 def test_only_the_engine_missing_is_an_engine_error(needs: dict[str, Flag], debian_root: None, tmp_path: Path) -> None:
     with pytest.raises(EngineError):
-        machine.main([], Workspace.at(tmp_path), {machine.NO_SETUP_ENV: "1"})
+        call(setup_command, [], Workspace.at(tmp_path), {machine.NO_SETUP_ENV: "1"})
 
 
 def test_tests_warn_and_go_on_except_under_ci(needs: dict[str, Flag], debian_root: None, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     env = {machine.NO_SETUP_ENV: "1"}
-    assert machine.main(["--for", "tests"], Workspace.at(tmp_path), env) == 0
+    assert call(setup_command, ["--for", "tests"], Workspace.at(tmp_path), env) == 0
     shown = capsys.readouterr()
     assert "the tests that need them are skipped" in shown.out + shown.err
     with pytest.raises(EngineError):
-        machine.main(["--for", "tests"], Workspace.at(tmp_path), {**env, "CI": "true"})
+        call(setup_command, ["--for", "tests"], Workspace.at(tmp_path), {**env, "CI": "true"})
 
 
 def test_who_may_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,4 +125,4 @@ def test_an_installer_that_fails_on_what_this_command_does_not_need_is_a_warning
         return proc.Completed(tuple(argv), 1, "could not download chromium", 1.0, False)
 
     monkeypatch.setattr(proc, "run", install)
-    assert machine.main(["--for", "build"], Workspace.at(tmp_path), {}) == 0
+    assert call(setup_command, ["--for", "build"], Workspace.at(tmp_path), {}) == 0

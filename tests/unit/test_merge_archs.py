@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from buildscripts import matrix, report, results
+from buildscripts import matrix, results
+from buildscripts.commands import report as report_command
 from buildscripts.publish import promote, tags, trusted
 from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
 from buildscripts.trust import keys
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import B200, RTX, ci_job, gated, gpu_passed, kinds_matrix, passed_gate, sealed, vouched
 from tests.results_factory import three_ci_jobs as _three_ci_jobs
 
@@ -173,7 +175,7 @@ def test_a_file_of_another_matrix_is_read_record_by_record(tmp_path: Path) -> No
     other_matrix_file(tmp_path)
     save_jobs(tmp_path)
     out = tmp_path / "r"
-    assert report.main(["--no-readme", "--out", str(out)], ws, env=dict(os.environ)) == 0
+    assert call(report_command, ["--no-readme", "--out", str(out)], ws, env=dict(os.environ)) == 0
     page = (out / "compat.md").read_text()
     pip = next(line for line in page.splitlines() if line.startswith("- `sglang0.5.16-torch2.11.0-cu130-pip-bookworm`"))
     assert "stale" not in pip and "verified on" in pip

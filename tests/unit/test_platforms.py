@@ -12,6 +12,7 @@ import yaml
 from buildscripts import matrix
 from buildscripts.build import buildx, emulation
 from buildscripts.build.base import BaseImage
+from buildscripts.commands import setup as setup_command
 from buildscripts.errors import ConfigError, ToolMissingError
 from buildscripts.lock import paths_for
 from buildscripts.lock.state import cell_inputs
@@ -20,6 +21,7 @@ from buildscripts.matrix.platforms import Cpu
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import emulated, plan
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.unit.test_matrix import DEFAULT, ROOT, edited, error_of, parse
 
 ARM64 = "sglang0.5.23-torch2.14.1-cu130-pip-bookworm-arm64"
@@ -239,48 +241,44 @@ def _no_emulation_here(monkeypatch: pytest.MonkeyPatch, foreign: str = "linux/ar
 
 def test_setup_asks_nothing_of_an_opt_in_platform_the_run_does_not_build(monkeypatch: pytest.MonkeyPatch,
                                                                         tmp_path: Path) -> None:
-    from buildscripts import machine
 
     asked = _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(opt_in_matrix())
-    assert machine.main(["--for", "build"], Workspace.at(tmp_path), {}) == 0   # the whole matrix: no arm64 cell
+    assert call(setup_command, ["--for", "build"], Workspace.at(tmp_path), {}) == 0   # the whole matrix: no arm64 cell
     assert asked == []
     with pytest.raises(ToolMissingError, match="this run builds linux/arm64 cells"):   # named: it is built
-        machine.main(["--for", "build", "--", "--only", "*-bookworm-arm64"], Workspace.at(tmp_path), {})
+        call(setup_command, ["--for", "build", "--", "--only", "*-bookworm-arm64"], Workspace.at(tmp_path), {})
 
 
 def test_setup_stops_for_a_platform_the_whole_matrix_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from buildscripts import machine
 
     _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(DEFAULT)
     with pytest.raises(ToolMissingError, match="linux/arm64 cells, which this machine builds only under emulation"):
-        machine.main(["--for", "build"], Workspace.at(tmp_path), {})
+        call(setup_command, ["--for", "build"], Workspace.at(tmp_path), {})
     # leaving them out is a way through, as the hint says
-    assert machine.main(["--for", "build", "--", "--skip", "*-arm64"], Workspace.at(tmp_path), {}) == 0
+    assert call(setup_command, ["--for", "build", "--", "--skip", "*-arm64"], Workspace.at(tmp_path), {}) == 0
 
 
 def test_an_arm64_build_runner_building_its_own_cells_needs_no_x86_64_emulation(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The CI's native arm64 build job on a non-Debian runner: `nox -s build -- --only ARM64 --run-id … --stage …`
     (setup gets the build's arguments after `--`); the whole matrix there would need the x86_64 handler."""
-    from buildscripts import machine
 
     asked = _no_emulation_here(monkeypatch, foreign="linux/amd64")
     other = tmp_path / "elsewhere.yaml"
     other.write_text(DEFAULT)
     ws = Workspace.at(tmp_path)   # no matrix.yaml of its own: --matrix names it, as the build reads it
     job = ["--only", ARM64, "--run-id", "gh1.1-build-arm64", "--stage", "ghcr.io/org/staging", "--matrix", str(other)]
-    assert machine.main(["--for", "build", "--", *job], ws, {}) == 0 and asked == []
+    assert call(setup_command, ["--for", "build", "--", *job], ws, {}) == 0 and asked == []
     with pytest.raises(ToolMissingError, match="this run builds linux/amd64 cells") as exc:
-        machine.main(["--for", "build", "--", "--matrix", str(other)], ws, {})
+        call(setup_command, ["--for", "build", "--", "--matrix", str(other)], ws, {})
     assert "qemu-x86_64" in str(exc.value) and asked == ["linux/amd64"]
-    assert machine.build_selection(job) == machine.Selection(matrix=other, only=(ARM64,))
+    assert setup_command.build_selection(job) == (other, (ARM64,), ())
 
 
 def test_the_builds_help_is_never_stopped_by_setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from buildscripts import machine
 
     asked = _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(DEFAULT)   # the whole matrix would need the missing handler
-    assert machine.main(["--for", "build", "--", "--help"], Workspace.at(tmp_path), {}) == 0 and asked == []
+    assert call(setup_command, ["--for", "build", "--", "--help"], Workspace.at(tmp_path), {}) == 0 and asked == []

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from buildscripts.commands import promote as promote_command
 from buildscripts.errors import ConfigError, RegistryError
-from buildscripts.publish import promote
 from buildscripts.registry import failures, through_engine
+from tests.commands import call
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,4 +43,4 @@ def test_engine_messages_lose_anything_like_credentials() -> None:
 
 def test_promote_without_a_registry_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no registry to promote to"):
-        promote.main(["--matrix", str(ROOT / "matrix.yaml"), "--results", str(tmp_path / "none.json")])
+        call(promote_command, ["--matrix", str(ROOT / "matrix.yaml"), "--results", str(tmp_path / "none.json")])

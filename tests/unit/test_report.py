@@ -11,10 +11,12 @@ import pytest
 from rich.console import Console
 
 from buildscripts import report, results
+from buildscripts.commands import report as report_command
 from buildscripts.errors import ConfigError, ResultsError
 from buildscripts.report import bygpu, common, console, github, html, junit, markdown, merge, weigh
 from buildscripts.results import RunResults, StageResult, Status, Verdict, notes
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import gpu_passed, make_cell, make_run, vouched
 
 VERIFIED_ID = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
@@ -223,7 +225,7 @@ def test_main_merges_runs_and_evidence_and_leaves_the_readme_alone(tmp_path: Pat
     results.save(evidence, tmp_path / "evidence" / "h200" / "runs" / "2025" / "results.json")
     readme = f"{markdown.START}\n{markdown.END}\n"
     (tmp_path / "README.md").write_text(readme)
-    assert report.main([], Workspace.at(tmp_path), env={}) == 0
+    assert call(report_command, [], Workspace.at(tmp_path), env={}) == 0
     merged = results.load(tmp_path / "reports" / "results.json")
     assert isinstance(merged, RunResults) and merged.run_id == "merged:run-a+h200"
     assert (tmp_path / "README.md").read_text() == readme  # a tracked file: rewritten only when asked
@@ -235,7 +237,7 @@ def test_update_readme_renders_the_committed_evidence_not_runs(tmp_path: Path) -
     evidence = make_run("h200", "2025-01-05T00:00:00+00:00", kinds=("cpu-checked",))
     results.save(evidence, tmp_path / "evidence" / "h200" / "results.json")
     (tmp_path / "README.md").write_text(f"{markdown.START}\n{markdown.END}\n")
-    assert report.main(["--update-readme"], Workspace.at(tmp_path), env={}) == 0
+    assert call(report_command, ["--update-readme"], Workspace.at(tmp_path), env={}) == 0
     text = (tmp_path / "docs" / "compatibility.md").read_text()   # the README's block links it
     assert CPU_ID in text and "results of h200 " in text and "run-a" not in text
     assert "docs/compatibility.md" in (tmp_path / "README.md").read_text()
@@ -248,7 +250,7 @@ def test_update_readme_takes_results_when_named(tmp_path: Path) -> None:
     readme.parent.mkdir()
     readme.write_text(f"{markdown.START}\n{markdown.END}\n")
     argv = ["--readme", str(readme), "--results", str(tmp_path / "runs" / "*" / "results.json")]
-    assert report.main(argv, Workspace.at(tmp_path), env={}) == 0  # naming a README asks for it
+    assert call(report_command, argv, Workspace.at(tmp_path), env={}) == 0  # naming a README asks for it
     assert "results of run-a " in (readme.parent / "docs" / "compatibility.md").read_text()
     assert not (tmp_path / "README.md").exists()
 
@@ -256,18 +258,18 @@ def test_update_readme_takes_results_when_named(tmp_path: Path) -> None:
 def test_update_readme_without_evidence_is_a_clear_error(tmp_path: Path) -> None:
     results.save(make_run("run-a", "2025-01-01T00:00:00+00:00"), tmp_path / "runs" / "a" / "results.json")
     with pytest.raises(ResultsError, match="evidence"):
-        report.main(["--update-readme"], Workspace.at(tmp_path), env={})
+        call(report_command, ["--update-readme"], Workspace.at(tmp_path), env={})
 
 
 def test_no_readme_contradicts_update_readme(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
-        report.main(["--update-readme", "--no-readme"], Workspace.at(tmp_path), env={})
+        call(report_command, ["--update-readme", "--no-readme"], Workspace.at(tmp_path), env={})
     assert exc.value.code == 2
 
 
 def test_main_without_results_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no results files found"):
-        report.main([], Workspace.at(tmp_path), env={})
+        call(report_command, [], Workspace.at(tmp_path), env={})
 
 
 def test_a_reused_verification_says_where_it_came_from_in_every_report() -> None:

@@ -11,12 +11,14 @@ import pytest
 from rich.console import Console
 
 from buildscripts import matrix, report, results
+from buildscripts.commands import report as report_command
 from buildscripts.publish import trusted
 from buildscripts.report import console, weigh
 from buildscripts.results import RunResults, StageResult, Status, Verdict
 from buildscripts.trust import keys, seal
 from buildscripts.trust.keys import SigningKey
 from buildscripts.workspace import Workspace
+from tests.commands import call
 from tests.results_factory import (
     B200,
     PROJECT_MATRIX,
@@ -54,7 +56,7 @@ def save(ws: Workspace, run_id: str, *cells: results.CellResult, where: str = "r
 
 def rendered(ws: Workspace, *args: str) -> tuple[str, str, str]:
     out = ws.root / "reports"
-    assert report.main(["--out", str(out), *args], ws, env=dict(os.environ)) == 0
+    assert call(report_command, ["--out", str(out), *args], ws, env=dict(os.environ)) == 0
     return tuple((out / name).read_text() for name in ("compat.md", "compat.html", "junit.xml"))  # type: ignore[return-value]
 
 
@@ -101,12 +103,12 @@ def test_evidence_keys_count_for_reports_and_never_for_the_gate(tmp_path: Path) 
     record = sealed(b200_record(), machine, matrix_digest=DIGEST)
     path = save(ws, "h200-rerun", record, where="evidence/h200-2026-12-02/runs")
     page = (ws.root / "README.md")
-    assert report.main(["--update-readme"], ws, env=dict(os.environ)) == 0
+    assert call(report_command, ["--update-readme"], ws, env=dict(os.environ)) == 0
     details = ws.root / "docs" / "compatibility.md"
     assert "✅ verified" not in page.read_text() and "seal not trusted" in details.read_text()
     (ws.root / "evidence" / "keys").mkdir()
     (ws.root / "evidence" / "keys" / "h200-2026-12-02.pub").write_bytes(machine.public.pem)
-    assert report.main(["--update-readme"], ws, env=dict(os.environ)) == 0
+    assert call(report_command, ["--update-readme"], ws, env=dict(os.environ)) == 0
     assert "✅ verified" in page.read_text() and "✅ verified sm_100" in details.read_text()
     # the gate of tag, promote and export trusts no evidence key: the same record is refused there
     gate_keys = keys.trusted(ws.root, dict(os.environ))
@@ -198,7 +200,7 @@ def test_a_new_gpu_run_laid_out_as_documented_shows_verified_in_the_details(tmp_
          where="evidence/h200-2026-12-02/runs")
     (ws.root / "evidence" / "keys").mkdir()
     (ws.root / "evidence" / "keys" / "h200-2026-12-02.pub").write_bytes(machine.public.pem)
-    assert report.main(["--update-readme"], ws, env={}) == 0
+    assert call(report_command, ["--update-readme"], ws, env={}) == 0
     text = (ws.root / "docs" / "compatibility.md").read_text()
     for cell_id in (host.cell_id, lxc.cell_id):
         line = next(line for line in text.splitlines() if line.startswith(f"- `{cell_id}`"))

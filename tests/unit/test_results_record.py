@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from buildscripts import results
 from buildscripts.probe.serving import unrecognized_flags
-from buildscripts.results import BuildResult, ExpectedFailure, StageResult, Status, Verdict, cell_record
+from buildscripts.results import BuildResult, ExpectedFailure, Given, StageResult, Status, Verdict, cell_record
 from buildscripts.verify import netns, output
 from buildscripts.verify.container import network_plan
 from buildscripts.verify.one_image import axes_from_labels
@@ -29,12 +29,12 @@ def test_a_judged_record_is_frozen() -> None:
 
 
 def test_the_factory_fills_what_a_cell_needs() -> None:
-    excluded = cell_record("x", excluded="pins another torch")
+    excluded = cell_record("x", Given(excluded="pins another torch"))
     assert excluded.verdict is Verdict.INCOMPATIBLE and excluded.build is None
     unbuilt = cell_record("y")
     assert unbuilt.build is not None and unbuilt.build.status is Status.SKIPPED
     seen = StageResult(name="facts", status=Status.PASSED, evidence={"versions": {"torch": "2.11.0+cu130"}})
-    versions = cell_record("z", versions={"torch": "2.11.0", "sglang": "0.5.16"}, stages=[seen]).versions
+    versions = cell_record("z", Given(versions={"torch": "2.11.0", "sglang": "0.5.16"}), stages=[seen]).versions
     assert versions == {"torch": "2.11.0+cu130", "sglang": "0.5.16"}  # what the image said wins
 
 

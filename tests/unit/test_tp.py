@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts import pipeline, pipeline_options
+from buildscripts import arguments, pipeline, pipeline_options
 from buildscripts.errors import ConfigError
 from buildscripts.matrix import load
 from buildscripts.probe import core
@@ -146,13 +146,13 @@ def test_a_tp_container_gets_every_gpu_and_the_shm_asked_for() -> None:
 
 @pytest.mark.parametrize("text", ["16g", "64m", "1G", "1073741824"])
 def test_shm_sizes_in_dockers_form_are_taken(text: str) -> None:
-    assert gpus.shm_size_argument(text) == text.lower()
+    assert arguments.shm_size_argument(text) == text.lower()
 
 
 @pytest.mark.parametrize("text", ["", "16 gb", "-1g", "0", "lots"])
 def test_other_shm_sizes_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="docker's --shm-size"):
-        gpus.shm_size_argument(text)
+        arguments.shm_size_argument(text)
 
 
 @pytest.mark.parametrize(("profile", "spans"), [("tp", True), ("tp-shm", True), ("default", False)])
@@ -174,7 +174,8 @@ def test_the_build_hands_a_tp_profile_every_gpu_as_verify_does(profile: str, spa
     monkeypatch.setattr(provision, "find", find)
     with pytest.raises(Asked):
         pipeline.prepare(Engine(), load(PROJECT_MATRIX), [],  # type: ignore[arg-type]
-                         pipeline_options.Options(ws=Workspace.at(tmp_path), profile=profile), tmp_path)
+                         pipeline_options.BuildOptions(ws=Workspace.at(tmp_path), matrix=load(PROJECT_MATRIX),
+                                                       profile=profile), tmp_path)
     assert asked == {"gpu": 0, "all_gpus": spans}
 
 
@@ -223,9 +224,10 @@ def test_reuse_tells_a_tp_run_on_two_gpus_from_one_on_three() -> None:
 
 
 def test_the_build_refuses_per_gpu_servers_with_a_tp_profile(tmp_path: Path) -> None:
-    opts = pipeline_options.Options(ws=Workspace.at(tmp_path), profile="tp", per_gpu=True)
+    loaded = load(PROJECT_MATRIX)
+    opts = pipeline_options.BuildOptions(ws=Workspace.at(tmp_path), matrix=loaded, profile="tp", per_gpu=True)
     with pytest.raises(ConfigError, match="--per-gpu gives each server one GPU"):
-        pipeline_options.check_options(load(PROJECT_MATRIX), opts)
-    per_gpu = pipeline_options.Options(ws=Workspace.at(tmp_path), per_gpu=True)
-    pipeline_options.check_options(load(PROJECT_MATRIX), per_gpu)
+        pipeline_options.check_options(loaded, opts)
+    per_gpu = pipeline_options.BuildOptions(ws=Workspace.at(tmp_path), matrix=loaded, per_gpu=True)
+    pipeline_options.check_options(loaded, per_gpu)
 

@@ -13,13 +13,16 @@ import docker.errors
 import pytest
 
 from buildscripts import engine, matrix, results
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import RunFailed
 from buildscripts.results import ImageInfo, StageResult, Status
-from buildscripts.verify import command, gpus, one_image
+from buildscripts.verify import gpus, one_image
 from buildscripts.verify.container import ContainerRunner
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.runner import Options
 from buildscripts.workspace import Workspace
+from tests.commands import call
+from tests.verification import request
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -76,7 +79,7 @@ def verify(fake: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(engine, "connect", lambda: fake)
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
     out = tmp_path / "results.json"
-    command.main(["some-image", "--out", str(out), "--stages", "facts"], Workspace.at(tmp_path), {})
+    call(verify_command, ["some-image", "--out", str(out), "--stages", "facts"], Workspace.at(tmp_path), {})
     (cell,) = results.load(out).cells
     return cell
 
@@ -105,7 +108,7 @@ def test_an_image_the_engine_lacks_is_asked_for_once_and_fails_as_missing(ran: l
 def test_facts_given_are_not_read_again(ran: list[str], tmp_path: Path) -> None:
     fake = FakeEngine()
     facts = ImageInfo(ref=IMAGE_ID, id=IMAGE_ID, size_bytes=99)
-    stages = one_image.verify_image(fake, IMAGE_ID, Plan.make(archs=["sm_90a"], lane_cuda="13.0"),  # type: ignore[arg-type]
-                                 log_file=tmp_path / "probe.log", facts=facts)
+    asked = request(Plan.make(archs=["sm_90a"], lane_cuda="13.0"), tmp_path, facts=facts)
+    stages = one_image.verify_image(fake, IMAGE_ID, asked)  # type: ignore[arg-type]
     assert fake.asked == [] and ran == [IMAGE_ID]
     assert stages[0].evidence["image"] == facts.model_dump(exclude_none=True)

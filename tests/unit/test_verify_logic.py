@@ -99,7 +99,7 @@ def test_log_text_and_stage_details_are_shown_literally() -> None:
     from rich.text import Text
 
     from buildscripts import log
-    from buildscripts.verify.command import _detail
+    from buildscripts.commands.verify import _detail
 
     stage = StageResult(name="server", status=Status.FAILED, failure_class="unclassified",
                         reason="[rank0]: RuntimeError [/] in [bold]x", hint="see [dim]the log")

@@ -14,9 +14,10 @@ from buildscripts import hostenv
 from buildscripts import matrix as matrix_mod
 from buildscripts.build import buildx
 from buildscripts.build.base import BaseImage
+from buildscripts.commands import watch as watch_command
 from buildscripts.errors import PackageIndexError, ProposalError
 from buildscripts.lock.state import paths_for
-from buildscripts.watch import command, edit, news, proposal, propose
+from buildscripts.watch import edit, news, proposal, propose
 from buildscripts.watch.index import DistFile, Project, normalize, parse_metadata, parse_page
 from buildscripts.watch.wheels import Platform, cuda_flavour, installable, torch_pin
 from buildscripts.workspace import Workspace
@@ -292,9 +293,9 @@ def test_matrix_edited_meanwhile_is_refused(tmp_path: Path) -> None:
 
 
 def test_two_watches_at_once_are_refused(tmp_path: Path) -> None:
-    with command.one_watch(tmp_path):
+    with watch_command.one_watch(tmp_path):
         with pytest.raises(ProposalError, match="another watch of this checkout is running") as caught, \
-                command.one_watch(tmp_path):
+                watch_command.one_watch(tmp_path):
             pass
         assert f"pid {os.getpid()}" in caught.value.message
     with (tmp_path / "watch.lock").open("a") as handle:  # released afterwards
@@ -333,9 +334,9 @@ def test_the_report_renders_the_record() -> None:
                                                                "sglang": "0.5.24"}}
              for c in change.new_cells if c.excluded is None}
     ws = Workspace.at(ROOT, runs=ROOT / "tests" / "no-runs-here")
-    record = proposal.record(found, change, locks, None, the_matrix(), ws, changed=["A\tlockfiles/sglang/x.txt"],
-                             today={cid: {"versions": v} for cid, v in cells.items()}, build_asked=False,
-                             buildable=list(locks), branch=None)
+    made = proposal.Made(locks=locks, buildable=list(locks), built=None, changed=["A\tlockfiles/sglang/x.txt"],
+                         today={cid: {"versions": v} for cid, v in cells.items()})
+    record = proposal.record(found, change, made, the_matrix(), ws, build_asked=False, branch=None)
     text = proposal.markdown(record)
     assert record["title"] == "watch: propose sglang 0.5.24 (torch 2.14.1)"
     assert "Nothing is promoted before this pull request merges" in text

@@ -1,18 +1,13 @@
-"""`python -m buildscripts lock`: hash-pinned lockfiles per layer, and a loud refusal of drift.
+"""The locks of the selected cells: resolve every layer of theirs and record it (`lock_cells`), or check that each
+is current (`check`: CI's guard). What `python -m buildscripts lock` runs (commands/lock.py).
 
-    lock [--only GLOB] [--skip GLOB] [--check] [--upgrade] [--matrix PATH]
-
-Writes lockfiles/{lanes,sglang,toolkits}/*.txt and lockfiles/index.json (per cell: state, reason,
-inputs, key versions). A cell whose resolution breaks the matrix's promise (torch version, CUDA
-flavour, SGLang's own torch pin, toolkit coherence) is recorded as `incompatible` with the reason,
-one whose packages cannot be fetched as `unresolvable`; neither fails the run, neither is built.
-`--check` resolves nothing and writes nothing: it fails when a lock is stale or missing.
+A cell whose resolution breaks the matrix's promise (torch version, CUDA flavour, SGLang's own torch pin, toolkit
+coherence) is recorded as `incompatible` with the reason, one whose packages cannot be fetched as `unresolvable`;
+neither fails the run, neither is built.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +15,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .. import arguments, log
-from .. import matrix as matrix_mod
+from .. import log
 from ..errors import LockError
 from ..hostenv import uv_settings
 from ..matrix import Cell, Matrix
@@ -33,25 +27,6 @@ from .resolver import uv_version
 from .state import LOCK_FORMAT, LockStatus, cell_inputs, paths_for, read_index, status_of, write_index
 
 STATUS_MARK = {"ok": "passed", "incompatible": "failed", "unresolvable": "failed"}
-
-
-def main(argv: list[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws = ws or Workspace.at()
-    parser = argparse.ArgumentParser(prog="python -m buildscripts lock", description=__doc__.splitlines()[0])
-    arguments.add_selection(parser, what="cell ids to lock", skip=True)
-    parser.add_argument("--check", action="store_true", help="fail on stale or missing locks; write nothing")
-    parser.add_argument("--upgrade", action="store_true", help="re-resolve every selected lock on purpose")
-    arguments.add_matrix(parser, ws, help="the matrix.yaml to lock (its locks go to the project's lockfiles/)")
-    args = parser.parse_args(argv)
-    ws = dataclasses.replace(ws, matrix=args.matrix)
-    matrix = matrix_mod.load(ws.matrix, dict(env or {}))
-    # opt-in cells too: their locks are kept current (and checked) for whoever selects them
-    cells = matrix_mod.select(matrix.cells, args.only, args.skip, include_opt_in=True)
-    if args.check:
-        return check(matrix, cells, ws)
-    everything = not args.only and not args.skip
-    lock_cells(matrix, cells, ws, upgrade=args.upgrade, prune=everything, env=env or {})
-    return 0
 
 
 def check(matrix: Matrix, cells: list[Cell], ws: Workspace) -> int:

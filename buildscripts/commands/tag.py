@@ -11,56 +11,60 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-import docker
-import docker.errors
-
-from .. import arguments, engine, log
-from ..errors import ResultsError, TagError
-from ..matrix import load
-from ..matrix.schema import Tags
+from .. import arguments, log
 from ..workspace import Workspace
-from . import recorded, tags, trusted
+
+ABOUT = "apply the good tags that verified cells of a results file earned"
 
 
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws, env = ws or Workspace.at(), env or {}
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    ws: Workspace
+    env: Mapping[str, str]
+    results: tuple[str, ...]            # globs of the files read, and written back with the tags applied
+    matrix: Path
+    only: tuple[str, ...] = ()
+    trust_keys: tuple[Path, ...] = ()
+
+
+def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
     parser = argparse.ArgumentParser(prog="python -m buildscripts tag", description=__doc__.splitlines()[0])
     arguments.add_results(parser, default="none: name them (a `verify` or `build` run's results.json); the tags "
                                           "applied are recorded in them")
     arguments.add_matrix(parser, ws, help="matrix.yaml with the cells and tag templates")
     arguments.add_selection(parser, what="cell ids to tag")
-    trusted.add_arguments(parser)
+    arguments.add_trust_keys(parser)
     args = parser.parse_args(list(argv))
     if not args.results:
         parser.error("the following arguments are required: --results")
-    matrix = load(args.matrix)
-    keys = trusted.keys_from(args, ws, env)
-    runs = recorded.load_checked(arguments.results_files(args.results), matrix, keys, only=args.only,
+    return Options(ws=ws, env=env, results=tuple(args.results), matrix=args.matrix,
+                   only=tuple(args.only), trust_keys=tuple(args.trust_key))
+
+
+def run(options: Options) -> int:
+    from .. import engine
+    from ..matrix import load
+    from ..publish import recorded, tags, trusted
+    from ..trust import keys
+
+    matrix = load(options.matrix)
+    trusted_keys = keys.trusted(options.ws.root, options.env, options.trust_keys)
+    runs = recorded.load_checked(arguments.results_files(options.results), matrix, trusted_keys, only=options.only,
                                  command="tag")
     client = engine.connect()
     for path, run in runs.items():
         tagged = 0
-        for cell in trusted.sift(run, matrix, keys, args.only):
+        for cell in trusted.sift(run, matrix, trusted_keys, options.only):
             if isinstance(cell, trusted.Refused) or cell.why_not:
                 log.step(cell.cell_id, "tag", "skipped", detail=cell.why_not or "")
                 continue
-            refs = apply(client, cell, matrix.spec.tags)
+            refs = tags.apply(client, cell, matrix.spec.tags)
             run.cells[cell.position] = cell.record.model_copy(update={"tags": refs})
             recorded.save(run, path, f"{cell.cell_id} was tagged {', '.join(refs)}")
             log.step(cell.cell_id, "tag", "passed", detail=", ".join(refs))
             tagged += 1
         log.info(f"{tagged} cell(s) tagged from {path}")
     return 0
-
-
-def apply(client: docker.DockerClient, cell: trusted.Trusted, cfg: Tags) -> list[str]:
-    """The cell's good tags on its tested image, engine refusals said as such (the pipeline's tag step too)."""
-    try:
-        return tags.apply_good_tags(client, cell, cfg)
-    except docker.errors.ImageNotFound:
-        msg = f"{cell.cell_id}: the verified image {cell.image_id} is not in this engine"
-        raise ResultsError(msg, hint="tag on the machine that verified it") from None
-    except docker.errors.APIError as exc:
-        msg = f"{cell.cell_id}: the engine refused its good tags: {exc}"
-        raise TagError(msg, hint="tags already moved point at the verified image; try again") from None

@@ -20,36 +20,35 @@ import json
 import os
 import sys
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from .. import arguments, log
-from .. import matrix as matrix_mod
 from ..errors import ProposalError
-from ..hostenv import ca_bundle, index_urls
-from ..lock.state import read_index
-from ..workspace import Workspace, checked_name, path_argument
-from . import news, propose
-from .index import Index, SimpleIndex
+from ..workspace import Workspace, checked_name
 
+ABOUT = "releases newer than matrix.yaml holds (--json; --propose a change)"
 DEFAULT_TIMEOUT_S = 30.0
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
     ws: Workspace
-    json: bool
-    timeout_s: float
-    propose: bool
-    branch: str | None
-    build: bool
-    out: Path | None
-    run_id: str
+    env: Mapping[str, str]                  # the host's index settings
+    run_id: str                             # the proposal's run
+    json: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S    # how long one answer of the index may take
+    propose: bool = False
+    branch: str | None = None
+    build: bool = False
+    out: Path | None = None
 
 
-def parse(argv: list[str], ws: Workspace) -> Options:
+def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
+    import uuid
+
     ap = argparse.ArgumentParser(prog="nox -s watch --", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the findings (and the proposal) as JSON on stdout")
     arguments.add_matrix(ap, ws)
@@ -60,55 +59,45 @@ def parse(argv: list[str], ws: Workspace) -> Options:
     ap.add_argument("--branch", metavar="NAME", help="with --propose: also commit it on a new branch NAME")
     ap.add_argument("--build", action="store_true",
                     help="with --propose: build and verify the new cells (`build --only NEW`)")
-    ap.add_argument("--out", type=path_argument, help="with --propose: where the proposal goes (default runs/RUN_ID)")
+    ap.add_argument("--out", type=arguments.path_argument,
+                    help="with --propose: where the proposal goes (default runs/RUN_ID)")
     ap.add_argument("--run-id", default="", help="name of the proposal's run (default: watch-TIME-RANDOM)")
-    a = ap.parse_args(argv)
+    a = ap.parse_args(list(argv))
     if (a.branch or a.build or a.out) and not a.propose:
         ap.error("--branch, --build and --out go with --propose")
     if not a.timeout > 0:
         ap.error("--timeout takes a number of seconds above 0")
     run_id = checked_name(a.run_id or time.strftime("watch-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6], "run id")
-    return Options(ws=dataclasses.replace(ws, matrix=a.matrix), json=a.json, timeout_s=a.timeout,
+    return Options(ws=dataclasses.replace(ws, matrix=a.matrix), env=dict(env), json=a.json, timeout_s=a.timeout,
                    propose=a.propose, branch=a.branch, build=a.build, out=a.out, run_id=run_id)
 
 
-def main(argv: list[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    env = dict(env or {})
-    opts = parse(argv, ws or Workspace.at())
+def run(options: Options) -> int:
+    from .. import matrix as matrix_mod
+    from ..lock.state import read_index
+    from ..watch import news, propose
+
     stdout = sys.stdout
-    with one_watch(opts.ws.runs), contextlib.redirect_stdout(sys.stderr) if opts.json else _nothing():
-        matrix = matrix_mod.load(opts.ws.matrix, env)
-        started = propose.snapshot(opts.ws, opts.branch) if opts.propose else None  # before the index is asked
-        indexes, shown = make_indexes(matrix, env, opts.timeout_s)
-        locked = {cid: entry.get("versions", {}) for cid, entry in read_index(opts.ws.locks)["cells"].items()}
+    with one_watch(options.ws.runs), contextlib.redirect_stdout(sys.stderr) if options.json else _nothing():
+        matrix = matrix_mod.load(options.ws.matrix, options.env)
+        # before the index is asked
+        started = propose.snapshot(options.ws, options.branch) if options.propose else None
+        indexes, shown = news.make_indexes(matrix, options.env, options.timeout_s)
+        locked = {cid: entry.get("versions", {}) for cid, entry in read_index(options.ws.locks)["cells"].items()}
         with log.working("asking the package index"):
             findings = news.watch(matrix, indexes, locked, shown)
-        if not opts.json:
+        if not options.json:
             for line in findings.lines():
                 log.console.print(line, markup=False)
         result: dict[str, Any] = {"watch": findings.to_json()}
         if started is not None:
             made = propose.run(findings, matrix, started, propose.Request(
-                ws=opts.ws, run_id=opts.run_id, out=opts.out, branch=opts.branch, build=opts.build, env=env))
+                ws=options.ws, run_id=options.run_id, out=options.out, branch=options.branch, build=options.build,
+                env=options.env))
             result["proposal"] = made
-    if opts.json:
+    if options.json:
         _print_json(result, stdout)
     return 0
-
-
-def make_indexes(matrix: matrix_mod.Matrix, env: Mapping[str, str],
-                 timeout_s: float) -> tuple[dict[str, Index], list[str]]:
-    """The host's index (its pip settings, uv's order) and each lane's own; and how to name them."""
-    host = index_urls(env)
-    bundle = ca_bundle(env)
-    merge = env.get("UV_INDEX_STRATEGY", "first-index").startswith("unsafe-")
-    indexes: dict[str, Index] = {news.HOST: SimpleIndex(host, timeout_s=timeout_s, ca_bundle=bundle, merge=merge)}
-    shown = [f"the host's package index ({(' + ' if merge else ' then ').join(host)})"]
-    for lane in matrix.spec.torch_lanes:
-        if lane.index and lane.index not in indexes:
-            indexes[lane.index] = SimpleIndex([lane.index], timeout_s=timeout_s, ca_bundle=bundle)
-            shown.append(f"lane {lane.id}'s index ({lane.index})")
-    return indexes, shown
 
 
 @contextlib.contextmanager

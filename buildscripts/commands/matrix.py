@@ -1,6 +1,6 @@
 """`nox -s matrix`: the selected cell ids, one per line (or JSON), like cibuildwheel's
 --print-build-identifiers. `--all` adds excluded cells with their reasons; `--github` prints the
-verify jobs of the CI workflow (one per cell, or per cell and arch, with its runner labels: cijobs.py), and
+verify jobs of the CI workflow (one per cell, or per cell and arch, with its runner labels: matrix/cijobs.py), and
 with `--staged RESULTS` the verify jobs of what a build staged: the same rows, each with the
 `image` to verify by digest (`REPO@sha256:…`). `--builds` prints the build jobs (one per build runner, with
 the cells each builds), `--build-runner` the build and promote jobs' labels.
@@ -13,21 +13,31 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-
-from rich.markup import escape
-from rich.table import Table
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from .. import arguments, log
-from ..workspace import Workspace, path_argument
-from .cells import select
-from .cijobs import ANY_ARCH, build_jobs, github_jobs, staged_jobs
-from .load import load
+from ..workspace import Workspace
 
-__all__ = ["ANY_ARCH", "github_jobs", "main"]
+if TYPE_CHECKING:
+    from ..matrix import Cell
+
+ABOUT = "list the selected cell ids (--json for machines)"
+Output = Literal["ids", "table", "json", "github", "builds", "build-runner"]
 
 
-def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str] | None = None) -> int:
-    ws = ws or Workspace.at()
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    matrix: Path
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    all: bool = False                   # excluded cells too, with the reason
+    output: Output = "ids"
+    staged: tuple[Path, ...] = ()       # with output "github": the results files of a staging build
+
+
+def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
     del env  # nothing here reads the environment
     ap = argparse.ArgumentParser(prog="nox -s matrix --", description="List the selected cells.")
     arguments.add_matrix(ap, ws)
@@ -41,7 +51,7 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
                         help="the CI build jobs (one per build runner, each with its cells), one compact JSON line")
     output.add_argument("--build-runner", action="store_true",
                         help="the labels of the CI build job's runner (runners.build), one compact JSON line")
-    ap.add_argument("--staged", type=path_argument, metavar="RESULTS", action="append", default=[],
+    ap.add_argument("--staged", type=arguments.path_argument, metavar="RESULTS", action="append", default=[],
                     help="with --github: the verify jobs of the cells RESULTS staged (`build --stage REPO`), "
                          "each with the image to verify by digest (repeatable: one file per build job)")
     a = ap.parse_args(list(argv))
@@ -49,28 +59,47 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         ap.error(f"--{'github' if a.github else 'builds'} lists the jobs of buildable cells only; drop --all")
     if a.staged and not a.github:
         ap.error("--staged goes with --github: it lists the verify jobs of a staging build")
-    matrix = load(a.matrix)
-    if a.build_runner:
+    chosen: Output = ("github" if a.github else "builds" if a.builds else "build-runner" if a.build_runner
+                      else "json" if a.json else "table" if a.all else "ids")
+    return Options(matrix=a.matrix, only=tuple(a.only), skip=tuple(a.skip), all=a.all, output=chosen,
+                   staged=tuple(a.staged))
+
+
+def run(options: Options) -> int:
+    from ..matrix import load, select
+    from ..matrix.cijobs import build_jobs, github_jobs, staged_jobs
+
+    matrix = load(options.matrix)
+    if options.output == "build-runner":
         print(json.dumps(list(matrix.spec.runners.build), separators=(",", ":")))
         return 0
-    cells = select(matrix.cells, a.only, a.skip, include_excluded=a.all, include_opt_in=a.all or bool(a.staged))
-    if a.github or a.builds:
-        jobs = build_jobs(cells, matrix.spec.runners) if a.builds else github_jobs(cells, matrix.spec.runners)
-        if a.staged:
-            jobs = staged_jobs(jobs, a.staged, matrix)
+    cells = select(matrix.cells, options.only, options.skip, include_excluded=options.all,
+                   include_opt_in=options.all or bool(options.staged))
+    if options.output in ("github", "builds"):
+        jobs = (build_jobs(cells, matrix.spec.runners) if options.output == "builds"
+                else github_jobs(cells, matrix.spec.runners))
+        if options.staged:
+            jobs = staged_jobs(jobs, list(options.staged), matrix)
         # Compact, one line: the workflow writes it to $GITHUB_OUTPUT as `matrix=...`.
         print(json.dumps({"include": jobs}, separators=(",", ":")))
-        return 0
-    if a.json:
+    elif options.output == "json":
         rows = [{**c.axes(), "id": c.id, "excluded": c.excluded, "opt_in": c.opt_in,
                  "expected_failure": c.expected.model_dump(by_alias=True) if c.expected else None} for c in cells]
         print(json.dumps(rows, indent=2))
-        return 0
-    if not a.all:
+    elif options.output == "table":
+        _table(cells, options.matrix)
+    else:
         for cell in cells:
             print(cell.id)
-        return 0
-    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {escape(a.matrix.name)}")
+    return 0
+
+
+def _table(cells: Sequence[Cell], path: Path) -> None:
+    """Every cell with its status: buildable, excluded (why), opt-in, expected to fail."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table("cell", "status", title=f"{len(cells)} cell(s) from {escape(path.name)}")
     for cell in cells:
         status = f"[yellow]excluded:[/] {escape(cell.excluded)}" if cell.excluded else "[green]buildable[/]"
         if cell.opt_in and not cell.excluded:
@@ -79,4 +108,3 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
             status += f" [dim](expected to fail at {escape(' or '.join(cell.expected.stages))})[/]"
         table.add_row(escape(cell.id), status)
     log.console.print(table)
-    return 0

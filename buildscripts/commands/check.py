@@ -1,0 +1,110 @@
+"""`nox -s check -- IMAGE|TAG|oci-archive:PATH [--arch sm_120a] [--platform linux/arm64] [--key PUB] [--json]`:
+was this very image verified on a GPU? Anyone can run it, offline but for reading the registry.
+
+The manifests first (trust/sources.py: what the registry serves for the tag now, what the local engine
+recorded, or the manifest an archive holds; an index leads to each platform's manifest), then the verdicts
+attached to each, checked with the project's public keys (keys/*.pub) and any --key: only a dated Statement a
+trusted key signed, for that platform manifest, counts, and per arch the newest decides (to the second; one
+dated more than 5 min after this machine's clock counts for nothing and leaves its arch not verified).
+Exit 0 only when the asked arch (default: every arch the valid verdicts name) is verified for the asked
+platform (an index's entry for --platform, default this machine's); 18 when it is not; 19 when the check could
+not be made (a registry that does not answer, cosign or skopeo missing, an unreadable archive).
+`--write-policies` writes the cosign policies (trust/policy.py) of matrix.yaml's archs under policies/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import arguments, log
+from ..errors import ConfigError, NotVerified
+from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+ABOUT = "was this very image verified on a GPU? its signed verdicts, checked"
+HINT = ("use an image whose good tag was promoted after a GPU verification, or pass --key with the public key "
+        "of a verifier you trust")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    ws: Workspace
+    env: Mapping[str, str]
+    image: str = ""                         # IMAGE|TAG|oci-archive:PATH (none only with write_policies)
+    archs: tuple[str, ...] = ()             # that must be verified (default: every arch the verdicts name)
+    platform: str | None = None             # of an index (default: this machine's, as Docker pulls)
+    write_policies: bool = False
+    keys: tuple[Path, ...] = ()             # trusted besides the project's keys/*.pub
+    json: bool = False
+    now: datetime | None = None             # the clock verdicts are placed by (trust/freshness.py): this machine's
+
+
+def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
+    from .. import platform_reading
+    from ..matrix.spellings import arch_problem
+    from ..refs import FORMS, reference_problem
+    from ..trust.sources import ARCHIVE
+
+    ap = argparse.ArgumentParser(prog="nox -s check --", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("image", metavar="IMAGE|TAG|oci-archive:PATH", nargs="?",
+                    help="a registry reference, a local engine image, or an archive written by `nox -s export`")
+    ap.add_argument("--arch", action="append", default=[],
+                    help="the GPU arch that must be verified, e.g. sm_120a (default: every arch the verdicts name)")
+    ap.add_argument("--platform", metavar="OS/ARCH[/VARIANT]",
+                    help="the platform of an index that must be verified (default: this machine's, as Docker pulls)")
+    ap.add_argument("--write-policies", action="store_true",
+                    help="write the cosign policies of matrix.yaml's archs under policies/ and exit")
+    # --trust-key, as every command that weighs signatures spells it; --key is the spelling the docs first gave.
+    ap.add_argument("--trust-key", "--key", dest="key", action="append", default=[], type=arguments.path_argument,
+                    metavar="PUB", help="a public key (PEM) to trust besides the project's keys/*.pub (repeatable)")
+    ap.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
+    a = ap.parse_args(list(argv))
+    if a.image is None and not a.write_policies:
+        ap.error("IMAGE|TAG|oci-archive:PATH is required")
+    problem = a.platform and platform_reading.problem(a.platform)
+    if problem:
+        msg = f"--platform: {problem}"
+        raise ConfigError(msg, hint="e.g. --platform linux/amd64 or --platform linux/arm64/v8")
+    for arch in a.arch:
+        problem = arch_problem(arch)
+        if problem:
+            msg = f"--arch: {problem}"
+            raise ConfigError(msg, hint="e.g. --arch sm_120a")
+    if a.image and not a.image.startswith(ARCHIVE):
+        problem = reference_problem(a.image)
+        if problem:
+            msg = f"IMAGE {problem}"
+            raise ConfigError(msg, hint=f"give an image as {FORMS}, or oci-archive:PATH")
+    return Options(ws=ws, env=env, image=a.image or "", archs=tuple(a.arch), platform=a.platform,
+                   write_policies=a.write_policies, keys=tuple(a.key), json=a.json)
+
+
+def run(options: Options) -> int:
+    from rich.markup import escape
+
+    from ..matrix import load
+    from ..publish.check import as_json, show
+    from ..trust import keys, policy, sources
+
+    ws, env = options.ws, options.env
+    if options.write_policies:
+        for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
+            log.info(f"wrote {path.relative_to(ws.root)}")
+        return 0
+    judged = sources.check(options.image, keys.trusted(ws.root, env, options.keys), env, list(options.archs),
+                           now=options.now)
+    for source, judgement in judged:
+        show(source, judgement, to_stderr=options.json)
+    if options.json:
+        print(json.dumps([as_json(s, j) for s, j in judged], indent=1))
+    verified, line = sources.summary(options.image, judged, options.platform)
+    if not verified:
+        raise NotVerified(line, hint=HINT)
+    (log.err if options.json else log.console).print(f"[green]✓[/] {escape(line)}")   # stdout is the JSON's alone
+    return 0
