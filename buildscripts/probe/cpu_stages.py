@@ -29,6 +29,7 @@ from . import (
     fatbin,
     gpuruns,
     jitcompile,
+    loaderfacts,
     pruned,
     shm,
     sitesize,
@@ -109,10 +110,17 @@ def _import_one(name: str, deadline: cudatools.Deadline) -> Dict[str, Any]:
         return {"status": core.PASSED, "summary": f"ok {info['version']}".strip(), "log": "",
                 "version": info["version"], "seconds": info["seconds"]}
     error = cudatools.error_line(out)
-    if not _gpu_present() and NEEDS_DRIVER.search(out) and not OTHER_LOAD_ERROR.search(out):
+    # One level below a load failure: what ldd says the module's libraries need and cannot find.
+    below = loaderfacts.for_module(name, out, deadline)
+    missing, root = below if below else ({}, "")
+    beyond_driver = loaderfacts.beyond_driver(missing)
+    if not _gpu_present() and NEEDS_DRIVER.search(out) and not OTHER_LOAD_ERROR.search(out) and not beyond_driver:
         return {"status": core.SKIPPED, "summary": f"skipped: needs a GPU ({error})", "log": out}
     other = cudatools.other_majors(out)   # libcudart.so.12 asked for where the image has CUDA 13: say so
-    return {"status": core.FAILED, "summary": f"failed: {error}" + (f" ({other})" if other else ""), "log": out}
+    said = [other] if other else []
+    if beyond_driver or (missing and _gpu_present()):
+        said.append(loaderfacts.describe(beyond_driver or missing, root))
+    return {"status": core.FAILED, "summary": f"failed: {error}" + "".join(f" ({s})" for s in said), "log": out}
 
 
 @core.stage("import")

@@ -15,7 +15,7 @@ import shutil
 from functools import partial
 from typing import Any, Dict, List, Tuple
 
-from . import core, cudatools
+from . import core, cudatools, loaderfacts
 from .cudatools import Deadline
 
 SMOKE_CU = r"""
@@ -56,10 +56,9 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     nvcc = os.path.join(home, "bin", "nvcc")
     ok, _took, out = cudatools.run([nvcc, "--version"], deadline)
     version = cudatools.release(out) if ok else None
-    if version is None:
-        msg = f"CUDA toolkit not discoverable: {nvcc} does not run (found via {how})"
-        raise core.StageFailed(msg, ev,
-                               out)
+    if version is None:   # say what the folder holds: a runtime-only CUDA home is not "no CUDA home"
+        msg = loaderfacts.cuda_home_problem(home, how) or f"nvcc at {nvcc} does not run (found via {how})"
+        raise core.StageFailed(msg, ev, out)
     ev["nvcc"] = {"path": nvcc, "version": "%d.%d" % version}
     ev["versions"]["nvcc"] = "%d.%d" % version
     torch_cuda = ev["cuda_home"]["torch"].get("cuda")

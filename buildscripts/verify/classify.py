@@ -5,7 +5,11 @@ picks the best match. Patterns are short robust signals (exception type, the mod
 it, a key phrase, an arch or a version), searched case-insensitively in the log with runs of spaces
 and tabs collapsed; a pattern written as a list matches only when all of its signals are found.
 Among the classes that match:
-1. a class marked `generic` (an outcome such as "the server exited") yields to any specific one;
+1. a class marked `generic` names no cause and yields to any class that does: an outcome ("the server exited"),
+   or a line that only reports a failure below it (sgl_kernel's "Could not load any common_ops library",
+   "Capture cuda graph failed", BackendCompilerFailed). This is where "look one level below before naming a
+   cause" is decided: the cause's own words, or what the probe looked up under them (ldd of the module, the
+   contents of the CUDA home), name it; a generic class's hint says what was seen and carries the error under it;
 2. a class drops out when another matching class `beats` it (the cause beats the wrapper reporting it);
 3. the most specific match wins: the most literal characters in the matching pattern's signals;
    ties go to the class of the stage that failed, then to the earlier class in the file.
@@ -52,7 +56,7 @@ class FailureClass(BaseModel):
     hint: str = Field(min_length=1)
     sources: tuple[str, ...] = Field(min_length=1)
     beats: tuple[str, ...] = ()       # classes this one explains when both match
-    generic: bool = False             # an outcome, chosen only when no specific class matches
+    generic: bool = False             # names no cause (an outcome, a wrapper's line): chosen when nothing names one
     captures: dict[str, str] = {}     # {name} in the hint -> the words used when the log did not show it
     extract: tuple[str, ...] = ()     # expressions that only fill {name}s once a pattern matched
 
