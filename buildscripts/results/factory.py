@@ -20,7 +20,7 @@ def cell_record(
     excluded: str | None = None, expected: ExpectedFailure | None = None, build: BuildResult | None = None,
     image: ImageInfo | None = None, stages: Sequence[StageResult] = (), versions: Mapping[str, str] | None = None,
     locks: Mapping[str, str] | None = None, run_id: str | None = None, verification_key: str | None = None,
-    reused_from: str | None = None,
+    reused_from: str | None = None, notes: Sequence[str] = (),
 ) -> CellResult:
     """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built."""
     if build is None and not excluded:
@@ -29,7 +29,7 @@ def cell_record(
         cell_id=cell_id, axes=dict(axes or {}), targets=list(targets), excluded=excluded, expected=expected,
         build=build, image=image or ImageInfo(), stages=list(stages),
         versions={**(versions or {}), **versions_from(stages)}, locks=dict(locks or {}), run_id=run_id,
-        finished=now(), verification_key=verification_key, reused_from=reused_from,
+        finished=now(), verification_key=verification_key, reused_from=reused_from, notes=list(notes) or None,
     )
     return judged(record)
 
