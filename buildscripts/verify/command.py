@@ -32,7 +32,7 @@ from ..trust import keys, seal, sources, verdicts
 from ..workspace import PROJECT_ROOT, Workspace, checked_name, path_argument, path_text
 from . import gpus, identity, provision, pulled, reuse, tp
 from .container import KEEP_ENV
-from .host import HostRunner
+from .host import verify_as_identity
 from .lxcrunner import LxcRunner
 from .one_image import axes_from_labels, check_image, image_facts, matrix_cell
 from .plan import DEFAULT_ARCHS, MIN_STAGE_TIMEOUT, Plan, lane_from_labels, stage_timeout, stages_argument
@@ -212,7 +212,7 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
                  stages: list[str] | None, profile: Profile, env: Mapping[str, str],
                  also_archs: Sequence[str]) -> tuple[CellResult, str | None]:
     """The record of a run as an identity of its own (root only: `_why_unsealed`), and why it must not be
-    sealed after all when the interpreter under test shares an import folder with the verifier."""
+    sealed after all (host.verify_as_identity: the verifier's own findings, and its clean-up's)."""
     cell_id = checked_name(a.cell_id or "host", "cell id")
     python = a.python or sys.executable
     plan = Plan.make(archs=archs or DEFAULT_ARCHS, lane_cuda=a.lane_cuda, stages=stages,
@@ -227,13 +227,11 @@ def _verify_host(a: argparse.Namespace, run_dir: Path, run_id: str, archs: list[
     if problem:
         msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
         raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
-    with identity.sandbox(workdir) as box:   # every process of it is gone when this ends
-        runner = HostRunner(python, env, workdir, box)
-        shared = identity.shared_with_verifier(runner.import_path())
-        found = verify(runner, options)
+    done = verify_as_identity(python, env, workdir, options)
     cell = cell_record(cell_id, targets=plan.archs, build=BuildResult(status=Status.PASSED, reason="existing image"),
-                       image=ImageInfo(ref="host", id=f"host:{python}"), stages=found, run_id=run_id)
-    return cell, shared
+                       image=ImageInfo(ref="host", id=f"host:{python}"), stages=done.stages, run_id=run_id,
+                       notes=done.notes)
+    return cell, done.unsealed
 
 
 def _host_platform() -> str:
