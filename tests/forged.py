@@ -10,8 +10,6 @@ from pathlib import Path
 
 SCRIPT = rb"""#!/bin/sh
 # `python3 -c ...` is how a verification container is kept alive: sleep instead.
-# `python3 -c '...sys.path...'` is the host asking for the import path: a forged one answers at once.
-case "$1 $2" in "-c "*sys.path*) echo '["/forged"]'; exit 0;; esac
 if [ "$1" = "-c" ]; then exec sleep infinity; fi
 stages=facts
 stop=/tmp/forged-stop

@@ -32,7 +32,8 @@ class Given:
 
 def cell_record(cell_id: str, given: Given | None = None, *, build: BuildResult | None = None,
                 image: ImageInfo | None = None, stages: Sequence[StageResult] = (),
-                verification_key: str | None = None, reused_from: str | None = None) -> CellResult:
+                verification_key: str | None = None, reused_from: str | None = None,
+                notes: Sequence[str] = ()) -> CellResult:
     """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built."""
     given = given or Given()
     if build is None and not given.excluded:
@@ -41,7 +42,7 @@ def cell_record(cell_id: str, given: Given | None = None, *, build: BuildResult 
         cell_id=cell_id, axes=dict(given.axes or {}), targets=list(given.targets), excluded=given.excluded,
         expected=given.expected, build=build, image=image or ImageInfo(), stages=list(stages),
         versions={**given.versions, **versions_from(stages)}, locks=dict(given.locks), run_id=given.run_id,
-        finished=now(), verification_key=verification_key, reused_from=reused_from,
+        finished=now(), verification_key=verification_key, reused_from=reused_from, notes=list(notes) or None,
     )
     return judged(record)
 

@@ -140,6 +140,9 @@ class CellResult(Record):
     finished: str | None = None
     verification_key: str | None = None      # hash of every input of the verification (verify/reuse.py)
     reused_from: str | None = None           # "run ID of TIME on RUNNER" when its stages were reused
+    # What the host noted about the run that decides no verdict (judge never reads it): what the clean-up after
+    # a host run did and could not do, why the record is not sealed. None when there is nothing to say.
+    notes: list[str] | None = None
     # The run's matrix digest, copied in before the seal (the run's own field is outside every seal): provenance,
     # which matrix.yaml the record was judged with; what it counts for is its cell's definition, below.
     matrix_digest: str | None = None

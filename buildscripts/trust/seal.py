@@ -27,15 +27,16 @@ UNSEALED = frozenset({"tags", "promoted", "seal"})   # what tagging and promotio
 
 # Fields the record gained after records were first sealed: left out of the sealed form while unset, so that a
 # record sealed before them still verifies (an unset field and an absent one say the same). Once set, they are sealed.
-LATER = frozenset({"definition", "definition_digest"})
+LATER = frozenset({"definition", "definition_digest", "notes"})
+WRITTEN_NULL = frozenset({"definition", "definition_digest"})   # written as null while unset on 2026-12-04
 
 
 def canonical(cell: CellResult, *, unset_written: bool = False) -> bytes:
-    """The sealed form of `cell`; `unset_written`: with the LATER fields written as null while unset, as the
+    """The sealed form of `cell`; `unset_written`: with the WRITTEN_NULL fields written as null while unset, as the
     verifiers of 2026-12-04 sealed them before they were left out (both say the same, and both verify)."""
     data = cell.model_dump(mode="json", exclude=set(UNSEALED))
     for name in LATER:
-        if data.get(name) is None and not unset_written:
+        if data.get(name) is None and not (unset_written and name in WRITTEN_NULL):
             data.pop(name, None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 

@@ -170,7 +170,7 @@ class ContainerRunner:
                 fh.write(f"# the engine could not start a container: {why}\n")
             return Outcome([failed("container", f"the engine could not start a container from {self.image}: "
                                                 f"{why[:300]}", "container-start-failed", log=why)])
-        return Outcome(interpret(run, plan.stages, plan.stage_timeout), observation)
+        return Outcome(interpret(run, plan.stage_timeout), observation)
 
 
 @contextmanager
@@ -230,7 +230,7 @@ def run_probe(container: DockerContainer, python: str, probe_args: Sequence[str]
     enforce a deadline per stage (none while the host itself observes the server)."""
     wrapped = container.get_wrapped_container()
     api = container.get_docker_client().client.api
-    run = ProbeRun(python=python)
+    run = ProbeRun.of(planned, python=python)
     wrapped.put_archive("/", probe_archive(model=model))
     argv = [python, "-m", "probe", *probe_args]
     exec_id = api.exec_create(wrapped.id, argv, workdir=PROBE_ROOT,
@@ -242,7 +242,7 @@ def run_probe(container: DockerContainer, python: str, probe_args: Sequence[str]
     with log_file.open("a", encoding="utf-8") as log, closing(_Closer(stream)):
         log.write(f"$ docker exec -w {PROBE_ROOT} {wrapped.name} {shlex.join(argv)}\n")
         reader.start()
-        _follow(run, lines, log, planned, stage_timeout, kill=lambda: _kill(wrapped), handoff=handoff)
+        _follow(run, lines, log, stage_timeout, kill=lambda: _kill(wrapped), handoff=handoff)
         reader.join(timeout=10)
         run.exit_code = api.exec_inspect(exec_id).get("ExitCode")
         state = _state(wrapped, settle=len(run.results) < len(planned))
@@ -283,8 +283,8 @@ def _state(wrapped: Any, settle: bool) -> dict[str, Any]:
         time.sleep(0.25)
 
 
-def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper, planned: Sequence[str],
-            stage_timeout: float, kill: Any, handoff: Handoff | None = None) -> None:
+def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper, stage_timeout: float,
+            kill: Any, handoff: Handoff | None = None) -> None:
     """Read lines until the probe ends; kill the container when a stage runs past its deadline."""
     deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
     while True:
@@ -294,8 +294,7 @@ def _follow(run: ProbeRun, lines: queue.Queue[str | None], log: io.TextIOWrapper
             if handoff is not None and handoff.busy:   # the host is at the server: its own deadlines apply
                 deadline = time.monotonic() + stage_timeout + grace(stage_timeout)
                 continue
-            done = {r.get("name") for r in run.results}
-            run.hung_stage = next((s for s in planned if s not in done), "probe")
+            run.hung_stage = run.lines.due or "probe"
             log.write(f"# no result within {stage_timeout + grace(stage_timeout):.0f}s: "
                       f"probe timed out in stage {run.hung_stage}; killing the container\n")
             kill()
@@ -342,11 +341,11 @@ def _kill(wrapped: Any) -> None:
 def _process_identity(pid: int) -> str:
     """"PID START": the process's start time (clock ticks since boot, /proc/PID/stat field 22) tells it from
     a later process that got the same pid; "" when the process does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    try:   # bytes: the name in it is any process's own, and need not be UTF-8
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        return f"{pid} {int(stat.rsplit(b')', 1)[1].split()[19])}"
+    except (OSError, IndexError, ValueError):
         return ""
-    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
 
 
 def reap_orphans(client: docker.DockerClient) -> list[str]:

@@ -11,13 +11,15 @@ processes behind for later. So:
   for the run, with no supplementary groups and no new privileges (a setuid program does not raise it), in a
   network namespace of its own with only loopback up (no route out; NCCL and the server use loopback), its
   HOME a folder of its own. It cannot read root's files, /proc/PID/environ or memory, nor signal or trace the
-  verifier. When the probe has ended, every process of that uid is killed (`reap`) before anything is sealed,
-  and nothing it made is left as its own (`disown`).
+  verifier. When the probe has ended, the clean-up (cleanup.py) kills every process of it, sweeps every folder
+  it could have reached and its inter-process objects, and keeps its home as root's; it never raises, and a
+  clean-up that did not finish leaves the run unsealed and its uid out of use until this machine restarts.
 - **Not as root** there is no other identity to give, and host mode is refused (verify/command.py): the code
   under test could read this user's keys, or plant one where a verifier would later take it.
 - **The verifier's own environment is never the one under test**: code importable by the verifier runs in it
-  (a `.pth` file or a sitecustomize runs at every start), so a run whose interpreter is the verifier's own,
-  or that imports from a folder the verifier imports from, is saved unsealed, with the reason.
+  (a `.pth` file or a sitecustomize runs at every start), so a run whose interpreter is the verifier's own
+  (`why_unsealed`), or whose environment shares a folder with the verifier's imports (apart.py, decided from what
+  the verifier hands on and can stat, never asked of the code under test), is saved unsealed, with the reason.
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ import fcntl
 import grp
 import os
 import pwd
-import shutil
-import signal
 import stat
 import sys
-import sysconfig
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..workspace import PROJECT_ROOT
+from . import cleanup, procs, treewalk
+from .access import Who
+from .cleanup import Cleanup
 
 # systemd's range for dynamic users (DynamicUser=): no distribution gives these to accounts.
 UID_RANGE = range(61184, 65520)
@@ -46,7 +47,7 @@ LOCKS = Path("/run/sglang-images/sandbox-locks")   # /run: root's alone
 ENTER = Path(__file__).with_name("enter_sandbox.py")
 TMP_ROOT = Path("/tmp")
 NAME = "sglang-images-under-test"
-REAP_ROUNDS = 50
+UNCLEAN = b"unclean"   # the first bytes of a uid's lock file once a clean-up after it did not finish
 
 
 @dataclass(frozen=True)
@@ -75,32 +76,17 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _taken(uid: int) -> bool:
-    """An account, a group or a running process has this id."""
+def _taken(uid: int, in_use: set[int]) -> bool:
+    """An account or a group has this id, or a running process has it as a uid or gid (`in_use`: procs.py)."""
+    if uid in in_use:
+        return True
     for lookup in (pwd.getpwuid, grp.getgrgid):
         try:
             lookup(uid)
             return True
         except KeyError:
             pass
-    return bool(processes_of(uid))
-
-
-def processes_of(uid: int) -> list[int]:
-    """The pids whose real, effective or saved uid is `uid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("Uid:"):
-                    if str(uid) in line.split()[1:4]:
-                        found.append(int(entry.name))
-                    break
-        except OSError:
-            continue   # gone meanwhile
-    return found
+    return False
 
 
 def _lock_folder() -> Path:
@@ -116,108 +102,99 @@ def _lock_folder() -> Path:
 
 
 def _hold(uid: int) -> int | None:
-    """The lock of `uid` held for this run (its descriptor), or None when another run holds it."""
+    """The lock of `uid` held for this run (its descriptor), or None when another run holds it, or when a run
+    given it could not clean up after its code under test (UNCLEAN: it stays out of use until /run is emptied
+    at the next start of this machine)."""
     fd = os.open(_lock_folder() / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.pread(fd, len(UNCLEAN), 0) == UNCLEAN:
+            os.close(fd)
+            return None
     except BlockingIOError:
         os.close(fd)
         return None
     return fd
 
 
+def _release(fd: int, cleaned: Cleanup) -> None:
+    """The uid's lock let go; marked UNCLEAN first when its clean-up did not finish."""
+    try:
+        if not cleaned.finished:
+            os.pwrite(fd, UNCLEAN + b": " + "; ".join(cleaned.problems).encode(errors="backslashreplace")[:4000], 0)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Lease:
+    """One run's identity; `cleaned` says what the clean-up did once the run is over."""
+
+    box: Sandbox
+    cleaned: Cleanup | None = None
+
+
 @contextlib.contextmanager
-def sandbox(workdir: Path) -> Iterator[Sandbox]:
+def sandbox(workdir: Path) -> Iterator[Lease]:
     """A fresh identity for one run, its folder under `workdir`; on the way out every process of it is killed
-    and nothing it made is left as its own. Root only (the caller decides: `is_root`)."""
-    start = (os.getpid() * 7919) % len(UID_RANGE)   # spread concurrent verifiers over the range
-    for offset in range(len(UID_RANGE)):
-        uid = UID_RANGE[(start + offset) % len(UID_RANGE)]
-        held = _hold(uid)
-        if held is None:
-            continue
-        if not _taken(uid):
-            break
-        os.close(held)
-    else:
-        msg = f"no free uid in {UID_RANGE.start}-{UID_RANGE.stop - 1} for the code under test"
-        raise ConfigError(msg, hint="end other verifiers of this machine, or free that range")
+    and nothing it made is left as its own (cleanup.py: it never raises, and says what it could not do). Root
+    only (the caller decides: `is_root`)."""
+    uid, held = _pick()
     home, tmp = workdir / "home", TMP_ROOT / f"sglang-images-{uid}"
+    lease = Lease(Sandbox(uid, uid, home, tmp))
+    since = time.time()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         for folder in (home, tmp):
             _own_folder(folder, uid)
-        yield Sandbox(uid, uid, home, tmp)
+        yield lease
     finally:
-        try:
-            reap(uid)
-            _remove(tmp)
-            disown(uid, home)
-        finally:
-            os.close(held)
+        lease.cleaned = cleanup.clean(Who(uid, uid), home, since=since)
+        _release(held, lease.cleaned)
 
 
-# Where else an identity can leave files behind for later (a set-uid copy of a program, a socket).
-SHARED_FOLDERS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
-
-
-def disown(uid: int, home: Path) -> None:
-    """After the run: what the identity made in its home stays for the record, but as root's, with no set-id
-    bit and no write for others; what it left in the shared folders is removed. Nothing is left that another
-    user could use to become that uid, or that a later run given the same uid would find."""
-    for folder, dirs, files in os.walk(home):
-        for name in [*dirs, *files]:
-            _as_roots(Path(folder) / name)
-    _as_roots(home)
-    for shared in SHARED_FOLDERS:
-        with contextlib.suppress(OSError):
-            for entry in shared.iterdir():
-                with contextlib.suppress(OSError):
-                    if entry.lstat().st_uid == uid:
-                        _remove(entry)
-
-
-def _as_roots(path: Path) -> None:
-    st = path.lstat()
-    os.chown(path, 0, 0, follow_symlinks=False)
-    if not stat.S_ISLNK(st.st_mode):
-        os.chmod(path, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID | 0o022))
+def _pick() -> tuple[int, int]:
+    """A uid of UID_RANGE that no account, group, process or other run has, and its lock's descriptor."""
+    in_use = procs.ids_in_use()
+    start = (os.getpid() * 7919) % len(UID_RANGE)   # spread concurrent verifiers over the range
+    for offset in range(len(UID_RANGE)):
+        uid = UID_RANGE[(start + offset) % len(UID_RANGE)]
+        if _taken(uid, in_use):
+            continue
+        held = _hold(uid)
+        if held is None:
+            continue
+        if not procs.processes_of(uid, uid):   # read again once held: one started meanwhile
+            return uid, held
+        os.close(held)
+    msg = f"no free uid in {UID_RANGE.start}-{UID_RANGE.stop - 1} for the code under test"
+    raise ConfigError(msg, hint="end other verifiers of this machine, or free that range (a uid whose clean-up "
+                                f"did not finish stays out of use until restart: {LOCKS})")
 
 
 def _remove(path: Path) -> None:
-    """`path` gone, whatever an earlier identity left there (a link is removed, never followed)."""
-    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
+    """`path` gone, whatever an earlier identity or another user left there (a link is removed, never followed;
+    a folder of any depth)."""
+    parent = os.open(path.parent, treewalk.OPEN_FOLDER)
+    try:
+        treewalk.remove_tree(parent, os.fsencode(path.name), treewalk.Budget(), treewalk.Removed())
+    finally:
+        os.close(parent)
 
 
 def _own_folder(folder: Path, uid: int) -> None:
     """`folder` made afresh for `uid` alone (what an earlier identity left there is removed first)."""
-    _remove(folder)
+    try:
+        _remove(folder)
+    except (OSError, treewalk.OverBudget, treewalk.Moved) as exc:
+        msg = f"{folder} holds what an earlier run or another user left, and it could not be removed: {exc}"
+        raise ConfigError(msg, hint=f"remove it by hand (rm -rf {folder}); verify again") from None
     try:
         folder.mkdir(mode=0o700)   # not exist_ok: one made meanwhile by someone else is not ours
     except FileExistsError:
         msg = f"{folder} was made again by someone else while the verifier made it for the code under test"
         raise ConfigError(msg, hint="find out who writes there; verify again") from None
     os.chown(folder, uid, uid, follow_symlinks=False)
-
-
-def reap(uid: int) -> int:
-    """Kill every process of `uid` until none is left; how many were killed. A process that forked away,
-    double-forked into the background or waits for the signer is gone before any key is read."""
-    killed: set[int] = set()
-    for _ in range(REAP_ROUNDS):
-        pids = processes_of(uid)
-        if not pids:
-            return len(killed)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-        time.sleep(0.05)
-    msg = f"processes of the code under test (uid {uid}) are still running after {REAP_ROUNDS} rounds of SIGKILL"
-    raise ConfigError(msg, hint=f"nothing was sealed; see `ps -u {uid}`")
 
 
 def unreachable(paths: Mapping[str, Path]) -> str | None:
@@ -246,24 +223,3 @@ def why_unsealed(python: str) -> str | None:
         return (f"the interpreter under test ({python}) is the verifier's own environment ({ours}): its packages "
                 "run in the verifier too; run the verifier from an environment of its own")
     return None
-
-
-def shared_with_verifier(their_path: Sequence[str]) -> str | None:
-    """Why a run whose interpreter imports from `their_path` vouches for nothing (None: it may be sealed): a
-    folder on it that the verifier imports from too (a site folder of a venv made with
-    --system-site-packages, a PYTHONPATH both were given) holds code that runs in the verifier. The standard
-    library and the project's own folder are the verifier's, read-only to the code under test."""
-    own = {Path(p).resolve() for p in sys.path if p} - _verifiers_own()
-    shared = sorted({str(Path(p).resolve()) for p in their_path if p and Path(p).resolve() in own})
-    if shared:
-        return (f"the code under test imports from the verifier's own folders ({', '.join(shared)}): what they hold "
-                "runs in the verifier too; give the environment under test its own folders")
-    return None
-
-
-def _verifiers_own() -> set[Path]:
-    """The standard library and the project: on every interpreter's path, and nothing the code under test wrote."""
-    paths = sysconfig.get_paths()
-    found = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib")}
-    found |= {f / "lib-dynload" for f in set(found)} | {Path(p).resolve() for p in sys.path if p.endswith(".zip")}
-    return found | {PROJECT_ROOT.resolve()}

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..results import BuildResult, CellResult, ExpectedFailure, Given, RunResults, StageResult, Status, cell_record
+from ..results.schema import LADDER
 from . import claims, served
 from .gpus import Handed
-from .output import read_file, to_stage
+from .output import read_file, to_stage, with_notes
+from .stagelines import StageLines
 
 HOST_BUILD = "host mode: the current Python environment, no image was built"
 FROM_FILE = Handed(why_none="the stages come from a probe's output file: no host handed it a GPU or observed its "
@@ -25,9 +27,19 @@ FROM_FILE = Handed(why_none="the stages come from a probe's output file: no host
 def cell_from_probe(cell_id: str, path: Path, axes: dict[str, str],
                     expected: ExpectedFailure | None = None) -> CellResult:
     """The judged record of one host-mode probe output file."""
-    stages = claims.backed(served.merge([to_stage(raw) for raw in read_file(path)], None, None), FROM_FILE, "host")
+    stages = claims.backed(served.merge(file_stages(read_file(path)), None, None), FROM_FILE, "host")
     given = Given(axes=axes, targets=axes.get("archs", "").split(), expected=expected)
     return cell_record(cell_id, given, build=BuildResult(status=Status.PASSED, reason=HOST_BUILD), stages=stages)
+
+
+def file_stages(raws: Sequence[dict[str, Any]]) -> list[StageResult]:
+    """The stages of a probe's output file under the reader's one rule (stagelines.py), with the ladder as the
+    order asked: one entry per stage, in ladder order; a second one, one out of order or an unknown one is
+    refused and noted."""
+    lines = StageLines(tuple(n for n in LADDER if n in {raw.get("name") for raw in raws}))
+    for raw in raws:
+        lines.offer(raw)
+    return with_notes([to_stage(raw) for raw in lines.accepted], lines)
 
 
 def timing_rows(label: str, raw: Sequence[dict[str, Any]]) -> str:

@@ -66,7 +66,7 @@ class LxcRunner:
                         stdin=probe_archive(model=model), keep_lines=100000, on_line=handoff.feed,
                         env=outside_env(), inherit_env=False)
         observation = handoff.finish()
-        stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python)
+        stages = from_process(done, plan.stages, plan.stage_timeout, python=self.python, mode=self.mode)
         where = (self.target.shown, self.target.tool, str(self.target.config_path()))
         return Outcome([fix_hints.for_container(fix_hints.name_missing_rules(stage, self.target), *where, config)
                         for stage in stages], observation)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..probe.threads import run_in_thread
+from . import procs
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -91,20 +92,20 @@ def same_as_ours(path: str) -> bool:
     return os.stat(path).st_ino == os.stat(OWN).st_ino
 
 
-def host_pid(inner_pid: int, marker: str, proc: Path = Path("/proc")) -> int | None:
+def host_pid(inner_pid: int, marker: str, proc: Path = Path("/proc"), *, uid: int | None = None) -> int | None:
     """The pid on this machine of the process that is `inner_pid` in its own pid namespace (a container's)
-    and carries `marker` (NAME=VALUE) in its environment: the verification's server, not some other one."""
+    and carries `marker` (NAME=VALUE) in its environment (and, given `uid`, runs as it): the verification's
+    server, not some other one. /proc is read as bytes: another user's process may have any name."""
     wanted = marker.encode()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
+    for pid in procs.pids(proc):
+        ids = procs.ids_of(pid, proc)
+        if ids is None or not ids.nspid or ids.nspid[-1] != inner_pid:
+            continue
+        if uid is not None and ids.uids != {uid}:
             continue
         try:
-            status = (entry / "status").read_text()
-            nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-            if not nspid or nspid[-1] != str(inner_pid):
-                continue
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                return int(entry.name)
+            if wanted in (proc / str(pid) / "environ").read_bytes().split(b"\0"):
+                return pid
         except OSError:
             continue
     return None

@@ -1,5 +1,8 @@
 """The one reader of probe output: result lines (streamed from a container or a host process, or a JSON
-file the probe wrote) become classified StageResults, with hung, dead and missing stages spelled out."""
+file the probe wrote) become classified StageResults, with hung, dead and missing stages spelled out. Which
+lines count is stagelines.py's rule: exactly one entry per stage asked for, in order; the rest are refused and
+noted on the entries (evidence `refused_lines`). Where a stage ran is the runner's knowledge (`mode`), never the
+line's."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ..results import StageResult, Status
 from ..results.store import without_surrogates
 from . import classify
 from .plan import grace
+from .stagelines import REFUSED, StageLines
 
 FIELDS = ("name", "status", "duration_s", "reason", "evidence", "log_excerpt", "gpu", "arch")
 
@@ -26,20 +30,27 @@ FIELDS = ("name", "status", "duration_s", "reason", "evidence", "log_excerpt", "
 class ProbeRun:
     """What came back from one probe run, before it is turned into stage results."""
 
-    results: list[dict[str, Any]] = field(default_factory=list)
+    lines: StageLines                                  # the results kept, one per planned stage, and those refused
     output: list[str] = field(default_factory=list)   # every line, results included
     exit_code: int | None = None
     hung_stage: str | None = None                      # the stage that ran past its deadline
     container_exit: dict[str, Any] | None = None       # State of a container that died
     python: str = "python3"
+    mode: str = "container"                            # where the runner ran it: container, host or lxc
+
+    @classmethod
+    def of(cls, planned: Sequence[str], **kwargs: Any) -> ProbeRun:
+        return cls(StageLines(tuple(planned)), **kwargs)
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return self.lines.accepted
 
     def add_line(self, line: str) -> bool:
-        """Keep one output line; True when it was a stage result."""
+        """Keep one output line; True when it was the result of the stage due (a refused one is noted)."""
         self.output.append(line)
         raw = result_of(line)
-        if raw is not None:
-            self.results.append(raw)
-        return raw is not None
+        return raw is not None and self.lines.offer(raw)
 
 
 def result_of(line: str) -> dict[str, Any] | None:
@@ -53,28 +64,44 @@ def result_of(line: str) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) and "name" in raw else None
 
 
-def where(raw: Mapping[str, Any]) -> str:
-    """`container: NVIDIA H200 (sm_90)` for a stage that ran on a GPU, `host (cpu)` for one that did not."""
-    mode = str(raw.get("where") or "container").split(" ")[0]
+def where(raw: Mapping[str, Any], mode: str | None = None) -> str:
+    """`container: NVIDIA H200 (sm_90)` for a stage that ran on a GPU, `host (cpu)` for one that did not; `mode`
+    is the runner's (a file of results from elsewhere says its own)."""
+    mode = mode or str(raw.get("where") or "container").split(" ")[0]
     return f"{mode}: {raw['gpu']} ({raw.get('arch') or 'arch unknown'})" if raw.get("gpu") else f"{mode} (cpu)"
 
 
-def to_stage(raw: Mapping[str, Any]) -> StageResult:
-    """One probe result -> a classified StageResult (a malformed one is a failed stage, not a crash)."""
+def to_stage(raw: Mapping[str, Any], mode: str | None = None) -> StageResult:
+    """One probe result -> a classified StageResult (a malformed one is a failed stage, not a crash). Its
+    evidence never keeps a `refused_lines` of its own: that key is the host's (with_notes)."""
     fields = {k: raw[k] for k in FIELDS if raw.get(k) is not None}
+    if isinstance(fields.get("evidence"), dict):
+        fields["evidence"] = {k: v for k, v in fields["evidence"].items() if k != REFUSED}
     try:
-        stage = StageResult.model_validate({**fields, "where": where(raw)})
+        stage = StageResult.model_validate({**fields, "where": where(raw, mode)})
     except ValidationError as exc:
         return failed(str(raw.get("name", "probe")), f"the probe reported a malformed result: {exc.errors()[0]['msg']}",
                       None, log=json.dumps(dict(raw), default=str)[:2000])
     return classify.label(stage)
 
 
-def interpret(run: ProbeRun, planned: Sequence[str], stage_timeout: float) -> list[StageResult]:
-    """A probe run -> one classified StageResult per planned stage (hung, died and missing ones included)."""
-    out = [to_stage(raw) for raw in run.results if raw.get("name") in planned]
-    done = {s.name for s in out}
-    rest = [s for s in planned if s not in done]
+def interpret(run: ProbeRun, stage_timeout: float) -> list[StageResult]:
+    """A probe run -> one classified StageResult per planned stage (hung, died and missing ones included), the
+    lines it refused noted on them."""
+    out = _entries(run, stage_timeout)
+    return with_notes(out, run.lines)
+
+
+def with_notes(entries: list[StageResult], lines: StageLines) -> list[StageResult]:
+    """`entries` with the notes on refused lines in the evidence of the entry each goes with."""
+    notes = lines.notes_for([s.name for s in entries])
+    return [s.model_copy(update={"evidence": {**s.evidence, REFUSED: notes[s.name]}}) if s.name in notes else s
+            for s in entries]
+
+
+def _entries(run: ProbeRun, stage_timeout: float) -> list[StageResult]:
+    out = [to_stage(raw, run.mode) for raw in run.results]
+    rest = list(run.lines.planned[len(out):])
     if not rest:
         return out
     tail = "\n".join(line for line in run.output if not line.startswith(RESULT_PREFIX))[-4000:]
@@ -98,16 +125,16 @@ def interpret(run: ProbeRun, planned: Sequence[str], stage_timeout: float) -> li
     return out
 
 
-def from_process(done: Completed, planned: Sequence[str], stage_timeout: float, *, python: str) -> list[StageResult]:
+def from_process(done: Completed, planned: Sequence[str], stage_timeout: float, *, python: str,
+                 mode: str) -> list[StageResult]:
     """The stage results of a probe that ran as a process of ours (host mode, LXC): its output, its exit
     status, and the stage it was in when the whole run's deadline ended it."""
-    run = ProbeRun(exit_code=done.returncode, python=python)
+    run = ProbeRun.of(planned, exit_code=done.returncode, python=python, mode=mode)
     for line in done.output.splitlines():
         run.add_line(line)
     if done.timed_out:
-        reported = {r.get("name") for r in run.results}
-        run.hung_stage = next((s for s in planned if s not in reported), "probe")
-    return interpret(run, planned, stage_timeout)
+        run.hung_stage = run.lines.due or "probe"
+    return interpret(run, stage_timeout)
 
 
 def failed(name: str, reason: str, failure_class: str | None, *, log: str = "") -> StageResult:

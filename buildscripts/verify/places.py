@@ -27,7 +27,7 @@ from ..trust import keys, sources
 from ..workspace import PROJECT_ROOT, checked_name
 from . import identity, provision, pulled, tp
 from .asked import Asked, Place
-from .host import HostRunner
+from .host import verify_as_identity
 from .lxcrunner import LxcRunner
 from .one_image import check_image, given, image_facts
 from .request import VerificationRequest
@@ -123,8 +123,9 @@ class OnHost:
         return replace(made, sealing=sealing)
 
     def record(self, request: VerificationRequest) -> CellResult:
-        """The record of a run as an identity of its own; not sealed after all when the interpreter under test
-        shares an import folder with the verifier."""
+        """The record of a run as an identity of its own; not sealed after all for what the verifier itself
+        finds (host.verify_as_identity: what it hands on, what it can stat, its clean-up), never for what the
+        code under test says."""
         python = str(request.place.python)
         workdir = request.logs / "work"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -133,14 +134,11 @@ class OnHost:
         if problem:
             msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
             raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
-        with identity.sandbox(workdir) as box:   # every process of it is gone when this ends
-            runner = HostRunner(python, request.env, workdir, box)
-            shared = identity.shared_with_verifier(runner.import_path())
-            found = verify(runner, request.runner_options())
+        done = verify_as_identity(python, request.env, workdir, request.runner_options())
         cell = cell_record(request.cell_id, Given(targets=request.plan.archs, run_id=request.run_id),
                            build=BuildResult(status=Status.PASSED, reason="existing image"),
-                           image=request.facts or ImageInfo(ref="host"), stages=found)
-        return sealed(request, cell, shared)
+                           image=request.facts or ImageInfo(ref="host"), stages=done.stages, notes=done.notes)
+        return sealed(request, cell, done.unsealed)
 
     def after(self, request: VerificationRequest) -> None:
         del request

@@ -167,7 +167,7 @@ def test_a_pid_without_this_verifications_marker_is_not_reached(fake, monkeypatc
 def test_a_server_whose_environment_shows_late_is_still_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process read while it execs (netcut turning into the server) shows no environment for a moment."""
     answers = iter([None, None, 4321])
-    monkeypatch.setattr(netns, "host_pid", lambda inner, mark: next(answers))
+    monkeypatch.setattr(netns, "host_pid", lambda inner, mark, uid=None: next(answers))
     found = ProcessReach("HV_MARK=this-run", lambda handover: None, enter=False).endpoint(
         Handover.parse(serve_line(8000, 77)))  # type: ignore[arg-type]
     assert found == Endpoint("127.0.0.1", 8000)
@@ -176,7 +176,7 @@ def test_a_server_whose_environment_shows_late_is_still_found(monkeypatch: pytes
 
 def test_a_server_never_found_is_unreachable_once_the_host_stops_looking(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host, "FIND_S", 0.5)
-    monkeypatch.setattr(netns, "host_pid", lambda inner, mark: None)
+    monkeypatch.setattr(netns, "host_pid", lambda inner, mark, uid=None: None)
     started = time.monotonic()
     with pytest.raises(Unreachable, match="no process 77"):
         ProcessReach("HV_MARK=this-run", lambda handover: None, enter=False).endpoint(

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from buildscripts import results
 from buildscripts.trust import keys, seal
-from buildscripts.verify import identity
-from buildscripts.verify.host import HostRunner
+from buildscripts.verify import identity, procs
 from tests import needs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,26 +74,7 @@ def test_host_mode_code_under_test_reaches_no_key(open_tmp: Path) -> None:
     assert keys.KEY_ENV not in loot, loot
     assert not (home / "loot.later").exists()
     uid = int(loot.split()[1])
-    assert uid in identity.UID_RANGE and identity.processes_of(uid) == []   # the process it left was killed
+    assert uid in identity.UID_RANGE and procs.processes_of(uid, uid) == []   # the process it left was killed
     cell = results.load(out).cells[0]
     assert seal.signer(cell, [secret.public]).keyid == secret.public.keyid, done.stderr
     assert json.loads(seal.canonical(cell))["matrix_digest"]   # the matrix it was judged with is sealed too
-
-
-def test_a_run_sharing_the_verifiers_environment_is_not_sealed(open_tmp: Path) -> None:
-    """Code under test that the verifier itself can import runs in the verifier: its record vouches for nothing.
-    The interpreter under test is asked, as the code under test, what it imports from."""
-    if not identity.is_root():
-        needs.unavailable("root", "host mode gives the code under test an identity of its own only as root")
-    assert "verifier's own environment" in str(identity.why_unsealed(sys.executable))
-    assert identity.why_unsealed("/usr/bin/python3") is None
-    with identity.sandbox(open_tmp / "work") as box:
-        alone = HostRunner("/usr/bin/python3", {}, open_tmp / "work", box)
-        assert "/usr/lib/python3/dist-packages" in alone.import_path()       # it answered, as the identity
-        assert identity.shared_with_verifier(alone.import_path()) is None
-        sys.path.append(str(open_tmp))                                         # a folder both import from
-        try:
-            shared = HostRunner("/usr/bin/python3", {"PYTHONPATH": str(open_tmp)}, open_tmp / "work", box)
-            assert "verifier's own folders" in str(identity.shared_with_verifier(shared.import_path()))
-        finally:
-            sys.path.remove(str(open_tmp))

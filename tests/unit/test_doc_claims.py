@@ -37,6 +37,7 @@ SETTINGS = {
     ("checking-an-image.md", "(3 h ago)"): "an example of check's output, not a measurement",
     ("checking-an-image.md", "by more than **5 minutes**"): "the clock skew check allows (freshness.SKEW), a setting",
     ("trust.md", "clock plus 5 minutes (`SKEW`)"): "the clock skew check allows (freshness.SKEW), a setting",
+    ("trust.md", "at most 30 s (`REAP_S`, a setting)"): "how long host mode's clean-up kills (reap.REAP_S), a setting",
 }
 
 

@@ -52,17 +52,20 @@ def test_gpu_stages_a_file_says_passed_are_claims_and_fail(tmp_path: Path) -> No
 
 def test_a_server_that_dies_without_nvcc_fails_with_a_class_and_hint(tmp_path: Path) -> None:
     stages = passing()
-    stages[2] = {"name": "server", "status": "failed", "duration_s": 47.0, **GPU,
+    at = {stage["name"]: i for i, stage in enumerate(stages)}
+    stages[at["server"]] = {"name": "server", "status": "failed", "duration_s": 47.0, **GPU,
                  "reason": "server process exited with code 1 after 47s, before it was ready",
                  "log_excerpt": "RuntimeError: ninja exited with status 127\n"
                                 "/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found"}
-    stages[3] = {"name": "first-generation", "status": "aborted", "reason": "prerequisite did not pass: server"}
+    stages[at["first-generation"]] = {"name": "first-generation", "status": "aborted",
+                                      "reason": "prerequisite did not pass: server"}
     cell = importprobe.cell_from_probe("host-b", probe_file(tmp_path, "b", stages), {})
     assert cell.verdict is Verdict.FAILED
     server = cell.stage("server")
     assert server is not None and server.status is Status.FAILED
     assert server.failure_class == "sglang-jit-kernel-needs-nvcc" and server.hint
-    assert "failed at server" in (cell.verdict_reason or "")
+    assert [s.name for s in cell.stages] == list(results.LADDER)   # in ladder order: gpu-visible fails first
+    assert "failed at gpu-visible" in (cell.verdict_reason or "")
 
 
 def test_without_gpu_the_cell_is_only_cpu_checked(tmp_path: Path) -> None:

@@ -61,9 +61,12 @@ def test_one_probe_reader_names_where_a_stage_ran() -> None:
     on_gpu = {"name": "server", "status": "passed", "where": "container (gpu)", "gpu": "NVIDIA H200", "arch": "sm_90"}
     assert output.to_stage(on_gpu).where == "container: NVIDIA H200 (sm_90)"
     assert output.to_stage({"name": "facts", "status": "passed", "where": "host (cpu)"}).where == "host (cpu)"
+    # the runner knows where it ran the probe: a line that says otherwise is not believed
+    claimed = {"name": "facts", "status": "passed", "where": "container (cpu)"}
+    assert output.to_stage(claimed, "host").where == "host (cpu)"
     malformed = output.to_stage({"name": "facts", "status": "maybe"})
     assert malformed.status is Status.FAILED and "malformed" in (malformed.reason or "")
-    run = output.ProbeRun()
+    run = output.ProbeRun.of(["facts"])
     assert run.add_line('@@probe-result {"name": "facts", "status": "passed"}')
     assert not run.add_line("@@probe-result {truncated") and not run.add_line("plain output")
     assert len(run.results) == 1 and len(run.output) == 3

@@ -16,15 +16,21 @@ def result(name: str, status: str = "passed", **extra: Any) -> dict[str, Any]:
             **extra}
 
 
+def probe_run(planned: list[str], results: list[dict[str, Any]], **kwargs: Any) -> output.ProbeRun:
+    run = output.ProbeRun.of(planned, **kwargs)
+    for raw in results:
+        assert run.lines.offer(raw)
+    return run
+
+
 def test_planned_stages_follow_the_ladder_order() -> None:
     assert plan.planned_stages(["toolchain", "facts"]) == ["facts", "toolchain"]
     assert plan.planned_stages(None)[:6] == core.ORDER[:6]
 
 
 def test_a_hung_stage_fails_as_probe_timeout_and_the_rest_are_aborted() -> None:
-    run = output.ProbeRun(results=[result("facts")], output=["@@probe-result {}", "importing torch"],
-                             hung_stage="import")
-    stages = output.interpret(run, PLANNED, stage_timeout=5)
+    run = probe_run(PLANNED, [result("facts")], output=["@@probe-result {}", "importing torch"], hung_stage="import")
+    stages = output.interpret(run, stage_timeout=5)
     assert [(s.name, s.status) for s in stages] == [
         ("facts", Status.PASSED), ("import", Status.FAILED), ("flavour", Status.ABORTED),
         ("arch-audit", Status.ABORTED)]
@@ -33,9 +39,9 @@ def test_a_hung_stage_fails_as_probe_timeout_and_the_rest_are_aborted() -> None:
 
 
 def test_a_dead_container_keeps_the_stages_done_so_far() -> None:
-    run = output.ProbeRun(results=[result("facts"), result("import")], output=["last words"],
-                             exit_code=None, container_exit={"status": 137, "oom_killed": False})
-    stages = output.interpret(run, PLANNED, stage_timeout=900)
+    run = probe_run(PLANNED, [result("facts"), result("import")], output=["last words"], exit_code=None,
+                    container_exit={"status": 137, "oom_killed": False})
+    stages = output.interpret(run, stage_timeout=900)
     assert [s.status for s in stages[:2]] == [Status.PASSED, Status.PASSED]
     assert stages[2].name == "flavour" and stages[2].failure_class == "container-died"
     assert stages[2].reason and "137" in stages[2].reason
@@ -43,9 +49,9 @@ def test_a_dead_container_keeps_the_stages_done_so_far() -> None:
 
 
 def test_a_probe_that_cannot_start_is_one_failed_probe_stage() -> None:
-    run = output.ProbeRun(output=['  File "/opt/probe/probe/core.py", line 3',
-                                     "SyntaxError: future feature annotations is not defined"], exit_code=1)
-    stages = output.interpret(run, PLANNED, stage_timeout=900)
+    run = probe_run(PLANNED, [], output=['  File "/opt/probe/probe/core.py", line 3',
+                                         "SyntaxError: future feature annotations is not defined"], exit_code=1)
+    stages = output.interpret(run, stage_timeout=900)
     assert stages[0].name == "probe" and stages[0].failure_class == "python-too-old"
     assert all(s.status is Status.ABORTED for s in stages[1:])
 
@@ -53,7 +59,7 @@ def test_a_probe_that_cannot_start_is_one_failed_probe_stage() -> None:
 def test_failed_results_from_the_probe_are_classified() -> None:
     failed = result("import", "failed", reason="deep_gemm: AssertionError (assert cuda_home is not None)",
                     log_excerpt="AssertionError")
-    stages = output.interpret(output.ProbeRun(results=[result("facts"), failed]), ["facts", "import"], 900)
+    stages = output.interpret(probe_run(["facts", "import"], [result("facts"), failed]), 900)
     assert stages[1].failure_class == "cuda-home-missing"
 
 
