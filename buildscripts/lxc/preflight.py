@@ -24,6 +24,7 @@ from .. import log
 from ..errors import ConfigError, PreflightFailed
 from ..matrix.spellings import CUDA_VERSION_RE
 from ..trust import keys, sources
+from ..trust.seen import History
 from ..workspace import Workspace
 from . import config_file, root_access
 from .fix_hints import missing_rule_lines
@@ -364,7 +365,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
     view = container_view(target) if target else None
     checks = run_checks(HostView(), view, a.cuda)
     if view is not None:   # the image it came from, as its config records it: verified, for that digest?
-        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env, a.trust_key), env)
+        status, detail = sources.source_verdict(view.config, keys.trusted(ws.root, env, a.trust_key), env,
+                                                History.at(env))
         checks.append(Check("image's signed verdict", status, detail))
     show(checks)
     failed = [c.name for c in checks if c.status == "fail"]

@@ -9,6 +9,8 @@ dated more than 5 min after this machine's clock counts for nothing and leaves i
 Exit 0 only when the asked arch (default: every arch the valid verdicts name) is verified for the asked
 platform (an index's entry for --platform, default this machine's); 18 when it is not; 19 when the check could
 not be made (a registry that does not answer, cosign or skopeo missing, an unreadable archive).
+What it saw of each digest is kept in a state folder (--state-dir, trust/seen.py): a registry that later serves
+an older snapshot of the verdicts, or fewer verdicts than were seen, is refused (trust/rollback.py).
 `--write-policies` writes the cosign policies (trust/policy.py) of matrix.yaml's archs under policies/.
 """
 
@@ -29,11 +31,13 @@ from ..errors import ConfigError, NotVerified
 from ..matrix import load
 from ..matrix.spellings import arch_problem
 from ..refs import FORMS, reference_problem
-from ..trust import keys, policy, sources
+from ..trust import keys, policy, seen, sources
 from ..trust.freshness import stamp
 from ..trust.verdicts import Judgement
 from ..workspace import Workspace, path_argument
 
+STATE_HELP = (f"where the verdicts seen per digest are kept, to refuse a rollback (default: ${seen.STATE_ENV}, else "
+              "$XDG_STATE_HOME/sglang-images, else ~/.local/state/sglang-images)")
 HINT = ("use an image whose good tag was promoted after a GPU verification, or pass --key with the public key "
         "of a verifier you trust")
 
@@ -52,6 +56,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--trust-key", "--key", dest="key", action="append", default=[], type=path_argument,
                     metavar="PUB", help="a public key (PEM) to trust besides the project's keys/*.pub (repeatable)")
     ap.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
+    ap.add_argument("--state-dir", type=path_argument, metavar="DIR", help=STATE_HELP)
     a = ap.parse_args(list(argv))
     if a.image is None and not a.write_policies:
         ap.error("IMAGE|TAG|oci-archive:PATH is required")
@@ -75,6 +80,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def show(source: sources.Source, judgement: Judgement, *, to_stderr: bool) -> None:
     console = log.err if to_stderr else log.console
     console.print(f"[bold]{escape(source.shown)}[/]")
+    if source.seen:
+        console.print(f"[dim]{escape(source.seen)}[/]")
     if judgement.archs:
         table = Table("arch", "verdict", "signed by", "detail (the newest verdict decides)")
         for finding in judgement.archs:
@@ -97,7 +104,7 @@ def as_json(source: sources.Source, judgement: Judgement) -> dict[str, Any]:
                 "older_verdicts": finding.older}
 
     return {"image": source.shown, "digest": judgement.digest, "platform": source.platform, "index": source.index,
-            "verified": judgement.verified,
+            "verified": judgement.verified, "seen": source.seen,
             "archs": {f.arch: {"verified": f.verified, "detail": f.detail,
                                "results": sorted({v.result for v in f.verdicts}),
                                "signers": sorted({v.signer.keyid for v in f.verdicts}),
@@ -115,7 +122,8 @@ def main(argv: Sequence[str], ws: Workspace | None = None, env: Mapping[str, str
         for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
-    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch, now=now)
+    judged = sources.check(a.image, keys.trusted(ws.root, env, a.key), env, a.arch, now=now,
+                           history=seen.History.at(env, a.state_dir))
     for source, judgement in judged:
         show(source, judgement, to_stderr=a.json)
     if a.json:

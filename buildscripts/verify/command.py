@@ -29,6 +29,7 @@ from ..registry import references
 from ..results import BuildResult, CellResult, ImageInfo, RunResults, StageResult, Status, cell_record
 from ..results.notes import measured, warnings
 from ..trust import keys, seal, sources, verdicts
+from ..trust.seen import History
 from ..workspace import PROJECT_ROOT, Workspace, checked_name, path_argument, path_text
 from . import gpus, identity, provision, pulled, reuse, tp
 from .container import KEEP_ENV
@@ -278,7 +279,7 @@ def _say_source(target: Target, trusted: Sequence[keys.PublicKey], env: Mapping[
         config: str | None = target.config_path().read_text(errors="replace")
     except OSError:
         config = None
-    status, detail = sources.source_verdict(config, trusted, env)
+    status, detail = sources.source_verdict(config, trusted, env, History.at(env))
     if status == "pass":
         log.info(f"source image: {detail}")
     else:
