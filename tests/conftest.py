@@ -14,6 +14,7 @@ engine anything.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -22,12 +23,13 @@ from typing import Any
 
 import pytest
 
-from buildscripts.trust import keys
+from buildscripts.trust import keys, seen
 from tests import needs
-from tests.session import ENGINE_USED, owner_label
+from tests.session import ENGINE_USED, STATE_DIR, owner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_KEY = keys.key_dir({}) / keys.LOCAL_KEY   # this machine's verifier key: never made by a test
+USER_STATE = seen.state_dir({})                 # what this machine's user has seen of verdicts: never written by one
 FOLDER_MARKERS = {"integration": "integration", "e2e": "e2e", "gpu": "gpu"}
 
 
@@ -108,11 +110,17 @@ def _folder_rules(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
             msg = f"unit tests must not start processes: {args[0] if args else kwargs}"
             raise AssertionError(msg)
         monkeypatch.setattr(subprocess, "Popen", refuse)
-    had_key = USER_KEY.exists()
+    # each test checks with a history of its own (not made until something is kept)
+    own = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv(seen.STATE_ENV, str(Path(STATE_DIR) / own))
+    had_key, had_state = USER_KEY.exists(), USER_STATE.exists()
     yield
     if USER_KEY.exists() and not had_key:  # a command run with an empty environment made the user's own key
         pytest.fail(f"the test wrote the verifier key {USER_KEY}: pass the test session's environment "
                     f"(SGLANG_IMAGES_KEY_DIR, tests/session.py) to what seals records")
+    if USER_STATE.exists() and not had_state:
+        pytest.fail(f"the test wrote {USER_STATE}: pass the test session's environment ({seen.STATE_ENV}) to "
+                    "what checks verdicts")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 from buildscripts.build.base import OWNER_ENV, OWNER_LABEL
 from buildscripts.pipeline_options import CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV
 from buildscripts.trust.keys import KEY_DIR_ENV, KEY_ENV, KEY_FILE_ENV
+from buildscripts.trust.seen import STATE_ENV
 
 SESSION_ENV = "SGLANG_IMAGES_TEST_SESSION"   # the run's owner name, for its xdist workers only
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -47,3 +48,9 @@ os.environ[KEY_DIR_ENV] = KEY_DIR
 for name in (KEY_ENV, KEY_FILE_ENV):
     os.environ.pop(name, None)
 atexit.register(shutil.rmtree, KEY_DIR, ignore_errors=True)
+
+# What `check` keeps of the verdicts it saw (trust/seen.py) goes to a folder of this process too, never the user's;
+# tests/conftest.py gives each test a folder of its own inside it, so that no test sees what another one kept.
+STATE_DIR = tempfile.mkdtemp(prefix=f"sglang-images-{OWNER}{'-' + WORKER if WORKER else ''}-state-")
+os.environ[STATE_ENV] = STATE_DIR
+atexit.register(shutil.rmtree, STATE_DIR, ignore_errors=True)

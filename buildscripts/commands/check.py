@@ -9,6 +9,8 @@ dated more than 5 min after this machine's clock counts for nothing and leaves i
 Exit 0 only when the asked arch (default: every arch the valid verdicts name) is verified for the asked
 platform (an index's entry for --platform, default this machine's); 18 when it is not; 19 when the check could
 not be made (a registry that does not answer, cosign or skopeo missing, an unreadable archive).
+What it saw of each digest is kept in a state folder (--state-dir, trust/seen.py): a registry that later serves
+an older snapshot of the verdicts, or fewer verdicts than were seen, is refused (trust/rollback.py).
 `--write-policies` writes the cosign policies (trust/policy.py) of matrix.yaml's archs under policies/.
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Options:
     write_policies: bool = False
     keys: tuple[Path, ...] = ()             # trusted besides the project's keys/*.pub
     json: bool = False
+    state_dir: Path | None = None           # where what was seen per digest is kept (trust/seen.py)
     now: datetime | None = None             # the clock verdicts are placed by (trust/freshness.py): this machine's
 
 
@@ -49,6 +52,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     from .. import platform_reading
     from ..matrix.spellings import arch_problem
     from ..refs import FORMS, reference_problem
+    from ..trust.seen import STATE_ENV
     from ..trust.sources import ARCHIVE
 
     ap = argparse.ArgumentParser(prog="nox -s check --", description=__doc__.splitlines()[0] if __doc__ else None)
@@ -64,6 +68,9 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--trust-key", "--key", dest="key", action="append", default=[], type=arguments.path_argument,
                     metavar="PUB", help="a public key (PEM) to trust besides the project's keys/*.pub (repeatable)")
     ap.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
+    ap.add_argument("--state-dir", type=arguments.path_argument, metavar="DIR",
+                    help=(f"where the verdicts seen per digest are kept, to refuse a rollback (default: "
+                          f"${STATE_ENV}, else $XDG_STATE_HOME/sglang-images, else ~/.local/state/sglang-images)"))
     a = ap.parse_args(list(argv))
     if a.image is None and not a.write_policies:
         ap.error("IMAGE|TAG|oci-archive:PATH is required")
@@ -82,7 +89,8 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
             msg = f"IMAGE {problem}"
             raise ConfigError(msg, hint=f"give an image as {FORMS}, or oci-archive:PATH")
     return Options(ws=ws, env=env, image=a.image or "", archs=tuple(a.arch), platform=a.platform,
-                   write_policies=a.write_policies, keys=tuple(a.key), json=a.json)
+                   write_policies=a.write_policies, keys=tuple(a.key), json=a.json,
+                   state_dir=a.state_dir)
 
 
 def run(options: Options) -> int:
@@ -91,6 +99,7 @@ def run(options: Options) -> int:
     from ..matrix import load
     from ..publish.check import as_json, show
     from ..trust import keys, policy, sources
+    from ..trust.seen import History
 
     ws, env = options.ws, options.env
     if options.write_policies:
@@ -98,7 +107,7 @@ def run(options: Options) -> int:
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
     judged = sources.check(options.image, keys.trusted(ws.root, env, options.keys), env, list(options.archs),
-                           now=options.now)
+                           now=options.now, history=History.at(env, options.state_dir))
     for source, judgement in judged:
         show(source, judgement, to_stderr=options.json)
     if options.json:

@@ -51,12 +51,13 @@ def run(options: Options) -> int:
     from ..lxc.preflight import HostView, container_view, run_checks, show
     from ..lxc.preflight_check import Check
     from ..trust import keys, sources
+    from ..trust.seen import History
 
     view = container_view(options.target) if options.target else None
     checks = run_checks(HostView(), view, options.cuda)
     if view is not None:   # the image it came from, as its config records it: verified, for that digest?
         trusted = keys.trusted(options.ws.root, options.env, options.trust_keys)
-        status, detail = sources.source_verdict(view.config, trusted, options.env)
+        status, detail = sources.source_verdict(view.config, trusted, options.env, History.at(options.env))
         checks.append(Check("image's signed verdict", status, detail))
     show(checks)
     failed = [c.name for c in checks if c.status == "fail"]

@@ -17,11 +17,13 @@ earlier promotion); one that serves a digest nobody vouched for was put there by
 not moved back, unless `--repair`. What was promoted is read from the registry, never from the results file,
 whose `promoted` field no seal covers.
 Then the digest is copied into the release repository keeping its digest and its attachments (when that is
-another repository), the signed verdicts are attached to it, and each tag is pointed at it and read back. The
-linux/amd64 and linux/arm64 cells of one release render the same tags: a tag one platform holds is that
-platform's manifest itself (`skopeo copy --preserve-digests`, no child image, no rebuild); one that several
-platforms hold is an index of their verified manifests (publish/platformtags.py). A tag is one manifest write:
-stopped at any point (SIGKILL included), every good tag is where it was or where the promotion planned it.
+another repository), the signed verdicts are attached to it, then a signed snapshot of the verdicts it carries
+(publish/snapshots.py, with the key verdicts are signed with: readers keep it and refuse to go back), and each
+tag is pointed at it and read back. The linux/amd64 and linux/arm64 cells of one release render the same tags:
+a tag one platform holds is that platform's manifest itself (`skopeo copy --preserve-digests`, no child image,
+no rebuild); one that several platforms hold is an index of their verified manifests (publish/platformtags.py).
+A tag is one manifest write: stopped at any point (SIGKILL included), every good tag is where it was or where
+the promotion planned it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from ..registry import manifests, writer_lock
 from ..results import RunResults, arch_outcomes, gpu_runs, is_unexpected, tag_form
 from ..results.judge import ARCH_FAILED, ARCH_INCOMPLETE
 from ..trust import verdicts
-from ..trust.keys import PublicKey
-from . import platformtags, recorded, tags, trusted
+from ..trust.keys import PublicKey, signing_key
+from . import platformtags, recorded, snapshots, tags, trusted
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,9 @@ def release(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Seque
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
         verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, env=env, log_file=log_file)
+    # then the snapshot of what the platform manifest that ran now carries (snapshots.py): no going back from it
+    snapshots.attach_current(f"{dest}@{promotion.manifest or promotion.digest}", keys, signing_key(env), env,
+                             log_file=log_file)
     return pinned
 
 

@@ -19,6 +19,8 @@ from ..trust.verdicts import Judgement
 def show(source: sources.Source, judgement: Judgement, *, to_stderr: bool) -> None:
     console = log.err if to_stderr else log.console
     console.print(f"[bold]{escape(source.shown)}[/]")
+    if source.seen:
+        console.print(f"[dim]{escape(source.seen)}[/]")
     if judgement.archs:
         table = Table("arch", "verdict", "signed by", "detail (the newest verdict decides)")
         for finding in judgement.archs:
@@ -41,7 +43,7 @@ def as_json(source: sources.Source, judgement: Judgement) -> dict[str, Any]:
                 "older_verdicts": finding.older}
 
     return {"image": source.shown, "digest": judgement.digest, "platform": source.platform, "index": source.index,
-            "verified": judgement.verified,
+            "verified": judgement.verified, "seen": source.seen,
             "archs": {f.arch: {"verified": f.verified, "detail": f.detail,
                                "results": sorted({v.result for v in f.verdicts}),
                                "signers": sorted({v.signer.keyid for v in f.verdicts}),

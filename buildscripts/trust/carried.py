@@ -24,7 +24,7 @@ from typing import Any
 from .. import log, strictjson
 from ..errors import CannotCheck, NotVerified
 from ..registry import manifests
-from . import cosign, dsse, ociarchive, verdicts
+from . import cosign, dsse, ociarchive, snapshot, verdicts
 from .keys import PublicKey
 
 SUFFIX = ".verdicts.json"
@@ -77,7 +77,13 @@ def gather(ref: str, trusted: Sequence[PublicKey], env: Mapping[str, str], *,
 
 def _counts(envelope: Any, digest: str, trusted: Sequence[PublicKey]) -> bool:
     """A verdict a trusted key signed for `digest`; a malformed one too, so that the archive is judged as the
-    registry's digest is (it leaves no arch verified)."""
+    registry's digest is (it leaves no arch verified); and a snapshot of them (snapshot.py), so that a reader of
+    the archive is held to it as a reader of the registry is (rollback.py)."""
+    if snapshot.is_snapshot(envelope):
+        try:
+            return snapshot.open_snapshot(envelope, trusted).digest == digest
+        except NotVerified:
+            return False
     try:
         return digest in verdicts.open_verdict(envelope, trusted).digests
     except verdicts.MalformedVerdict as exc:

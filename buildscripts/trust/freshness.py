@@ -1,14 +1,16 @@
 """When a signed verdict was signed, and which of several is the newest: bounded by the checking machine's clock
 and ordered at the resolution the verifier writes.
 
-- The verifier writes `signedAt` in UTC to the whole second (`stamp`: `2026-12-01T10:00:00Z`). Verdicts are
-  ordered at that resolution: a time is read in UTC and its fraction of a second dropped (`second_of`), so two
-  verdicts of one second are a tie however their stamps spell fractions or zones; a tie in which any verdict
-  did not pass is not verified (verdicts.judge).
+- The verifier writes `signedAt` in UTC to the whole second (`stamp`: `2026-12-01T10:00:00Z`), the only spelling
+  a verdict may have (verdict_form.STAMP: one with a fraction or another zone is malformed, and counts against its
+  digest). Verdicts are ordered at that resolution, so two of one second are a tie; a tie in which any verdict
+  did not pass is not verified (verdicts.judge). `second_of` drops a fraction before any comparison all the same,
+  so that no spelling could order two times of one second.
 - A verdict dated more than SKEW after the checking machine's clock (`ahead`) cannot be placed: no verifier's
   clock is that far ahead, and a date in the future would outrank every verdict signed until then. It never
   counts, and the arch it names is not verified while it is shown (it could be newer than every other verdict,
-  or not). The clock is passed in (`now`), so that tests need no waiting.
+  or not). A snapshot of the verdicts (snapshot.py) is held to the same bound (served.py). The clock is passed
+  in (`now`), so that tests need no waiting.
 """
 
 from __future__ import annotations

@@ -9,14 +9,17 @@ A digest that is an index leads to each of its platform manifests: a verdict nam
 ran, so each platform holds its own verdicts, or none. Which platform must be verified is chosen as Docker
 pulls: `--platform`, else this machine's os/architecture (`platform_of`, `choose`).
 Registry verdicts come from cosign's attachments of REPO@DIGEST; an archive's travel beside it.
+`check` is the one function a reader calls (the `check` command, `here`): with a History (seen.py) it refuses a
+digest whose attachments went back since it last saw them, and keeps what it accepts (rollback.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -24,8 +27,9 @@ from urllib.parse import unquote
 from .. import engine, platform_reading
 from ..errors import CannotCheck, ConfigError, EngineError, NotVerified, RegistryError, ToolMissingError
 from ..registry import manifests, references
-from . import carried, cosign, verdicts
+from . import carried, cosign, rollback, verdicts
 from .keys import PublicKey
+from .seen import History
 
 ARCHIVE = "oci-archive:"
 SOURCE_KEY = "sglang-images-source"   # in a container's config: the image it was made from
@@ -45,6 +49,7 @@ class Source:
     platform: str | None = None   # os/architecture[/variant], when known (an index's entry, an archive's config)
     index: str | None = None      # the index that listed it, when it was reached through one
     refused: str | None = None    # why no verdict can count for it (an entry whose image is another platform's)
+    seen: str | None = None       # what the reader's history says of it (rollback.py): first contact, newer, …
 
 
 Judged = list[tuple[Source, verdicts.Judgement]]
@@ -174,15 +179,26 @@ def _local_digests(what: str) -> list[str] | None:
 
 
 def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs: Sequence[str] = (), *,
-          now: datetime | None = None) -> Judged:
+          history: History | None, now: datetime | None = None) -> Judged:
     """Every manifest `what` leads to, judged by its verdicts (`summary` says which one must be verified) at
-    `now` (default: this machine's clock; verdicts.judge)."""
+    `now` (default: this machine's clock; verdicts.judge). With a `history` (seen.py) a digest whose attachments
+    went back since it was last seen is not verified, and what is accepted is kept (rollback.py); None keeps
+    nothing (say why where you pass it)."""
     if not trusted:
         msg = "no public key to check with (keys/*.pub holds none, and no --key was given)"
         raise CannotCheck(msg, hint="pass --key PUB with the signer's public key")
-    return [(source, verdicts.judge(source.envelopes, source.digest, trusted, archs, now=now) if source.refused is None
-             else verdicts.Judgement(source.digest, (verdicts.ArchFinding("any arch", False, source.refused, ()),), ()))
-            for source in sources(what, env)]
+    now = now or datetime.now(UTC)
+    judged: Judged = []
+    for found in sources(what, env):
+        weighed = rollback.weigh(found.digest, found.envelopes, found.shown, trusted, history, now=now)
+        source = dataclasses.replace(found, envelopes=weighed.envelopes, refused=weighed.refused or found.refused,
+                                     seen=weighed.note or None)
+        judgement = (verdicts.judge(source.envelopes, source.digest, trusted, archs, now=now)
+                     if source.refused is None else
+                     verdicts.Judgement(source.digest, (verdicts.ArchFinding("any arch", False, source.refused, ()),),
+                                        ()))
+        judged.append((source, dataclasses.replace(judgement, ignored=weighed.ignored + judgement.ignored)))
+    return judged
 
 
 def choose(judged: Judged, platform: str | None) -> tuple[list[Judged], str]:
@@ -242,7 +258,8 @@ def recorded_source(config: str | None) -> str | None:
     return None
 
 
-def source_verdict(config: str | None, trusted: Sequence[PublicKey], env: Mapping[str, str]) -> tuple[str, str]:
+def source_verdict(config: str | None, trusted: Sequence[PublicKey], env: Mapping[str, str],
+                   history: History | None) -> tuple[str, str]:
     """(pass | warn | skip, detail) for the image a container records as its source: a container whose image
     is not verified may still be ready for its GPU, so that is a warning, said with its reason."""
     source = recorded_source(config)
@@ -250,7 +267,7 @@ def source_verdict(config: str | None, trusted: Sequence[PublicKey], env: Mappin
         return "skip", (f"the container records no source image (a `{SOURCE_KEY}: oci-archive:PATH` line in its "
                         "description, which `nox -s export`'s note sets with pct create)")
     try:
-        verified, line = summary(source, check(source, trusted, env))
+        verified, line = summary(source, check(source, trusted, env, history=history))
     except (NotVerified, CannotCheck, ConfigError) as exc:
         return "warn", exc.message
     return ("pass" if verified else "warn"), line

@@ -24,6 +24,7 @@ from ..matrix import platforms
 from ..matrix.schema import LABEL_PREFIX
 from ..results import BuildResult, CellResult, Given, ImageInfo, Status, cell_record
 from ..trust import keys, sources
+from ..trust.seen import History
 from ..workspace import PROJECT_ROOT, checked_name
 from . import identity, provision, pulled, tp
 from .asked import Asked, Place
@@ -191,7 +192,7 @@ class InLxc:
         except OSError:
             config = None
         trusted = request.sealing.trusted if request.sealing else ()
-        status, detail = sources.source_verdict(config, trusted, request.env)
+        status, detail = sources.source_verdict(config, trusted, request.env, History.at(request.env))
         if status == "pass":
             log.info(f"source image: {detail}")
         else:

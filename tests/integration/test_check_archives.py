@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from buildscripts.trust import carried, cosign
+from buildscripts.publish import snapshots
+from buildscripts.trust import carried, cosign, keys, snapshot
 from tests.attest_world import NOT_VERIFIED, World, fixtures, tampered
+from tests.cli import cli
 from tests.registry_writer import RegistryWriter
 
 pytestmark = pytest.mark.registry
@@ -132,3 +134,26 @@ def test_an_archive_of_an_index_platform_that_never_ran_is_not_verified(world: W
     carried.sidecar(crafted).write_text(json.dumps(record))
     done = world.check(f"oci-archive:{crafted}")
     assert done.returncode == NOT_VERIFIED and f"not for {arm64}" in done.stdout, done.stderr
+
+
+def test_an_archive_is_held_to_what_was_seen_of_its_digest_anywhere(world: World) -> None:
+    """`export` carries the snapshot beside the verdicts. The history is per digest, whatever the reference: once
+    the registry showed a newer verdict (FAILED), an archive exported before it is an older set, and refused."""
+    digest = world.push("archived-then-failed", keep_local=True)   # export takes an image the engine holds
+    cosign.attach(world.verdict(digest, at="2026-12-01T10:00:00Z"), world.ref(digest))
+    signer = keys.signing_key(world.verifier_env)
+    assert snapshots.attach_current(world.ref(digest), world.trusted(), signer, {})
+    out = world.folder / "export-older"
+    done = cli("export", world.ref(digest), "--out", str(out), "--name", "older", "--force", "--trust-key",
+               str(world.verifier_pub), env=world.checker_env)
+    assert done.returncode == 0, done.stderr
+    older = out / "older.oci.tar"
+    carried_envelopes = json.loads(carried.sidecar(older).read_text())["attestations"]
+    assert [snapshot.is_snapshot(e) for e in carried_envelopes].count(True) == 1
+    done = world.check(f"oci-archive:{older}")
+    assert done.returncode == 0 and "first contact" in done.stdout, done.stderr
+    cosign.attach(world.verdict(digest, fail=True, at="2026-12-01T11:00:00Z"), world.ref(digest))
+    assert snapshots.attach_current(world.ref(digest), world.trusted(), signer, {})
+    assert world.check(world.ref(digest)).returncode == NOT_VERIFIED   # the FAILED one decides, and is kept
+    done = world.check(f"oci-archive:{older}")
+    assert done.returncode == NOT_VERIFIED and "rollback: the registry serves snapshot" in done.stderr, done.stderr

@@ -1,7 +1,7 @@
 """What a verdict says, weighed with real parts (a loopback registry, real cosign and skopeo, `nox -s check`
 as a user runs it): cosign without and with the project's CUE policy, an index verified per platform, the
-newest verdict per digest and arch (and the rollback a registry writer can make), a registry that never
-answers, and a malformed attachment."""
+newest verdict per digest and arch (and the rollback a registry writer can make, refused once seen), a registry
+that never answers, and a malformed attachment."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from buildscripts.errors import RegistryError
-from buildscripts.trust import cosign, statement
+from buildscripts.publish import snapshots
+from buildscripts.trust import cosign, keys, statement
 from tests.attest_world import CANNOT_CHECK, NOT_VERIFIED, ROOT, World, fixtures
 from tests.cli import cli
 from tests.registry_writer import INDEX, RegistryWriter
@@ -75,20 +76,59 @@ def test_an_index_holds_a_verdict_per_platform(world: World) -> None:
     assert done.returncode == NOT_VERIFIED and f"is not verified for {arm64}" in done.stderr, done.stderr
 
 
-def test_the_newest_verdict_decides_and_what_the_registry_hides_cannot_be_seen(world: World) -> None:
+def promote_snapshot(world: World, digest: str) -> None:
+    """What the promote job does once it attached verdicts: sign and attach a snapshot of what is attached."""
+    assert snapshots.attach_current(world.ref(digest), world.trusted(), keys.signing_key(world.verifier_env), {})
+
+
+def test_the_newest_verdict_decides_and_a_rollback_of_the_attestation_tag_is_refused(world: World) -> None:
     digest = world.push("rollback")
+    attestations = digest.replace(":", "-") + ".att"
     cosign.attach(world.verdict(digest, at="2026-12-01T10:00:00Z"), world.ref(digest))
-    older = RegistryWriter(world.server.url).manifest(world.name, digest.replace(":", "-") + ".att")
+    promote_snapshot(world, digest)
+    older = RegistryWriter(world.server.url).manifest(world.name, attestations)
     done = world.check(world.ref(digest))
     assert done.returncode == 0 and "signed 2026-12-01T10:00:00Z" in done.stdout, done.stderr
+    assert "first contact" in done.stdout and "trust on first use" in done.stdout
+    assert "ignored" not in done.stdout   # the snapshot is read as a snapshot, not ignored as no verdict
+    # cosign weighs the test-result verdicts alone: the snapshot beside them changes nothing for its policy
+    assert cosign_verify(world, digest, "--policy", str(POLICY)).returncode == 0
     cosign.attach(world.verdict(digest, fail=True, at="2026-12-01T11:00:00Z"), world.ref(digest))
+    promote_snapshot(world, digest)
     done = world.check(world.ref(digest))
     assert done.returncode == NOT_VERIFIED and "FAILED (server@sm_100a); signed 2026-12-01T11:00:00Z" in done.stderr
-    assert "outdating 1 older verdict" in done.stderr
-    # A writer of the registry points the attestation tag back at the older attachment: offline, nothing
-    # shows that a newer verdict exists (docs/trust.md: what a registry writer can still do).
-    RegistryWriter(world.server.url).put_manifest(world.name, digest.replace(":", "-") + ".att", *older)
-    assert world.check(world.ref(digest)).returncode == 0
+    assert "outdating 1 older verdict" in done.stderr and "newer than last seen" in done.stdout
+    # A writer of the registry points the attestation tag back at the older attachment, its snapshot with it.
+    RegistryWriter(world.server.url).put_manifest(world.name, attestations, *older)
+    done = world.check(world.ref(digest))
+    assert done.returncode == NOT_VERIFIED, done.stdout
+    assert "rollback: the registry serves snapshot" in done.stderr and "last seen" in done.stderr
+    assert "remove " in done.stderr and "Traceback" not in done.stderr
+    # What this protects and what not (docs/trust.md): a reader that never saw the newer set trusts the older one.
+    fresh = world.check(world.ref(digest), "--state-dir", str(world.folder / "another-reader"))
+    assert fresh.returncode == 0 and "first contact" in fresh.stdout, fresh.stderr
+
+
+def test_a_verdict_hidden_from_under_its_snapshot_is_refused_at_first_contact(world: World) -> None:
+    """Only the FAILED verdict's layer is taken out of the attestation tag, the snapshot that lists it left: a
+    reader that never saw this digest before refuses it too."""
+    digest = world.push("hidden")
+    attestations = digest.replace(":", "-") + ".att"
+    cosign.attach(world.verdict(digest, at="2026-12-01T10:00:00Z"), world.ref(digest))
+    failed = world.verdict(digest, fail=True, at="2026-12-01T11:00:00Z")
+    cosign.attach(failed, world.ref(digest))
+    promote_snapshot(world, digest)
+    writer = RegistryWriter(world.server.url)
+    body, media_type = writer.manifest(world.name, attestations)
+    manifest = json.loads(body)
+    hidden = json.loads(failed.read_text())["payload"]
+    manifest["layers"] = [layer for layer in manifest["layers"]
+                          if hidden not in writer.blob(world.name, layer["digest"]).decode()]
+    assert len(manifest["layers"]) == 2   # the PASSED verdict and the snapshot
+    writer.put_manifest(world.name, attestations, json.dumps(manifest).encode(), media_type)
+    done = world.check(world.ref(digest))
+    assert done.returncode == NOT_VERIFIED, done.stdout
+    assert "which lists 1 verdict (sm_100a FAILED, signed 2026-12-01T11:00:00Z) that it does not serve" in done.stderr
 
 
 def test_a_registry_that_never_answers_is_named_within_the_deadline(world: World) -> None:

@@ -7,6 +7,7 @@ Every test checks the registry itself (`skopeo inspect`) for where each good tag
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,17 +22,19 @@ import docker
 import pytest
 
 from buildscripts import matrix, results
+from buildscripts.commands import check as check_command
 from buildscripts.commands import promote as promote_command
-from buildscripts.errors import RegistryError
+from buildscripts.errors import NotVerified, RegistryError
 from buildscripts.publish import staging
 from buildscripts.registry import failures, manifests, writer_lock
 from buildscripts.results import CellResult
-from buildscripts.trust import cosign, keys, verdicts
+from buildscripts.trust import cosign, keys, served, snapshot, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
 from tests.commands import call
 from tests.digest_records import arch_runners_matrix, built, cell_of, gpu_job, save
 from tests.registry_server import RegistryServer
+from tests.registry_writer import RegistryWriter
 
 pytestmark = pytest.mark.registry
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,10 +140,42 @@ def _copy_keeps_digest_and_attachments(staged: Staged, release: RegistryServer) 
     assert staged.promote() == 0
     assert skopeo_digest(f"{staged.dest}@{staged.digest}") == staged.digest
     found = cosign.download(f"{staged.dest}@{staged.digest}")
-    archs = {verdicts.open_verdict(e, trusted).arch for e in found}
+    archs = {verdicts.open_verdict(e, trusted).arch for e in found if not snapshot.is_snapshot(e)}
     assert archs == {"sm_100a", "sm_120a"}   # the carried one, and the one attached at promotion
+    [listing] = served.read(found, staged.digest, trusted).snapshots   # and the snapshot of both, signed after
+    assert {v.arch for v in listing.verdicts} == {"sm_100a", "sm_120a"}
     assert skopeo_digest(f"{staged.dest}:{ARCH_TAG.format('sm120')}") == staged.digest
     assert skopeo_digest(f"{staged.source}:{attachment}") == before   # staging's attachment left as it was
+
+
+def test_check_refuses_the_verdicts_rolled_back_after_a_promotion(staged: Staged) -> None:
+    """The promote job signs a snapshot of the verdicts it attached; `check` keeps the newest it saw and refuses a
+    registry whose attestation tag is pointed back at what an earlier promotion left. Promoting again numbers a
+    snapshot past the hidden one, and the verdicts are all there again."""
+    needs.tool("cosign")
+    ws = Workspace.at(ROOT, matrix=staged.matrix_path, runs=staged.tmp / "runs")
+    state = staged.tmp / "state"
+    tag = f"{staged.dest}:{ARCH_TAG.format('sm100')}"
+
+    def checked() -> int:
+        return call(check_command, [tag, "--arch", "sm_100a", "--state-dir", str(state)], ws, ENV)
+
+    staged.job("sm_100")
+    assert staged.promote() == 0
+    writer, name = RegistryWriter(staged.url), staged.loaded.spec.tags.repository
+    attestations = staged.digest.replace(":", "-") + ".att"
+    older = writer.manifest(name, attestations)
+    assert checked() == 0
+    staged.job("sm_120")
+    assert staged.promote() == 0
+    assert checked() == 0
+    writer.put_manifest(name, attestations, *older)   # the registry's writer hides the sm_120 verdict
+    with pytest.raises(NotVerified, match=r"rollback: the registry serves snapshot .* older than snapshot"):
+        checked()
+    assert staged.promote() == 0   # re-attaches the sm_120 verdict from its results, and a newer snapshot
+    assert checked() == 0
+    kept = json.loads((state / "seen" / f"{staged.digest.replace(':', '-')}.json").read_text())
+    assert len(kept["verdicts"]) == 2 and len(kept["snapshot"]["verdicts"]) == 2
 
 
 def test_results_naming_a_digest_the_registry_does_not_serve_move_no_tag(
@@ -246,8 +281,10 @@ def test_two_promotions_at_once_lose_no_attachment(staged: Staged) -> None:
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     trusted = [keys.signing_key(ENV).public]
-    found = cosign.download(f"{staged.dest}@{staged.digest}")
-    assert sorted(str(verdicts.open_verdict(e, trusted).arch) for e in found) == ["sm_100a", "sm_120a"]
+    found = served.read(cosign.download(f"{staged.dest}@{staged.digest}"), staged.digest, trusted)
+    assert sorted(str(v.arch) for v in found.verdicts.values()) == ["sm_100a", "sm_120a"]
+    # each signed a snapshot of what it found attached; the later one lists both
+    assert [len(s.verdicts) for s in found.snapshots] == [1, 2]
 
 
 def test_a_second_promotion_waits_for_the_first_and_writes_nothing_meanwhile(staged: Staged) -> None:

@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 
 from buildscripts import results
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import RunFailed
 from buildscripts.trust import keys, seal
-from buildscripts.verify import command, gpus, identity
+from buildscripts.verify import gpus, identity
 from buildscripts.verify.stagelines import REFUSED
 from buildscripts.workspace import Workspace
 from tests import needs
+from tests.commands import call
 
 LIAR = rb"""#!/bin/sh
 # Asked for its import path (as a verifier once did), it leaves every folder out.
@@ -59,8 +61,8 @@ def run(python: Path, root: Path, secret: keys.SigningKey, **env: str) -> dict[s
     given = {**os.environ, keys.KEY_ENV: keys.private_pem(secret.private).decode(), "PYTHONPATH": "", **env}
     given.pop(keys.KEY_FILE_ENV, None)
     with pytest.raises(RunFailed):   # import failed, by its first line
-        command.main(["--host", "--python", str(python), "--out", str(out), "--stages", ",".join(ASKED),
-                      "--stage-timeout", "30"], ws=Workspace.at(runs=root / "runs"), env=given)
+        call(verify_command, ["--host", "--python", str(python), "--out", str(out), "--stages", ",".join(ASKED),
+                              "--stage-timeout", "30"], Workspace.at(runs=root / "runs"), given)
     cell: dict[str, Any] = json.loads(out.read_text())["cells"][0]
     return cell
 

@@ -63,7 +63,7 @@ def test_the_newest_verdict_of_an_arch_decides(key: keys.SigningKey) -> None:
     assert "; signed 2026-12-01T11:00:00Z (2 h ago), outdating 1 older verdict" in by_arch["sm_100a"].detail
     assert by_arch["sm_120a"].verified and not found.verified
     # a re-run that passed after the failure decides in turn; the registry showing only the older one is a
-    # rollback that nothing offline can see (docs/trust.md)
+    # rollback the verdicts alone cannot show (a reader's history refuses it: tests/unit/test_rollback.py)
     again = envelope(key, "sm_100a", at="2026-12-01T12:00:00Z")
     assert verdicts.judge([newer_fail, again, older_pass], DIGEST, [key.public], now=NOW).verified
     assert verdicts.judge([older_pass], DIGEST, [key.public], now=NOW).verified
@@ -104,7 +104,7 @@ def test_the_source_a_container_records(config: str | None, source: str | None) 
 
 
 def test_no_recorded_source_is_a_skip_not_a_failure() -> None:
-    status, detail = sources.source_verdict("arch: amd64\n", [], {})
+    status, detail = sources.source_verdict("arch: amd64\n", [], {}, None)
     assert status == "skip" and "records no source image" in detail
 
 

@@ -264,6 +264,8 @@ def test_one_promote_job_at_a_time_after_every_job_and_never_for_pull_requests()
     assert "github.event_name != 'pull_request'" in promote["if"]
     assert promote["env"]["REGISTRY"] == "${{ vars.SGLANG_IMAGES_REGISTRY }}"
     assert all(v.startswith("${{ secrets.") for k, v in promote["env"].items() if k.startswith("REGISTRY_"))
+    # the key the verifiers sign with signs the snapshots of the verdicts too (trust/snapshot.py)
+    assert promote["env"]["SGLANG_IMAGES_SIGNING_KEY"] == "${{ secrets.SGLANG_IMAGES_SIGNING_KEY }}"
     script = promote["run"]
     assert script.index('if [ -z "$REGISTRY" ]') < script.index("exit 0") < script.index("nox -s promote")
     argv = command(script, "nox -s promote", {"REGISTRY": "127.0.0.1:5000"})
