@@ -1,7 +1,8 @@
 """The one place that exits: `python -m buildscripts COMMAND ...` (what the nox sessions call).
 
-Each command lives in its own module as `main(argv, ws, env) -> int`: the Workspace (where the project,
-matrix, locks and runs are) and the environment are made here, once, and passed down. A FatalError
+Each command lives in its own module, as `main(argv, ws, env) -> int` or in the shape of buildscripts/commands/
+(`parse(argv, ws, env) -> Options`, then `run(options) -> int`): the Workspace (where the project, matrix, locks
+and runs are) and the environment are made here, once, and passed down. A FatalError
 anywhere becomes its message and exit code here (a traceback only with --debug).
 """
 
@@ -16,6 +17,7 @@ from . import log
 from .errors import EngineError, FatalError, Interrupted
 from .workspace import Workspace
 
+COMMAND_LAYER = "buildscripts.commands."   # modules of the one command shape: parse(argv, ws, env), then run(options)
 COMMANDS = {
     "build": ("buildscripts.pipeline", "select cells, lock-check, build, verify, tag, report"),
     "matrix": ("buildscripts.matrix.listing", "list the selected cell ids (--json for machines)"),
@@ -26,6 +28,7 @@ COMMANDS = {
     "promote": ("buildscripts.publish.promote", "push good tags to a registry, by digest"),
     "export": ("buildscripts.publish.export", "an OCI archive of a verified image for Proxmox VE / LXC"),
     "check": ("buildscripts.publish.check", "was this very image verified on a GPU? its signed verdicts, checked"),
+    "here": ("buildscripts.commands.here", "which image fits this machine, verified on its GPU, and how to run it"),
     "preflight": ("buildscripts.lxc.preflight", "read-only checks of an LXC host (and container) for GPUs"),
     "watch": ("buildscripts.watch.command", "releases newer than matrix.yaml holds (--json; --propose a change)"),
     "import-probe": ("buildscripts.verify.importprobe", "turn host-mode probe JSON into results.json + summary.md"),
@@ -47,7 +50,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     log.configure(env)
     module = importlib.import_module(COMMANDS[args[0]][0])
     try:
-        code: int = module.main(args[1:], Workspace.at(), env)
+        ws = Workspace.at()
+        code: int = (module.run(module.parse(args[1:], ws, env)) if module.__name__.startswith(COMMAND_LAYER)
+                     else module.main(args[1:], ws, env))
         sys.stdout.flush()  # here, not at exit, so that a reader gone before the end is caught below
         return code
     except BrokenPipeError:

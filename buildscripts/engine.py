@@ -8,12 +8,13 @@ import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import docker
-import docker.errors
+from typing import TYPE_CHECKING
 
 from . import proc
 from .errors import DiskSpaceError, EngineError
+
+if TYPE_CHECKING:   # the SDK is imported where a client is made or used: `here` and `check` run without it
+    import docker
 
 MIN_ENGINE = (20, 10)
 # A real SGLang cell needs ~10 GB for its first layers; refuse early rather than fail half-way.
@@ -30,6 +31,9 @@ class Engine:
 
 def connect(timeout: int = 600) -> docker.DockerClient:
     """A client of the engine DOCKER_HOST names (else the local socket), checked with a ping."""
+    import docker
+    import docker.errors
+
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
@@ -42,6 +46,8 @@ def connect(timeout: int = 600) -> docker.DockerClient:
 
 def check(client: docker.DockerClient) -> Engine:
     """New enough for BuildKit secrets and cache mounts, and the buildx CLI plugin present."""
+    import docker.errors
+
     try:
         info = client.info()
         version = str(client.version().get("Version", "0"))

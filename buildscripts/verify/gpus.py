@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from docker.types import DeviceRequest, Ulimit
 
 from .. import proc
 from ..errors import GpuError
@@ -32,6 +31,13 @@ SMI_QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
 SHM_SIZE = "16g"
 SHM_SIZE_FORM = re.compile(r"[1-9][0-9]*[bkmg]?", re.I)   # what docker's --shm-size takes
 STACK_BYTES = 64 * 1024 * 1024
+DRIVER_CAPABILITIES = "compute,utility"   # what the NVIDIA runtime mounts into a GPU container: CUDA and nvidia-smi
+# Why an engine cannot hand GPUs to containers, and the fix (said by the verifier's discovery and by `here`).
+CDI_OFF = ("a CDI spec for nvidia.com/gpu exists, but the Docker engine has CDI off",
+           'set `"features": {"cdi": true}` in /etc/docker/daemon.json (Docker 25+) and restart it')
+NO_GPU_RUNTIME = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu",
+                  "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
+                  "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
 
 
 @dataclass(frozen=True)
@@ -136,22 +142,29 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
     if docker_info is None:
         return Discovery(gpus=gpus, runtime="host")
     read = read_cdi_specs(docker_info.get("CDISpecDirs") or CDI_DIRS)
+    runtime, problem, warnings = engine_support(docker_info, read)
     specs = {path: str(data["kind"]) for path, data in read.items()}
-    runtime = container_runtime(docker_info, list(specs.values()))
+    said = f"{problem[0]}{'; ' if problem is NO_GPU_RUNTIME else ': '}{problem[1]}" if problem else None
+    return Discovery(gpus=gpus, runtime=runtime, problem=said, details={"cdi_specs": " ".join(specs)},
+                     warnings=warnings)
+
+
+Support = tuple[str | None, tuple[str, str] | None, tuple[str, ...]]   # (runtime, (problem, fix), warnings)
+
+
+def engine_support(docker_info: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]]) -> Support:
+    """(how the engine hands GPUs over, why it cannot and the fix, what may still go wrong) from `docker info` and
+    the CDI specs read (`read_cdi_specs`): the verifier's discovery and `here` say it in the same words."""
+    kinds = [str(data["kind"]) for data in specs.values()]
+    runtime = container_runtime(docker_info, kinds)
     problem = None
-    if runtime is None and CDI_KIND in specs.values():
-        problem = ("a CDI spec for nvidia.com/gpu exists, but the Docker engine has CDI off: set "
-                   '`"features": {"cdi": true}` in /etc/docker/daemon.json (Docker 25+) and restart it')
-    elif runtime is None:
-        problem = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu; install the "
-                   "NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
-                   "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
+    if runtime is None:
+        problem = CDI_OFF if CDI_KIND in kinds else NO_GPU_RUNTIME
     warnings: tuple[str, ...] = ()
-    if runtime == "cdi" and not any(refreshes_ld_cache(d) for d in read.values() if d["kind"] == CDI_KIND):
+    if runtime == "cdi" and not any(refreshes_ld_cache(d) for d in specs.values() if d.get("kind") == CDI_KIND):
         warnings = ("the CDI spec for nvidia.com/gpu has no hook that refreshes the container's ld cache: Triton "
                     "will not find libcuda.so.1 (regenerate it with `nvidia-ctk cdi generate`)",)
-    return Discovery(gpus=gpus, runtime=runtime, problem=problem, details={"cdi_specs": " ".join(specs)},
-                     warnings=warnings)
+    return runtime, problem, warnings
 
 
 @dataclass(frozen=True)
@@ -193,6 +206,7 @@ def on_host(discovery: Discovery, env: Mapping[str, str]) -> Handed:
 def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus: bool = False,
                       shm_size: str = SHM_SIZE) -> dict[str, Any]:
     """docker SDK `containers.run` kwargs: GPUs (one, all, or none), shared memory, memlock/stack limits."""
+    from docker.types import DeviceRequest, Ulimit  # here, not at the top: `here` reads GPUs without the SDK
     options: dict[str, Any] = {"shm_size": shm_size, "environment": {}}
     given = handed(discovery, gpu, all_gpus=all_gpus)
     chosen = given.gpus
@@ -209,7 +223,7 @@ def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus:
     else:
         options["device_requests"] = [DeviceRequest(device_ids=[str(g.index) for g in chosen],
                                                     capabilities=[["gpu"]])]
-        options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+        options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = DRIVER_CAPABILITIES
     return options
 
 
