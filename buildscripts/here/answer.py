@@ -4,9 +4,9 @@ how to run it; each "no" with its fix.
 The questions are asked in order, and the first "no" is the exit code (errors.py): no GPU, or no image that fits
 this platform and arch (NothingFits, 20); the chosen image's verdicts could not be read (CannotCheck, 19) or do not
 show it verified on this arch (NotVerified, 18); the driver is below its CUDA's floor (DriverTooOld, 21). 0 only
-when a verified image fits and the driver meets its floor. What the runtime lacks (Docker's GPU request, a CT's
-nodes, /dev/shm, loopback) is said with its fix too, and leaves the code alone: `preflight` is the check that fails
-on those.
+when a verified image fits and the driver meets its floor. The lines to run are said only for a verified image.
+What the runtime lacks (Docker's GPU request, a CT's nodes, /dev/shm, loopback) is said with its fix too, and leaves
+the code alone: `preflight` is the check that fails on those.
 """
 
 from __future__ import annotations
@@ -107,7 +107,10 @@ def answer(machine: Machine, asked: Asked, candidates: Candidates, checker: Chec
         return Answer(machine, asked, gpu, choice, tuple(noes), runtime, None,
                       NothingFits(noes[0].said, hint=noes[0].fix))
     chosen = _chosen_noes(choice)
-    assert choice.chosen is not None
-    lines = runlines.lines(choice.chosen.candidate, machine, home=asked.home, model=asked.model, ctid=asked.ctid)
+    assert choice.chosen is not None and choice.verification is not None
+    # Lines only for a digest whose verdicts show it verified here: they are what a reader copies and runs. A
+    # driver below the floor still gets them (they run once the driver is upgraded, which its "no" says).
+    lines = runlines.lines(choice.chosen.candidate, machine, home=asked.home, model=asked.model, ctid=asked.ctid) \
+        if choice.verification.verified else None
     error = chosen[0][1](chosen[0][0].said, hint=chosen[0][0].fix) if chosen else None
     return Answer(machine, asked, gpu, choice, tuple(p for p, _ in chosen), runtime, lines, error)

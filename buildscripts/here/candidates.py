@@ -45,6 +45,7 @@ class Candidate:
     env: tuple[tuple[str, str], ...] = ()   # the image config's Env (empty when not read)
     tag: str | None = None
     described_by: str = ""              # where the description came from
+    refused: str | None = None          # why it cannot be taken at all (an index that readers read apart)
 
 
 class RegistryReader(Protocol):
@@ -96,7 +97,11 @@ def from_registry(reader: RegistryReader, repository: str, platform: str, arch: 
                 msg = f"the registry serves no image for {repository}:{tag}"
                 raise RegistryError(msg, hint=f"list the tags with `skopeo list-tags docker://{repository}`")
             continue
-        found.append(_described(reader, repository, tag, top, platform))
+        try:
+            found.append(_described(reader, repository, tag, top, platform))
+        except (platform_reading.NotCanonical, manifests.AmbiguousManifest) as exc:
+            found.append(Candidate(f"{repository}:{tag}", repository, f"{repository}@{top.digest}", (), None, tag=tag,
+                                   refused=f"readers of images read it apart ({exc}): do not use it"))
     return found
 
 

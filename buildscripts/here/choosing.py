@@ -59,12 +59,15 @@ class Choice:
 def fit(candidate: Candidate, platform: str, gpu: Gpu) -> Fit:
     target = next((t for t in candidate.targets if family(t) == gpu.arch), None)
     driver = driver_floors.judge(gpu.driver, candidate.cuda) if candidate.cuda else None
-    why = None
-    if candidate.platform_digest is None:
-        held = ", ".join(candidate.platforms) or "none named"
+    held = ", ".join(candidate.platforms) or "none named"
+    if candidate.refused is not None:
+        why: str | None = candidate.refused
+    elif candidate.platform_digest is None:
         why = f"it holds no {platform} image (its platforms: {held})"
     elif target is None:
         why = f"it is not built for {gpu.arch} (its targets: {', '.join(candidate.targets) or 'none named'})"
+    else:
+        why = None
     return Fit(candidate, target, why, driver)
 
 

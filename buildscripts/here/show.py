@@ -41,6 +41,9 @@ def _image(fit: Fit) -> str:
 def show(answer: Answer, console: Console) -> None:
     console.print(headline(answer))
     rows = [("machine", machine_words(answer.machine))]
+    if answer.gpu is not None and len({g.arch for g in answer.machine.gpus}) > 1:
+        rows.append(("gpu", f"answering for GPU {answer.gpu.index}, {answer.gpu.name} ({answer.gpu.arch}); "
+                            "--gpu INDEX answers for another"))
     fit = answer.choice.chosen if answer.choice else None
     if fit is not None:
         rows.append(("image", _image(fit)))

@@ -168,8 +168,10 @@ def test_not_verified_and_cannot_check_are_each_their_own_no() -> None:
     not_verified = ask(machine("h200-host"), tags, Checker(default=False))
     assert not_verified.exit_code == NotVerified.exit_code and not_verified.noes[0].what == "verified"
     assert not_verified.noes[0].fix == "the fix check gives"
+    assert not_verified.lines is None   # no lines to copy for an image not verified here
     unknown = ask(machine("h200-host"), tags, Checker(default=None))
     assert unknown.exit_code == CannotCheck.exit_code and "cannot check" in unknown.noes[0].said
+    assert unknown.lines is None
 
 
 # ---------------------------------------------------------------------------------------------- driver floors

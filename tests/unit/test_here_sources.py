@@ -16,11 +16,13 @@ from buildscripts.errors import RegistryError
 from buildscripts.here import candidates
 from buildscripts.here.candidates import Candidate
 from buildscripts.here.checked import SignedVerdicts
+from buildscripts.here.choosing import fit
 from buildscripts.matrix.schema import LABEL_PREFIX
 from buildscripts.registry.manifests import Manifest
 from buildscripts.results import ImageInfo, RunResults, Status, store
 from buildscripts.trust import dsse, keys, sources, statement
 from buildscripts.trust.sources import Source
+from buildscripts.verify.gpus import Gpu
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 REPO = "registry.example:5000/sglang-images"
@@ -176,3 +178,11 @@ def test_results_stages_are_not_evidence(monkeypatch: pytest.MonkeyPatch) -> Non
     found = SignedVerdicts([keys.SigningKey("v", keys.generate()).public], {})(candidate(), "sm_90a", "linux/amd64")
     assert found.verified is False
     assert all(s.status is Status.PASSED for s in gpu_passed())   # what the record claims, for contrast
+
+
+def test_an_index_readers_read_apart_is_refused_not_a_crash() -> None:
+    registry = FakeRegistry()
+    registry.manifests[1]["platform"] = {"os": "linux", "architecture": "aarch64"}   # an alias containerd rewrites
+    [found] = candidates.from_registry(registry, REPO, "linux/arm64", "sm_121")
+    assert found.refused and "read it apart" in found.refused and found.platform_digest is None
+    assert fit(found, "linux/arm64", Gpu(0, "NVIDIA GB10", "", "12.1", "580.142", 0)).why_not == found.refused
