@@ -29,7 +29,7 @@ from ..trust import keys
 from ..trust.keys import PublicKey
 from ..workspace import Workspace, path_argument
 
-ABOUT = "which image fits this machine, was it verified on its GPU, and how to run it here (Docker, Proxmox CT)"
+ABOUT = "which image fits this machine, verified on its GPU, and how to run it"   # cli.py's table says the same
 SOURCE_HINT = "e.g. --repository ghcr.io/ORG/sglang-images, or --report results.json (a run's results file)"
 
 

@@ -128,7 +128,7 @@ def test_here_has_the_one_command_shape() -> None:
     options = here.parse(["--repository", "ghcr.io/org/sglang-images", "--tag", "t", "--gpu", "1"],
                          Workspace.at(ROOT), {})
     assert (options.repository, options.tags, options.gpu) == ("ghcr.io/org/sglang-images", ("t",), 1)
-    assert cli.COMMANDS["here"][0] == "buildscripts.commands.here"
+    assert cli.COMMANDS["here"] == ("buildscripts.commands.here", here.ABOUT)
 
 
 @pytest.mark.parametrize(("argv", "words"), [
