@@ -65,9 +65,10 @@ def _gpu(machine: Machine, index: int | None) -> tuple[Gpu | None, Problem | Non
 
 def _fit_noes(choice: Choice, gpu: Gpu, platform: str, source: str) -> list[Problem]:
     if not choice.considered:
-        return [Problem("fits", f"{source} offers no image for {gpu.arch} (no good tag of it: `…-verified-"
-                        f"{gpu.arch.replace('_', '')}`)", "name a tag with --tag TAG, or ask the publisher for an "
-                        f"image verified on {gpu.arch} ({gpu.name})")]
+        good = f"-verified-{gpu.arch.replace('_', '')}"
+        return [Problem("fits", f"{source} names no image for {gpu.arch} (a registry's good tags of it end in "
+                        f"`{good}`; a results file names images by registry digest)", "name another tag with --tag "
+                        f"TAG, or ask the publisher for an image verified on {gpu.arch} ({gpu.name})")]
     if choice.chosen is None:
         first = next(f for f in choice.considered if f.why_not)
         return [Problem("fits", f"none of {len(choice.considered)} image(s) fits {platform} with {gpu.arch}: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,12 +59,11 @@ class Checker:
         return Verification(verified, said, None if verified else "the fix check gives")
 
 
-def ask(machine: Machine, tags: Sequence[tuple[str, Mapping[str, object]]], checker: Checker | None = None,
-        **asked: object) -> Answer:
+def ask(machine: Machine, tags: Sequence[tuple[str, Mapping[str, Any]]], checker: Checker | None = None,
+        **asked: Any) -> Answer:
     def candidates(platform: str, arch: str) -> list[Candidate]:
-        return [image(tag, platform, **options) for tag, options in tags]  # type: ignore[arg-type]
-    return answer(machine, Asked(source=REPO, home="/home/ada", **asked),  # type: ignore[arg-type]
-                  candidates, checker or Checker())
+        return [image(tag, platform, **options) for tag, options in tags]
+    return answer(machine, Asked(source=REPO, home="/home/ada", **asked), candidates, checker or Checker())
 
 
 def machine(name: str) -> Machine:
@@ -164,7 +164,7 @@ def test_no_tag_of_this_arch_is_nothing_to_choose_from() -> None:
 
 
 def test_not_verified_and_cannot_check_are_each_their_own_no() -> None:
-    tags: list[tuple[str, Mapping[str, object]]] = [("0.5.23-verified-sm90", {})]
+    tags: list[tuple[str, Mapping[str, Any]]] = [("0.5.23-verified-sm90", {})]
     not_verified = ask(machine("h200-host"), tags, Checker(default=False))
     assert not_verified.exit_code == NotVerified.exit_code and not_verified.noes[0].what == "verified"
     assert not_verified.noes[0].fix == "the fix check gives"
