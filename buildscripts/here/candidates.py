@@ -15,6 +15,7 @@ from the signed verdicts attached to it (checked.py), and a label can say anythi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from ..matrix.schema import LABEL_PREFIX
 from ..matrix.spellings import flavour_version
 from ..registry import manifests, references
 from ..results import CellResult, store, tag_form
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")   # what a verdict names, and so all `here` takes an image by
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ def _described(reader: RegistryReader, repository: str, tag: str, top: manifests
         entries = platform_reading.listed(top.data.get("manifests"))
         platforms = tuple(sorted({p for p, _ in entries if p and not p.startswith("unknown/")}))
         child = top.platform(os, architecture)
+        if child is not None and not DIGEST.fullmatch(child):
+            msg = f"its {platform} entry names {child[:80]!r}, not a sha256 digest"
+            raise manifests.AmbiguousManifest(msg, hint="the index is not one this project wrote")
     else:
         config = reader.config(reference)
         named = platform_reading.read(config, required=False)
@@ -150,8 +156,8 @@ def from_results(path: Path) -> list[Candidate]:
         for ref, digest in _registry_refs(cell):
             repository = references.repository_of(ref)
             platform = cell.image.labels.get(f"{LABEL_PREFIX}.platform") or DEFAULT_PLATFORM
-            chosen = cell.image.platform_digest if digest == cell.image.digest and cell.image.platform_digest \
-                else digest
+            ran = cell.image.platform_digest   # when `digest` is an index: the platform manifest that ran
+            chosen = ran if digest == cell.image.digest and ran and DIGEST.fullmatch(ran) else digest
             tag = ref.rsplit(":", 1)[1] if "@" not in ref and ":" in ref.rsplit("/", 1)[-1] else None
             found.append(Candidate(
                 ref if tag else cell.cell_id, repository, f"{repository}@{chosen}", (platform,), chosen,
@@ -164,7 +170,9 @@ def _registry_refs(cell: CellResult) -> list[tuple[str, str]]:
     """(reference, digest) of each registry copy of the cell's image: its promoted tags, else where it was staged."""
     if cell.excluded:
         return []
-    refs = [(ref, digest) for ref, digest in sorted(cell.promoted.items()) if digest.startswith("sha256:")]
-    if not refs and cell.image.repository and cell.image.digest:
+    refs = [(ref, digest) for ref, digest in sorted(cell.promoted.items()) if DIGEST.fullmatch(digest)
+            and references.by_digest(f"{references.repository_of(ref)}@{digest}")]
+    if not refs and cell.image.repository and cell.image.digest and DIGEST.fullmatch(cell.image.digest) \
+            and references.by_digest(f"{cell.image.repository}@{cell.image.digest}"):
         refs = [(f"{cell.image.repository}@{cell.image.digest}", cell.image.digest)]
     return refs

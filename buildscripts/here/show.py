@@ -8,10 +8,17 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ..lxc.preflight import printable
 from ..verify.gpus import Gpu
 from .answer import Answer
 from .choosing import Fit
 from .reading import Machine, Problem
+
+
+def shown(text: str) -> str:
+    """Text from a registry, an image's labels or nvidia-smi, for a terminal: its markup and control characters
+    (terminal escapes) shown, never acted on."""
+    return escape(printable(text))
 
 
 def machine_words(machine: Machine) -> str:
@@ -26,9 +33,9 @@ def machine_words(machine: Machine) -> str:
 def headline(answer: Answer) -> str:
     fit = answer.choice.chosen if answer.choice else None
     if answer.error is None and fit is not None:
-        return (f"[green]✓[/] {escape(fit.candidate.shown)} fits this machine, was verified on "
-                f"{escape(fit.target or '')} and this driver runs it")
-    return f"[red]✕[/] no verified image for this machine: {escape(answer.noes[0].said)}"
+        return (f"[green]✓[/] {shown(fit.candidate.shown)} fits this machine, was verified on "
+                f"{shown(fit.target or '')} and this driver runs it")
+    return f"[red]✕[/] no verified image for this machine: {shown(answer.noes[0].said)}"
 
 
 def _image(fit: Fit) -> str:
@@ -52,18 +59,18 @@ def show(answer: Answer, console: Console) -> None:
         if fit.driver:
             rows.append(("driver", fit.driver.said))
     for name, text in rows:
-        console.print(f"  [dim]{name:<8}[/]{escape(text)}")
+        console.print(f"  [dim]{name:<8}[/]{shown(text)}")
     lines = answer.lines
     if lines is not None:
         for title, body in (("Pull and run it with Docker:", lines.docker),
                             ("On the Proxmox host:", lines.proxmox),
                             (f"In {lines.ct_config_path} (then restart the CT):", lines.ct_config)):
             if body:
-                console.print(f"[bold]{escape(title)}[/]")
+                console.print(f"[bold]{shown(title)}[/]")
                 for line in body:
-                    console.print(f"  {escape(line)}")
+                    console.print(f"  {shown(line)}")
     for mark, problem in [*(("[red]✕[/]", p) for p in answer.noes), *(("[yellow]![/]", p) for p in answer.runtime)]:
-        console.print(f"{mark} {escape(problem.what)}: {escape(problem.said)}\n  [bold]fix:[/] {escape(problem.fix)}")
+        console.print(f"{mark} {shown(problem.what)}: {shown(problem.said)}\n  [bold]fix:[/] {shown(problem.fix)}")
 
 
 def _gpu(gpu: Gpu) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from buildscripts.errors import CannotCheck, DriverTooOld, NothingFits, NotVerified
-from buildscripts.here import reading
+from buildscripts.here import reading, show
 from buildscripts.here.answer import Answer, Asked, answer
 from buildscripts.here.candidates import Candidate
 from buildscripts.here.checked import Verification
@@ -294,3 +295,12 @@ def test_docker_without_a_gpu_runtime_says_how_to_add_one(tmp_path: Path) -> Non
                "daemon socket at unix:///var/run/docker.sock", returncode=1)
     [problem] = ask(reading.read(recorded(folder)), [("0.5.23-verified-sm100", {})]).runtime
     assert "permission denied" in problem.said and "usermod -aG docker" in problem.fix
+
+
+def test_what_a_registry_says_cannot_drive_the_terminal() -> None:
+    console = Console(record=True, width=200, color_system=None)
+    found = ask(machine("h200-host"), [("0.5.23-verified-sm90", {"cell": "x\x1b]0;owned\x07[bold]y"})])
+    show.show(found, console)
+    text = console.export_text()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "cell x\\x1b]0;owned\\x07[bold]y" in text   # shown as it was written, markup and all

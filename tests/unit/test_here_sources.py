@@ -186,3 +186,11 @@ def test_an_index_readers_read_apart_is_refused_not_a_crash() -> None:
     [found] = candidates.from_registry(registry, REPO, "linux/arm64", "sm_121")
     assert found.refused and "read it apart" in found.refused and found.platform_digest is None
     assert fit(found, "linux/arm64", Gpu(0, "NVIDIA GB10", "", "12.1", "580.142", 0)).why_not == found.refused
+
+
+def test_an_entry_that_names_no_digest_is_refused_before_anything_is_read_by_it() -> None:
+    registry = FakeRegistry()
+    registry.manifests[0]["digest"] = "sha256:$(reboot)"
+    [found] = candidates.from_registry(registry, REPO, "linux/amd64", "sm_90")
+    assert found.refused and "not a sha256 digest" in found.refused
+    assert not any("reboot" in ref for ref in registry.read if "@" in ref)
