@@ -21,6 +21,7 @@ from .commands import (
     build,
     check,
     export,
+    here,
     import_probe,
     keygen,
     lock,
@@ -49,7 +50,7 @@ class Command(Protocol):
 
 COMMANDS: dict[str, Command] = {
     "build": build, "matrix": matrix, "lock": lock, "verify": verify, "report": report, "tag": tag,
-    "promote": promote, "export": export, "check": check, "preflight": preflight, "watch": watch,
+    "promote": promote, "export": export, "check": check, "here": here, "preflight": preflight, "watch": watch,
     "import-probe": import_probe, "keygen": keygen, "setup": setup,
 }
 

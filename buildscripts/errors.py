@@ -132,3 +132,15 @@ class CannotCheck(FatalError):
     """An image's signed verdicts could not be read (registry, archive or cosign): nothing was concluded."""
 
     exit_code = 19
+
+
+class NothingFits(FatalError):
+    """`here`: no image of the source fits this machine (its platform and GPU arch), or no GPU can be read."""
+
+    exit_code = 20
+
+
+class DriverTooOld(FatalError):
+    """`here`: this machine's NVIDIA driver is below the floor of the chosen image's CUDA (or no floor is known)."""
+
+    exit_code = 21

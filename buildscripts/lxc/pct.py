@@ -29,6 +29,7 @@ class Plan:
     cuda: str | None = None       # the image's CUDA, for the preflight
     verdicts: bool = False        # its signed verdicts travel beside it (NAME.oci.tar.verdicts.json)
     server_args: str = "--model-path /models/MODEL --host 0.0.0.0 --port 30000"
+    registry_source: str | None = None   # REPO@sha256:… the archive was copied from (`here`), checked from there
 
     @property
     def template(self) -> str:
@@ -36,8 +37,9 @@ class Plan:
 
     @property
     def source(self) -> str:
-        """The image the container is made from, as `nox -s check` takes it (once copied to the cache)."""
-        return f"oci-archive:{TEMPLATE_CACHE}/{self.archive}"
+        """The image the container is made from, as `nox -s check` takes it (once copied to the cache): the
+        registry digest it was copied from when it travels without its verdicts, whose registry holds them."""
+        return self.registry_source or f"oci-archive:{TEMPLATE_CACHE}/{self.archive}"
 
 
 def create(plan: Plan) -> list[str]:

@@ -19,14 +19,12 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from .. import log
+from .. import driver_floors, log
 from . import config_file, root_access
 from .fix_hints import missing_rule_lines
 from .preflight_check import Attach, Check
 from .target import STANDARD_NODES, Target, config_line, running
 
-# The driver branch NVIDIA's release notes (table 3, Linux x86_64) name as the minimum for each CUDA.
-MIN_DRIVER_BRANCH = {"12.8": 570, "12.9": 575, "13.0": 580}
 NVIDIA_HOOK = "/usr/share/lxc/hooks/nvidia"
 DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 SHM_WANTED_KB = 16 * 1024 * 1024    # what the verifier gives containers (SGLang's queues, NCCL)
@@ -112,20 +110,17 @@ def kernel_module(host: HostView) -> tuple[Check, str | None]:
 
 
 def driver_for_cuda(version: str | None, cuda: str | None) -> Check:
+    """The host's driver against the image's CUDA floor (driver_floors.py, the one home of that rule)."""
     if version is None:
         return Check("driver for the image's CUDA", "skip", "no kernel module to compare")
     if cuda is None:
         return Check("driver for the image's CUDA", "skip", "no CUDA given (--cuda 13.0)")
-    need = MIN_DRIVER_BRANCH.get(cuda)
-    if need is None:
+    verdict = driver_floors.judge(version, cuda)
+    if verdict is None:
         return Check("driver for the image's CUDA", "skip", f"no known minimum driver for CUDA {cuda}")
-    branch = int(version.split(".")[0])
-    if branch < need:
-        return Check("driver for the image's CUDA", "fail",
-                     f"driver {version} is older than CUDA {cuda} needs (branch {need} or newer)",
-                     (f"install an NVIDIA driver of branch {need} or newer on the host, or use an image of an "
-                      "older CUDA lane",))
-    return Check("driver for the image's CUDA", "pass", f"driver {version} runs CUDA {cuda} (needs {need}+)")
+    if not verdict.meets:
+        return Check("driver for the image's CUDA", "fail", verdict.said, (verdict.fix or "",))
+    return Check("driver for the image's CUDA", "pass", verdict.said)
 
 
 def device_nodes(host: HostView) -> tuple[Check, dict[str, tuple[int, int]]]:

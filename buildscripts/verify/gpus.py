@@ -26,6 +26,13 @@ CDI_DIRS = ("/etc/cdi", "/var/run/cdi")   # where nvidia-ctk writes specs, when 
 CDI_KIND = "nvidia.com/gpu"
 SMI_QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
 STACK_BYTES = 64 * 1024 * 1024
+DRIVER_CAPABILITIES = "compute,utility"   # what the NVIDIA runtime mounts into a GPU container: CUDA and nvidia-smi
+# Why an engine cannot hand GPUs to containers, and the fix (said by the verifier's discovery and by `here`).
+CDI_OFF = ("a CDI spec for nvidia.com/gpu exists, but the Docker engine has CDI off",
+           'set `"features": {"cdi": true}` in /etc/docker/daemon.json (Docker 25+) and restart it')
+NO_GPU_RUNTIME = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu",
+                  "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
+                  "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
 
 
 @dataclass(frozen=True)
@@ -130,22 +137,29 @@ def discover(docker_info: Mapping[str, Any] | None) -> Discovery:
     if docker_info is None:
         return Discovery(gpus=gpus, runtime="host")
     read = read_cdi_specs(docker_info.get("CDISpecDirs") or CDI_DIRS)
+    runtime, problem, warnings = engine_support(docker_info, read)
     specs = {path: str(data["kind"]) for path, data in read.items()}
-    runtime = container_runtime(docker_info, list(specs.values()))
+    said = f"{problem[0]}{'; ' if problem is NO_GPU_RUNTIME else ': '}{problem[1]}" if problem else None
+    return Discovery(gpus=gpus, runtime=runtime, problem=said, details={"cdi_specs": " ".join(specs)},
+                     warnings=warnings)
+
+
+Support = tuple[str | None, tuple[str, str] | None, tuple[str, ...]]   # (runtime, (problem, fix), warnings)
+
+
+def engine_support(docker_info: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]]) -> Support:
+    """(how the engine hands GPUs over, why it cannot and the fix, what may still go wrong) from `docker info` and
+    the CDI specs read (`read_cdi_specs`): the verifier's discovery and `here` say it in the same words."""
+    kinds = [str(data["kind"]) for data in specs.values()]
+    runtime = container_runtime(docker_info, kinds)
     problem = None
-    if runtime is None and CDI_KIND in specs.values():
-        problem = ("a CDI spec for nvidia.com/gpu exists, but the Docker engine has CDI off: set "
-                   '`"features": {"cdi": true}` in /etc/docker/daemon.json (Docker 25+) and restart it')
-    elif runtime is None:
-        problem = ("the Docker engine has no nvidia runtime and no CDI spec for nvidia.com/gpu; install the "
-                   "NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` (or "
-                   "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on an engine with CDI on)")
+    if runtime is None:
+        problem = CDI_OFF if CDI_KIND in kinds else NO_GPU_RUNTIME
     warnings: tuple[str, ...] = ()
-    if runtime == "cdi" and not any(refreshes_ld_cache(d) for d in read.values() if d["kind"] == CDI_KIND):
+    if runtime == "cdi" and not any(refreshes_ld_cache(d) for d in specs.values() if d.get("kind") == CDI_KIND):
         warnings = ("the CDI spec for nvidia.com/gpu has no hook that refreshes the container's ld cache: Triton "
                     "will not find libcuda.so.1 (regenerate it with `nvidia-ctk cdi generate`)",)
-    return Discovery(gpus=gpus, runtime=runtime, problem=problem, details={"cdi_specs": " ".join(specs)},
-                     warnings=warnings)
+    return runtime, problem, warnings
 
 
 @dataclass(frozen=True)
@@ -205,7 +219,7 @@ def container_options(discovery: Discovery, gpu: int | None = None, *, all_gpus:
     else:
         options["device_requests"] = [DeviceRequest(device_ids=[str(g.index) for g in chosen],
                                                     capabilities=[["gpu"]])]
-        options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+        options["environment"]["NVIDIA_DRIVER_CAPABILITIES"] = DRIVER_CAPABILITIES
     return options
 
 

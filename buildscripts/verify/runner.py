@@ -3,7 +3,8 @@ environment of this machine (host.py), a running LXC container (lxcrunner.py); p
 GPU (per_gpu_containers.py). Each runner puts the probe and the host's tiny model in place, runs the probe, feeds
 its output to a `Handoff` (which observes the server through the runner's `Reach`) and reports the probe's
 stages; `verify()` then makes the host's results of them: the server stages from the host's own
-observation (served.py), every GPU fact from the GPUs the host handed over (claims.py).
+observation (served.py), every GPU fact from the GPUs the host handed over (claims.py), the driver against
+the image's floor (driver.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..results import StageResult
-from . import claims, served, tp
+from . import claims, driver, served, tp
 from .gpus import Handed
 from .handoff import Observation
 from .plan import Plan
@@ -66,4 +67,5 @@ def verify(runner: Runner, options: Options) -> list[StageResult]:
     outcome = runner.run(options, model)
     stages = served.merge(outcome.stages, outcome.observation, model)
     stages = tp.skipped(stages, options.plan)
-    return tp.backed(claims.backed(stages, options.handed, runner.mode), options.handed)
+    stages = claims.backed(stages, options.handed, runner.mode)
+    return tp.backed(driver.judged(stages, options.plan.lane_cuda, options.handed), options.handed)

@@ -46,7 +46,7 @@ def test_a_host_without_the_driver_fails_with_what_to_install(tmp_path: Path) ->
 def test_driver_branch_against_the_images_cuda() -> None:
     assert preflight.driver_for_cuda("580.159.04", "13.0").status == "pass"
     old = preflight.driver_for_cuda("570.86.10", "13.0")
-    assert old.status == "fail" and "branch 580" in old.detail
+    assert old.status == "fail" and "R580" in old.detail and "580.65.06" in old.detail
     assert preflight.driver_for_cuda("570.86.10", "12.8").status == "pass"
     assert preflight.driver_for_cuda("580.1", None).status == "skip"
 
