@@ -12,10 +12,16 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "fast"]   # a bare `nox` is cheap: the suite that installs engines is asked for by name
 
 PYTHON = "3.11"
+# What a session installs (pyproject.toml): the commands a user of the images runs need the base alone, so their
+# sessions install only that (a dependency they pick up by accident fails here first); the build system and the
+# verification ladder need the `build` extra, the tests everything.
+USER = ("-e", ".")
+BUILDER = ("-e", ".[build]")
+TESTER = ("-e", ".[build,test]")
 
 
-def _cli(session: nox.Session, command: str) -> None:
-    session.install("-e", ".")
+def _cli(session: nox.Session, command: str, install: tuple[str, str] = USER) -> None:
+    session.install(*install)
     session.run("python", "-m", "buildscripts", command, *session.posargs)
 
 
@@ -26,11 +32,11 @@ WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
 def _install_for_tests(session: nox.Session) -> None:
-    """The project with its test extra, and the bytecode of what is installed. The tests start Python some fifty
-    times, and where PYTHONDONTWRITEBYTECODE is set (as on the project's test machine) none of them could cache
-    what it compiled: 0.66 s to list the matrix instead of 0.28 s. uv installs without bytecode, and an
+    """The project with its build and test extras, and the bytecode of what is installed. The tests start Python
+    some fifty times, and where PYTHONDONTWRITEBYTECODE is set (as on the project's test machine) none of them could
+    cache what it compiled: 0.66 s to list the matrix instead of 0.28 s. uv installs without bytecode, and an
     environment made earlier has none either; compileall skips what is current (under half a second)."""
-    session.install("-e", ".[test]")
+    session.install(*TESTER)
     site = Path(session.bin).parent / "lib" / f"python{PYTHON}" / "site-packages"
     session.run("python", "-m", "compileall", "-q", "-j", "0", str(site), silent=True)
 
@@ -45,7 +51,7 @@ def _machine(session: nox.Session, purpose: str, build_args: list[str] | None = 
 @nox.session(python=PYTHON)
 def build(session: nox.Session) -> None:
     """Main job: select cells, build them with BuildKit, verify inside containers, tag, report."""
-    session.install("-e", ".")
+    session.install(*BUILDER)
     _machine(session, "build", session.posargs)
     session.run("python", "-m", "buildscripts", "build", *session.posargs)
 
@@ -53,7 +59,7 @@ def build(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def matrix(session: nox.Session) -> None:
     """List the selected cell ids (`-- --json` for machines, `-- --all` excluded too, `-- --github` CI jobs)."""
-    session.install("-e", ".")
+    session.install(*USER)
     # stderr apart (nox merges it into stdout by default): machines read stdout (`-- --github` goes
     # to $GITHUB_OUTPUT), and an error must reach the log instead of the JSON.
     session.run("python", "-m", "buildscripts", "matrix", *session.posargs, stderr=None)
@@ -68,7 +74,7 @@ def lock(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def watch(session: nox.Session) -> None:
     """Releases on the index newer than matrix.yaml holds (`-- --json`; `-- --propose [--branch B] [--build]`)."""
-    session.install("-e", ".")
+    session.install(*BUILDER)   # `--propose --build` builds and verifies the new cells
     # stderr apart, as for `matrix`: `-- --json` is read from stdout, errors and progress go to the log.
     session.run("python", "-m", "buildscripts", "watch", *session.posargs, stderr=None)
 
@@ -76,7 +82,7 @@ def watch(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
     """Run the verification ladder on an image (`-- IMAGE`), here (`-- --host`) or in LXC (`-- --lxc CTID`)."""
-    _cli(session, "verify")
+    _cli(session, "verify", BUILDER)
 
 
 @nox.session(python=PYTHON)
@@ -157,7 +163,7 @@ def fast(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict, and the import contracts (the flow's layers, no circles, a stdlib-only probe)."""
-    session.install("-e", ".[test,lint]")
+    session.install("-e", ".[build,test,lint]")
     session.run("ruff", "check", "buildscripts", "tests", "noxfile.py", "benchmarks")
     session.run("mypy", "buildscripts", "tests", "noxfile.py", "benchmarks")
     session.run("lint-imports")
@@ -176,16 +182,20 @@ BENCHMARKS = {
     "check": "benchmarks/check_time.py",
     # `nox -s fast` a few times (median, load and cores recorded); writes benchmarks/fast-results.md.
     "fast": "benchmarks/fast_tests.py",
+    # The wheel users install against the build environment: size, dependencies, install time, `here`'s wall time;
+    # writes benchmarks/consumer-wheel-results.md.
+    "consumer-wheel": "benchmarks/consumer_wheel.py",
 }
 
 
 @nox.session(python=PYTHON)
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, `fast`, all unless
-    one is named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a name go to its script."""
+    """Benchmarks, results in benchmarks/: `ci`, `warm-lean`, `main-job`, `build-once`, `check`, `fast`,
+    `consumer-wheel`, all unless one is named first (`nox -s benchmark -- warm-lean [IMAGE]`); the arguments after a
+    name go to its script."""
     name, *args = session.posargs or [""]
     if session.posargs and name not in BENCHMARKS:
         session.error(f"unknown benchmark {name!r}: name one of {', '.join(BENCHMARKS)} first, then its arguments")
-    session.install("-e", ".[test]")   # the second engine and the loopback registry come from tests/
+    session.install(*TESTER)   # the second engine and the loopback registry come from tests/
     for each in [name] if session.posargs else list(BENCHMARKS):
         session.run("python", BENCHMARKS[each], *args)
