@@ -16,6 +16,15 @@ from pathlib import Path
 from .errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_root() -> Path:
+    """The checkout the package sits in (the folder holding it and matrix.yaml). Installed from the wheel, the
+    package sits among other distributions, where nothing of the project is: the folder the command runs in is
+    then the one it reads (keys/*.pub, results) and writes (runs/, exports/), never the installation."""
+    return PROJECT_ROOT if (PROJECT_ROOT / "matrix.yaml").is_file() else Path.cwd()
+
+
 # A name that becomes one folder under runs/ (a run id, a cell id): ASCII letters, digits and ._+@- only, not
 # starting with a dot or dash, at most 200 characters (a cell id from matrix.yaml has at most ~150), so that
 # `../..`, `a/b`, control characters or an option-like `-rf` cannot name anything outside the folder.
@@ -39,9 +48,9 @@ class Workspace:
     runs: Path       # one folder per run: logs, results.json, reports
 
     @classmethod
-    def at(cls, root: Path = PROJECT_ROOT, *, matrix: Path | None = None, runs: Path | None = None,
+    def at(cls, root: Path | None = None, *, matrix: Path | None = None, runs: Path | None = None,
            locks: Path | None = None) -> Workspace:
-        root = root.resolve()
+        root = (root or default_root()).resolve()
         return cls(root=root, matrix=matrix or root / "matrix.yaml", locks=locks or root / "lockfiles",
                    runs=runs or root / "runs")
 

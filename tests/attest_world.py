@@ -48,14 +48,15 @@ class World:
     checker_env: dict[str, str]      # a user's: no key of its own, trusts only what --key names
     images: list[str] = field(default_factory=list)
 
-    def push(self, tag: str, *, keep_local: bool = False) -> str:
+    def push(self, tag: str, *, keep_local: bool = False, labels: dict[str, str] | None = None) -> str:
         """A new tiny image (unique content) pushed as REPOSITORY:tag, an OCI manifest with gzip layers (what
         Proxmox and LXC's oci template load); its digest. With `keep_local` the engine pulls it back by digest
         (its RepoDigests name it, as for an image pulled from its registry)."""
         data = io.BytesIO(one_file_tar(uuid.uuid4().hex.encode()))
         name, tag_here = "sglang-images-test-attest", uuid.uuid4().hex[:10]
         self.client.api.import_image_from_data(data.getvalue(), repository=name, tag=tag_here,
-                                               changes=[owner_change(), 'CMD ["/hi"]'])
+                                               changes=[owner_change(), 'CMD ["/hi"]',
+                                                        *(f"LABEL {k}={v}" for k, v in (labels or {}).items())])
         image_id = str(self.client.images.get(f"{name}:{tag_here}").id)
         self.images.append(image_id)
         subprocess.run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false",

@@ -64,27 +64,34 @@ def run(options: Options) -> int:
         record_labels,
         resolve,
         safe_name,
+        verified_by_signature,
         vouched_runs,
         vouching,
     )
     from ..trust import keys
 
-    matrix = load(options.matrix)
     trusted_keys = keys.trusted(options.ws.root, options.env, options.trust_keys)
-    vouched = trusted.earned(vouched_runs(options.results, options.ws), matrix, trusted_keys)
+    # Saved records vouch where there are any: in a checkout (its matrix.yaml) or in the files --results names.
+    # Installed without a checkout, the registry's signed verdicts of the image are what vouch for it.
+    local = options.matrix.is_file() or bool(options.results)
+    vouched = (trusted.earned(vouched_runs(options.results, options.ws), load(options.matrix), trusted_keys)
+               if local else [])
     client = engine.connect()
     image = resolve(client, options.image, vouched)
     record = vouching(str(image.id), vouched)
     labels = record_labels(dict(image.labels or {}), record)
-    why_not = None if record else ("no sealed results record of a matrix cell says it was verified on a GPU "
-                                   "(labels on an image are never evidence)")
+    tested = attested(image, trusted_keys, options.env, platform=engine.platform(client))
+    signed = tested is not None and verified_by_signature(tested, trusted_keys, options.env)
+    why_not = None if record or signed else (
+        "no sealed results record of a matrix cell and no signed verdict a trusted key made says it was verified "
+        "on a GPU (labels on an image are never evidence)")
     if why_not and not options.force:
         msg = f"{options.image}: {why_not}"
-        raise ConfigError(msg, hint="verify it on a GPU (`nox -s build` on a GPU runner) and export the good tag, "
-                                    "or pass --force to export it marked as unverified")
+        raise ConfigError(msg, hint="export a good tag whose signed verdicts are attached in its registry (`check` "
+                                    "says), pass --trust-key with its verifier's public key, or pass --force to "
+                                    "export it marked as unverified")
     name = safe_name(options.name) if options.name else archive_name(image, options.image)
     cuda = flavour_version(labels.get(f"{LABEL_PREFIX}.cuda", ""))
-    tested = attested(image, trusted_keys, options.env, platform=engine.platform(client))
     with log.working(f"exporting {tested.source if tested else image.id} to {options.out}"):
         done = export(client, image, options.out,
                       Archive(name=name, forced=why_not, cuda=cuda, labels=labels, tested=tested), options.env)

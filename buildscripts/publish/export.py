@@ -34,6 +34,7 @@ from ..errors import (
     ConfigError,
     DiskSpaceError,
     ExportError,
+    FatalError,
     NotVerified,
     RegistryError,
     ToolMissingError,
@@ -43,8 +44,9 @@ from ..matrix.schema import LABEL_PREFIX
 from ..refs import FORMS, reference_problem
 from ..registry import manifests
 from ..results import RunResults
-from ..trust import carried
+from ..trust import carried, sources
 from ..trust.keys import PublicKey
+from ..trust.seen import History
 from ..verify.reuse import saved_runs
 from ..workspace import SAFE_NAME, Workspace
 from . import trusted
@@ -333,6 +335,18 @@ def attested(image: Image, keys: Sequence[PublicKey], env: Mapping[str, str], *,
     log.warn(f"{image.id} has no signed verdict in a registry ({', '.join(digests) or 'never pushed'}): "
              "the archive carries none, and `nox -s check` cannot vouch for it")
     return None
+
+
+def verified_by_signature(tested: carried.Tested, keys: Sequence[PublicKey], env: Mapping[str, str]) -> bool:
+    """Whether the verdicts attached to the tested platform manifest verify it on some arch, judged as `check`
+    judges them (trust/sources.py), this machine's history of the digest included."""
+    try:
+        judged = sources.check(tested.source, keys, env, [], history=History.at(env))
+        verified, _ = sources.summary(tested.source, judged, tested.platform)
+    except FatalError as exc:
+        log.warn(f"{tested.source}: its verdicts do not vouch for it ({exc.message})")
+        return False
+    return verified
 
 
 def archive_name(image: Image, what: str) -> str:

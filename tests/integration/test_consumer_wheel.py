@@ -168,9 +168,19 @@ class Index:
     arm64: str
 
 
+# What the build labels an image with, as `here` reads it (buildscripts/here/candidates.py): a cu130 cell for sm_100a.
+CELL_LABELS = {"io.sglang-images.cell": "sglang0.5.16-torch2.11.0-cu130-pip-bookworm",
+               "io.sglang-images.sglang": "0.5.16",
+               "io.sglang-images.cuda": "cu130", "io.sglang-images.archs": "sm_100a"}
+# A B200 host's nvidia-smi, as the verifier queries it (tests/unit/data/machines/b200-host): R580, sm_100.
+B200_SMI = """#!/bin/sh
+echo "0, NVIDIA B200, GPU-00000000-b200-4000-8000-00000000b200, 10.0, 580.82.07, 183359"
+"""
+
+
 def two_platforms(world: World, name: str) -> Index:
     """A tiny image and its arm64 twin (its config rewritten, every digest to match) under one index `name`."""
-    amd64 = world.push(f"{name}-amd64")
+    amd64 = world.push(f"{name}-amd64", labels=CELL_LABELS)
     writer = RegistryWriter(world.server.url)
     arm64 = writer.rewrite_config(world.name, amd64, f"{name}-arm64", architecture="arm64", variant="v8")
     writer.index(world.name, name, {"linux/amd64": amd64, "linux/arm64/v8": arm64})
@@ -264,14 +274,24 @@ def test_the_ct_export_from_the_wheel_is_an_archive_check_vouches_for(world: Wor
 # ---------------------------------------------------------------- `here`
 
 
-# CI may skip this one: the package has no `here` command until the command layer lands (tests/unit/test_skips.py).
-@pytest.mark.skip(reason="here lands with the command layer")
 def test_here_from_the_wheel_answers_for_this_machine(world: World, installed: Installed,
-                                                      indexes: dict[str, Index]) -> None:
-    """`here` without a registry answers from this machine alone; given the registry's repository it names the
-    good tag's digest for this platform and says whether its verdict holds (as `check` does)."""
+                                                      indexes: dict[str, Index], tmp_path: Path) -> None:
+    """`here` without a source says what it read of this machine and what it needs; on a machine whose nvidia-smi
+    says B200 (R580), given the registry's repository and a tag, it names the good index's linux/amd64 digest,
+    verified on sm_100a by its signed verdict, and the `docker run` line pinned to it; the tampered index is refused
+    as `check` refuses it."""
     alone = installed("here", env=world.checker_env)
-    assert "Traceback" not in alone.stderr and alone.returncode in (0, NOT_VERIFIED), alone.stderr
-    done = installed("here", indexes["good"].tag, "--key", str(world.verifier_pub), env=world.checker_env)
+    assert "Traceback" not in alone.stderr and alone.returncode == 2, alone.stderr
+    assert "registry repository or a results file" in alone.stderr
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(B200_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**world.checker_env, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    key = ["--trust-key", str(world.verifier_pub)]
+    done = installed("here", "--repository", world.repository, "--tag", "good-index", *key, "--json", env=env)
     assert done.returncode == 0, done.stderr
-    assert indexes["good"].amd64 in done.stdout
+    found = json.loads(done.stdout)
+    assert indexes["good"].amd64 in done.stdout and "docker run" in json.dumps(found), found
+    refused = installed("here", "--repository", world.repository, "--tag", "tampered-index", *key, env=env)
+    assert refused.returncode == NOT_VERIFIED, refused.stderr

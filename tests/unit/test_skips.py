@@ -16,8 +16,6 @@ ALLOWED = {
     "process/test_probe_without_gpu.py": "it is about a machine without a GPU; on a GPU runner tests/gpu runs instead",
     "gpu/test_gpu_ladder.py": "the GPU tier needs a GPU and SGLang in this Python; CI's CPU runners have neither",
     "gpu/test_gpu_container.py": "the GPU tier needs an engine handing GPUs to containers; CI's CPU runners have none",
-    "integration/test_consumer_wheel.py": "the package has no `here` command until the command layer lands; the skip "
-                                          "and this entry go when it does",
 }
 
 
