@@ -123,8 +123,9 @@ def check_both(world: World, installed: Installed, *args: str) -> subprocess.Com
 
 def findings(done: subprocess.CompletedProcess[str]) -> Any:
     """`check --json`'s findings, less the age each verdict is said to have now (`(3 s ago)`): the two checks
-    run a second or two apart."""
-    return json.loads(AGE.sub("", done.stdout) or "null")
+    run a second or two apart; and less what each reader's own state folder says it saw before (`seen`)."""
+    found = json.loads(AGE.sub("", done.stdout) or "null")
+    return [{k: v for k, v in f.items() if k != "seen"} for f in found] if isinstance(found, list) else found
 
 
 # ---------------------------------------------------------------- the package itself
