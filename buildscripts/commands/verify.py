@@ -46,6 +46,8 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
 
     ap = _parser()
     a = ap.parse_args(list(argv))
+    if a.here:
+        a = _here(a, env)
     in_place_ = a.host or a.lxc is not None or a.lxc_name is not None
     if not in_place_ and not a.image:
         ap.error("give an IMAGE, or --host / --lxc CTID / --lxc-name NAME to verify in place")
@@ -77,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--pull", action="store_true",
                     help="pull IMAGE by digest before verifying it, and refuse a tag (what CI's GPU jobs pass)")
     where = ap.add_mutually_exclusive_group()
+    where.add_argument("--here", action="store_true",
+                       help="the ladder on this machine as `here` reads it: IMAGE in a container where Docker hands "
+                            "GPUs to containers; without IMAGE, this machine's python3 in place (on a host, or inside "
+                            "an LXC or Proxmox container)")
     where.add_argument("--host", action="store_true", help="verify a Python environment here, not an image")
     where.add_argument("--lxc", metavar="CTID", help="verify in place in a running Proxmox container (pct)")
     where.add_argument("--lxc-name", metavar="NAME", help="verify in place in a running LXC container (lxc-attach)")
@@ -103,6 +109,33 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--trust-key", action="append", default=[], type=arguments.path_argument, metavar="PUB",
                     help="with --lxc: also trust the source image's verdicts signed by this public key")
     return ap
+
+
+def _here(a: argparse.Namespace, env: Mapping[str, str]) -> argparse.Namespace:
+    """--here made into today's modes from what `here` reads of this machine: a container of IMAGE when Docker
+    hands GPUs to containers, else (no IMAGE) host mode with this machine's python3, which inside an LXC or Proxmox
+    container is the ladder in place. Said on the console, so the record's mode is never a surprise."""
+    import shutil
+
+    from ..here import facts, reading
+
+    machine = reading.read(facts.live(env))
+    if a.image:
+        problem = (machine.docker.problem if machine.docker else
+                   reading.Problem("docker", "there is no docker program here", "install Docker and the NVIDIA "
+                                   "Container Toolkit, or run `verify --here` without IMAGE inside the container"))
+        if problem is not None or machine.docker is None or not machine.docker.runtime:
+            said = problem.said if problem else "Docker here hands no GPU to containers"
+            msg = f"verify --here {a.image}: {said}"
+            raise ConfigError(msg, hint=problem.fix if problem else "install the NVIDIA Container Toolkit")
+        log.info(f"verify --here: {a.image} in a container ({machine.runtime_words()})")
+        return argparse.Namespace(**{**vars(a), "here": False})
+    python = a.python or shutil.which("python3", path=env.get("PATH"))
+    if python is None:
+        msg = "verify --here: no python3 on PATH to verify in place"
+        raise ConfigError(msg, hint="pass --python PATH of the interpreter that runs SGLang here")
+    log.info(f"verify --here: {python} in place ({machine.runtime_words()})")
+    return argparse.Namespace(**{**vars(a), "here": False, "host": True, "python": python})
 
 
 def check_arguments(a: argparse.Namespace) -> Target | None:
