@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from .. import strictjson
-from ..errors import FatalError
+from ..errors import FatalError, NotVerified
 from .keys import PublicKey, SigningKey
 
 IN_TOTO = "application/vnd.in-toto+json"
@@ -63,6 +63,16 @@ def read_envelope(data: bytes | str) -> Any:
         return strictjson.loads(data, fields=FIELDS, free=frozenset())
     except strictjson.Ambiguous as exc:
         return Unreadable(str(exc))
+
+
+def trusted_statement(envelope: Any, trusted: Sequence[PublicKey], where: str) -> tuple[bytes, PublicKey]:
+    """The in-toto payload of `envelope` and the trusted key that signed it (verdicts and snapshots alike);
+    NotVerified naming `where` when no trusted key signed it."""
+    try:
+        return verify(envelope, IN_TOTO, trusted)
+    except EnvelopeError as exc:
+        msg = f"{where}: {exc.message}"
+        raise NotVerified(msg, hint=exc.hint) from None
 
 
 def verify(envelope: Any, payload_type: str, trusted: Sequence[PublicKey]) -> tuple[bytes, PublicKey]:

@@ -121,11 +121,7 @@ class MalformedSnapshot(NotVerified):
 def open_snapshot(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "the snapshot") -> Snapshot:
     """What a snapshot a trusted key signed says; NotVerified (naming `where`) when no trusted key signed it,
     MalformedSnapshot when one did but it is not in the one form of a snapshot."""
-    try:
-        payload, signer = dsse.verify(envelope, dsse.IN_TOTO, trusted)
-    except dsse.EnvelopeError as exc:
-        msg = f"{where}: {exc.message}"
-        raise NotVerified(msg, hint=exc.hint) from None
+    payload, signer = dsse.trusted_statement(envelope, trusted, where)
     try:
         return _read(dsse.payload_json(payload, fields=FIELDS), payload_id(payload), signer)
     except (dsse.EnvelopeError, Malformed) as exc:

@@ -174,11 +174,7 @@ class MalformedVerdict(NotVerified):
 def open_verdict(envelope: Any, trusted: Sequence[PublicKey], *, where: str = "the attestation") -> SignedVerdict:
     """What a signed Statement vouches for; NotVerified (naming `where`) when no trusted key signed it or it
     is no test-result Statement, MalformedVerdict when a trusted key signed one not in the one form."""
-    try:
-        payload, signer = dsse.verify(envelope, dsse.IN_TOTO, trusted)
-    except dsse.EnvelopeError as exc:
-        msg = f"{where}: {exc.message}"
-        raise NotVerified(msg, hint=exc.hint) from None
+    payload, signer = dsse.trusted_statement(envelope, trusted, where)
     try:
         document = verdict_form.read(payload)
     except verdict_form.OtherStatement as exc:
