@@ -36,7 +36,7 @@ import docker  # noqa: E402
 from suite_time import busy_seconds  # noqa: E402  # this folder's: run as `python benchmarks/NAME.py`
 
 from buildscripts.errors import FatalError  # noqa: E402
-from buildscripts.publish import export  # noqa: E402
+from buildscripts.publish import oci_export  # noqa: E402
 from tests.digest_records import PIP_CELL  # noqa: E402
 from tests.registry_server import RegistryServer, push_as_is  # noqa: E402
 from tests.second_engine import second_engine  # noqa: E402
@@ -132,7 +132,7 @@ def main() -> None:
         server.start()
         with contextlib.closing(docker.from_env()) as client:
             try:   # the cell's newest local image, as `nox -s export CELL` finds it
-                image = export.resolve(client, PIP_CELL)
+                image = oci_export.resolve(client, PIP_CELL)
             except FatalError as exc:
                 sys.exit(str(exc))
             digest = push_as_is(client, str(image.id), f"{server.url}/bench:bench")

@@ -97,7 +97,7 @@ def run(options: Options) -> int:
     from rich.markup import escape
 
     from ..matrix import load
-    from ..publish.check import as_json, show
+    from ..publish.check_view import as_json, show
     from ..trust import keys, policy, sources
     from ..trust.seen import History
 

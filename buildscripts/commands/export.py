@@ -1,5 +1,5 @@
 """`nox -s export -- CELL_OR_IMAGE [--out DIR] [--force]`: an OCI archive that Proxmox VE's `pct create`
-(and LXC's `oci` template) accepts, its sha256, and an install note with the exact commands (publish/export.py).
+(and LXC's `oci` template) accepts, its sha256, and an install note with the exact commands (publish/oci_export.py).
 
 Only an image a sealed results record vouches for (the gate of `tag` and `promote`, publish/trusted.py) is
 exported, unless `--force`, and then the archive's annotations say so.
@@ -43,7 +43,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     arguments.add_trust_keys(ap)
     a = ap.parse_args(list(argv))
     if a.name is not None:
-        from ..publish.export import safe_name
+        from ..publish.oci_export import safe_name
 
         safe_name(a.name)  # a bad name is said before the engine is asked anything
     return Options(ws=ws, env=env, image=a.image, out=a.out, name=a.name, force=a.force, results=tuple(a.results),
@@ -56,7 +56,7 @@ def run(options: Options) -> int:
     from ..matrix.schema import LABEL_PREFIX
     from ..matrix.spellings import flavour_version
     from ..publish import trusted
-    from ..publish.export import (
+    from ..publish.oci_export import (
         Archive,
         archive_name,
         attested,

@@ -32,9 +32,9 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
 
 
 def run(options: Options) -> int:
-    from ..trust import keygen  # the library a command drives is imported when it runs: a start stays light
+    from ..trust import key_pair  # the library a command drives is imported when it runs: a start stays light
 
-    private, public, keyid = keygen.write_pair(options.folder)
+    private, public, keyid = key_pair.write_pair(options.folder)
     log.info(f"wrote {private} (secret: store it as SGLANG_IMAGES_SIGNING_KEY, then delete it) and {public} "
              f"(commit it as keys/NAME.pub); key id {keyid[:16]}")
     return 0

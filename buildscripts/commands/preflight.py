@@ -1,7 +1,7 @@
 """`nox -s preflight`: is this LXC host (Proxmox or plain LXC), and optionally one container, ready to
 run an image on its GPUs? Read-only: it reads /proc, /dev and the container's config, asks the running
 container a few questions, checks the signed verdict of the image the container records as its source,
-and prints per check what passed, what failed, and the exact lines to add (lxc/preflight.py). It never edits
+and prints per check what passed, what failed, and the exact lines to add (lxc/gpu_checks.py). It never edits
 the host or the container.
 """
 
@@ -48,7 +48,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
 
 
 def run(options: Options) -> int:
-    from ..lxc.preflight import HostView, container_view, run_checks, show
+    from ..lxc.gpu_checks import HostView, container_view, run_checks, show
     from ..lxc.preflight_check import Check
     from ..trust import keys, sources
     from ..trust.seen import History

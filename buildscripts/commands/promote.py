@@ -2,7 +2,7 @@
 
 Cells whose records name a staged digest are promoted by pointing the good tags at that digest in the registry
 (publish/bydigest.py); the others, built and verified on one machine, are pushed from its engine
-(publish/promote.py). Only what the gate lets through (publish/trusted.py) is promoted; each results file is
+(publish/promotion.py). Only what the gate lets through (publish/trusted.py) is promoted; each results file is
 saved with what was pushed.
 """
 
@@ -69,7 +69,7 @@ def run(options: Options) -> int:
     from .. import engine
     from ..matrix import load
     from ..publish import bydigest, recorded
-    from ..publish.promote import arch_tags_only, promote_file
+    from ..publish.promotion import arch_tags_only, promote_file
     from ..registry import through_engine, writer_lock
     from ..trust import keys
 

@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..lxc import pct, preflight
+from ..lxc import gpu_checks, pct
 from ..lxc.target import Target, config_line
 from ..verify import gpus as gpu_query
 from ..verify.asked import SHM_SIZE
@@ -100,7 +100,7 @@ def proxmox_lines(candidate: Candidate, machine: Machine, *, ctid: str, model: s
              ["sglang-images", "preflight", "--ctid", ctid, *cuda], pct.server_args(plan)]
     target = Target("pct", ctid)
     return Lines(proxmox=tuple(shlex.join(a) for a in argvs),
-                 ct_config=(config_line(target, "lxc.mount.entry", preflight.SHM_MOUNT),),
+                 ct_config=(config_line(target, "lxc.mount.entry", gpu_checks.SHM_MOUNT),),
                  ct_config_path=str(target.config_path()))
 
 

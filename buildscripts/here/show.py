@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..lxc.preflight import printable
+from ..lxc.gpu_checks import printable
 from ..verify.gpus import Gpu
 from .answer import Answer
 from .choosing import Fit

@@ -3,7 +3,7 @@ verdicts are, so that a reader who keeps what it saw can refuse a registry that 
 
 The snapshot lists what is attached, read back from the registry, not what this promotion brought: verdicts
 attached by earlier promotions, or carried from the staging repository, are the digest's verdicts too. Before it
-signs, what is served is held to the newest snapshot already there (trust/served.py): a registry that serves
+signs, what is served is held to the newest snapshot already there (trust/attached.py): a registry that serves
 less than that lists was rolled back, and a snapshot of what is left would make the rollback look legitimate, so
 the promotion stops, having signed nothing. The version is one more than the newest, and at least the signing
 time in seconds since the epoch; the time is never before the newest's.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import log
 from ..errors import RegistryError
-from ..trust import cosign, served, snapshot, verdicts
+from ..trust import attached, cosign, snapshot, verdicts
 from ..trust.keys import PublicKey, SigningKey
 
 
@@ -32,8 +32,8 @@ def attach_current(ref: str, trusted: Sequence[PublicKey], key: SigningKey, env:
     repository, digest = verdicts.split_digest_ref(ref)
     now = now or datetime.now(UTC)
     readers = [*trusted, key.public]
-    found = served.read(cosign.download(ref, env, log_file=log_file), digest, readers)
-    problem = served.problem(found, now)
+    found = attached.read(cosign.download(ref, env, log_file=log_file), digest, readers)
+    problem = attached.problem(found, now)
     if problem:
         msg = f"{ref}: no snapshot of its verdicts is signed: {problem}"
         raise RegistryError(msg, hint="attach the hidden verdicts again (their files are in the results of the "
@@ -44,7 +44,7 @@ def attach_current(ref: str, trusted: Sequence[PublicKey], key: SigningKey, env:
         msg = f"{ref}: a trusted key signed a malformed verdict attached there ({', '.join(malformed)})"
         raise RegistryError(msg, hint="no verifier of this project writes one: find who attached it, and with which "
                                       "key; no snapshot can list it")
-    newest = served.newest(found)
+    newest = attached.newest(found)
     if not found.verdicts:
         return None
     if newest is not None and {v.id for v in newest.verdicts} == set(found.verdicts):
@@ -61,7 +61,7 @@ def attach_current(ref: str, trusted: Sequence[PublicKey], key: SigningKey, env:
         path.write_text(json.dumps(envelope) + "\n")
         cosign.attach(path, ref, env, log_file=log_file)
     made = snapshot.open_snapshot(envelope, readers)
-    back = served.read(cosign.download(ref, env, log_file=log_file), digest, readers)
+    back = attached.read(cosign.download(ref, env, log_file=log_file), digest, readers)
     if made.id not in {s.id for s in back.snapshots}:
         msg = f"{ref}: the registry does not return {made.said()} after attaching it"
         raise RegistryError(msg, hint="another writer replaced the attestations meanwhile; promote again, alone")

@@ -9,7 +9,7 @@ and ordered at the resolution the verifier writes.
 - A verdict dated more than SKEW after the checking machine's clock (`ahead`) cannot be placed: no verifier's
   clock is that far ahead, and a date in the future would outrank every verdict signed until then. It never
   counts, and the arch it names is not verified while it is shown (it could be newer than every other verdict,
-  or not). A snapshot of the verdicts (snapshot.py) is held to the same bound (served.py). The clock is passed
+  or not). A snapshot of the verdicts (snapshot.py) is held to the same bound (attached.py). The clock is passed
   in (`now`), so that tests need no waiting.
 """
 

@@ -2,11 +2,11 @@
 registry that serves less, as TUF's clients refuse older metadata.
 
 `weigh` is the one function a reader calls per digest (`check` through sources.check, and `here`): it reads what is
-attached (served.py), applies the rules that need no memory, then compares with what it kept:
+attached (attached.py), applies the rules that need no memory, then compares with what it kept:
 - a newest snapshot numbered lower than the kept one, dated earlier, or another one of the same number: refused;
 - a verdict the kept snapshot lists, or any verdict seen attached before, that is not served now: refused. Only
   verdicts of keys trusted now are asked for: a key you stopped trusting is not asked to be served;
-- a snapshot dated more than freshness.SKEW after this machine's clock: refused (served.py), and never kept;
+- a snapshot dated more than freshness.SKEW after this machine's clock: refused (attached.py), and never kept;
 - otherwise what is served is kept (the newer snapshot, every verdict seen), and the verdicts are weighed.
 First contact (nothing kept for the digest) trusts what it sees, saying so, as TUF trusts the root it starts
 from; docs/trust.md says what this protects and what not.
@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import freshness, seen, served
+from . import attached, freshness, seen
 from .keys import PublicKey
 from .seen import History, Kept, KeptSnapshot, KeptVerdict
 from .snapshot import Snapshot
@@ -43,8 +43,8 @@ def weigh(digest: str, envelopes: Sequence[Any], where: str, trusted: Sequence[P
           *, now: datetime) -> Outcome:
     """What `envelopes` (attached to `digest`, found through `where`) may count for, against what `history` kept
     (None: no history is kept, only the rules that need none apply); keeps what it accepts."""
-    found = served.read(envelopes, digest, trusted)
-    refused = served.problem(found, now)
+    found = attached.read(envelopes, digest, trusted)
+    refused = attached.problem(found, now)
     if history is None or not seen.is_digest(digest):   # verdicts name sha256 digests only: nothing to keep
         return Outcome(found.envelopes, refused, "", found.ignored)
     with history.locked():
@@ -56,7 +56,7 @@ def weigh(digest: str, envelopes: Sequence[Any], where: str, trusted: Sequence[P
     return Outcome(found.envelopes, refused, "" if refused else _note(kept, found, path), found.ignored)
 
 
-def went_back(kept: Kept | None, found: served.Served, trusted: Sequence[PublicKey], path: Path) -> str | None:
+def went_back(kept: Kept | None, found: attached.Served, trusted: Sequence[PublicKey], path: Path) -> str | None:
     """Why what is served now is older than what was kept (None: it is not)."""
     if kept is None:
         return None
@@ -64,7 +64,7 @@ def went_back(kept: Kept | None, found: served.Served, trusted: Sequence[PublicK
     last = f"last seen {kept.seen_at} through {kept.where}"
     fix = FIX.format(path=path)
     before = kept.snapshot
-    newest = served.newest(found)
+    newest = attached.newest(found)
     if before is not None and before.signer in ours and newest is not None:
         why = _older(before, newest)
         if why:
@@ -95,12 +95,12 @@ def _said(kept: Kept, verdict_id: str) -> str:
     seen = kept.verdicts.get(verdict_id)
     if seen is None:
         return f"{verdict_id[:19]}…, listed by snapshot {kept.snapshot.version if kept.snapshot else '?'}"
-    return served.Verdict(seen.arch, seen.result, seen.signed_at, seen.signer).said()
+    return attached.Verdict(seen.arch, seen.result, seen.signed_at, seen.signer).said()
 
 
-def remember(kept: Kept | None, found: served.Served, where: str, now: datetime) -> Kept:
+def remember(kept: Kept | None, found: attached.Served, where: str, now: datetime) -> Kept:
     """What to keep once `found` was accepted: its newest snapshot (else the one kept) and every verdict seen."""
-    newest = served.newest(found)
+    newest = attached.newest(found)
     snapshot = kept.snapshot if kept is not None else None
     if newest is not None:
         snapshot = KeptSnapshot(id=newest.id, version=newest.version, signed_at=freshness.stamp(newest.signed_at),
@@ -112,8 +112,8 @@ def remember(kept: Kept | None, found: served.Served, where: str, now: datetime)
                 verdicts=dict(sorted(verdicts.items())))
 
 
-def _note(kept: Kept | None, found: served.Served, path: Path) -> str:
-    newest = served.newest(found)
+def _note(kept: Kept | None, found: attached.Served, path: Path) -> str:
+    newest = attached.newest(found)
     what = newest.said() if newest else "no snapshot"
     count = f"{len(found.verdicts)} verdict{'s' if len(found.verdicts) != 1 else ''}"
     if kept is None:

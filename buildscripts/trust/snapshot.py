@@ -12,7 +12,7 @@ an in-toto Statement (predicate type SNAPSHOT) whose subject is that digest and 
 It is signed with the key the verdicts are signed with, in the same envelope, and attached beside them in the
 digest's `.att` tag (publish/snapshots.py). A reader that kept an older snapshot, or a verdict it lists, then knows
 when the registry serves less than it once did (rollback.py); the snapshot alone tells a first reader when the
-registry serves less than the promote job attached (served.py).
+registry serves less than the promote job attached (attached.py).
 
 The payload is read with the one strict reader, and held to one form here (as verdict_form.py holds a verdict's).
 """

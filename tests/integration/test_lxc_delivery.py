@@ -19,7 +19,7 @@ import pytest
 from buildscripts import matrix, results
 from buildscripts.commands import export as export_command
 from buildscripts.errors import DiskSpaceError
-from buildscripts.publish import export
+from buildscripts.publish import oci_export
 from buildscripts.results import RunResults
 from tests import needs
 from tests.cli import cli
@@ -81,7 +81,7 @@ def test_the_archive_is_an_oci_layout_with_gzip_layers_and_the_cells_annotations
     assert done.returncode == 0, done.stderr
     archive = tmp_path / f"{CELL}.oci.tar"
     assert leftovers(tmp_path) == sorted([archive.name, f"{archive.name}.sha256", f"{CELL}.proxmox.md"])
-    assert (tmp_path / f"{archive.name}.sha256").read_text().split()[0] == export.sha256_of(archive)
+    assert (tmp_path / f"{archive.name}.sha256").read_text().split()[0] == oci_export.sha256_of(archive)
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     assert names[:3] == ["oci-layout", "index.json", "blobs"] and all(n.startswith("blobs/") for n in names[3:])
@@ -92,12 +92,12 @@ def test_the_archive_is_an_oci_layout_with_gzip_layers_and_the_cells_annotations
     assert notes["io.sglang-images.cell"] == images["record cell"]   # the record's word, not the label's
     assert notes["io.sglang-images.verdict"] == "verified" and notes["io.sglang-images.verified.archs"] == "sm90"
     assert notes["io.sglang-images.tested-image"] == str(docker.from_env().images.get(images["good"]).id)
-    assert export.FORCED not in notes
+    assert oci_export.FORCED not in notes
     note = (tmp_path / f"{CELL}.proxmox.md").read_text()
     assert f"pct create 200 local:vztmpl/{archive.name}" in note and "--dev0 /dev/nvidia0" in note
     again = cli("export", images["good"], "--out", str(tmp_path / "again"), "--results", images["results"])
     assert again.returncode == 0
-    assert export.sha256_of(tmp_path / "again" / archive.name) == export.sha256_of(archive)  # reproducible
+    assert oci_export.sha256_of(tmp_path / "again" / archive.name) == oci_export.sha256_of(archive)  # reproducible
 
 
 def test_bad_targets_leave_nothing_behind(images: dict[str, str], tmp_path: Path,
@@ -127,7 +127,7 @@ def forced_archive(images: dict[str, str], tmp_path_factory: pytest.TempPathFact
 def test_a_forced_export_says_so_in_its_annotations(forced_archive: Path) -> None:
     raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{forced_archive}:latest"],
                                     capture_output=True, text=True, check=True).stdout)
-    assert raw["annotations"][export.FORCED].startswith("true: no sealed results record")
+    assert raw["annotations"][oci_export.FORCED].startswith("true: no sealed results record")
     assert "io.sglang-images.verdict" not in raw["annotations"]   # the image's own claim is left out
     assert "Not verified on a GPU" in (forced_archive.parent / f"{CELL}.proxmox.md").read_text()
 

@@ -24,7 +24,7 @@ from buildscripts.commands import promote as promote_command
 from buildscripts.commands import tag as tag_command
 from buildscripts.errors import RegistryError, ResultsError
 from buildscripts.matrix.schema import Tags
-from buildscripts.publish import promote, tags, trusted
+from buildscripts.publish import promotion, tags, trusted
 from buildscripts.registry import manifests, through_engine
 from buildscripts.results import CellResult, RunResults
 from buildscripts.trust import keys
@@ -239,7 +239,7 @@ def test_promote_pushes_by_digest_and_pulls_back_the_same_images(
     cell = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
     good = [ref.rsplit(":", 1)[1] for ref in cell.tags]
     path = save_run(cell, tmp_path / "runs" / "t" / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 1
+    assert promotion.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 1
     saved = results.load(path).cells[0]
     base = f"{server.url}/{cfg.repository}"
     candidate = cell.image.ref.rsplit(":", 1)[1]  # type: ignore[union-attr]
@@ -267,7 +267,7 @@ def test_promote_refuses_a_forged_record_before_pushing(
     with pytest.raises(ResultsError, match="changed after it was sealed"):
         call(promote_command, ["--results", str(path), "--registry", server.url, "--matrix", str(loaded.path)],
                      Workspace.at(tmp_path), dict(os.environ))
-    assert promote.promote_file(client, path, server.url, cfg, loaded, KEYS) == 0   # the API skips it too
+    assert promotion.promote_file(client, path, server.url, cfg, loaded, KEYS) == 0   # the API skips it too
     assert results.load(path).cells[0].promoted == {}
     assert not any(server.url in t for i in client.images.list() for t in i.tags)
 
@@ -279,7 +279,7 @@ def _promote_twice(
     """Promote v1; then try v2 of the same cell after `before_second`; return v1's promoted refs."""
     v1 = verified(client, make_image(f"v1 {uuid.uuid4()}"), cfg)
     first = save_run(v1, tmp_path / "v1.json")
-    promote.promote_file(client, first, server.url, cfg, DEFAULT, KEYS)
+    promotion.promote_file(client, first, server.url, cfg, DEFAULT, KEYS)
     old = results.load(first).cells[0].promoted
     for ref in v1.tags:
         through_engine.untag(client, ref)
@@ -288,9 +288,9 @@ def _promote_twice(
     before_second()
     with pytest.raises(RegistryError) as err:
         if hook is None:
-            promote.promote_file(client, second, server.url, cfg, DEFAULT, KEYS)
+            promotion.promote_file(client, second, server.url, cfg, DEFAULT, KEYS)
         else:
-            promote.promote_cell(client, gate(results.load(second).cells[0]), server.url, cfg, before_push=hook)
+            promotion.promote_cell(client, gate(results.load(second).cells[0]), server.url, cfg, before_push=hook)
     return old, second, str(err.value)
 
 
@@ -342,7 +342,7 @@ def test_an_unreachable_registry_is_a_clear_error(
     cell = verified(client, make_image(f"nowhere {uuid.uuid4()}"), cfg)
     path = save_run(cell, tmp_path / "results.json")
     with pytest.raises(RegistryError) as err:
-        promote.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg, DEFAULT, KEYS)
+        promotion.promote_file(client, path, f"127.0.0.1:{free_port()}", cfg, DEFAULT, KEYS)
     assert "unreachable" in str(err.value)
     assert results.load(path).cells[0].promoted == {}
 
@@ -354,9 +354,9 @@ def test_a_cell_without_good_tags_is_never_pushed(
     pip = next(c for c in DEFAULT.cells if c.id == make_cell("verified").cell_id)
     cell = sealed(of_cell(make_cell("cpu-checked", image_id=make_image(f"cpu {uuid.uuid4()}")), pip))
     path = save_run(cell, tmp_path / "results.json")
-    assert promote.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 0
+    assert promotion.promote_file(client, path, server.url, cfg, DEFAULT, KEYS) == 0
     with pytest.raises(RegistryError, match="no good tag"):
-        promote.promote_cell(client, gate(cell), server.url, cfg)
+        promotion.promote_cell(client, gate(cell), server.url, cfg)
     assert not any(server.url in t for i in client.images.list() for t in i.tags)
 
 
@@ -369,7 +369,7 @@ def test_a_push_from_the_engine_never_replaces_a_tag_of_several_platforms(
     from tests.integration.test_promote_platforms import push_layout
 
     first = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
-    assert promote.promote_file(client, save_run(first, tmp_path / "a" / "results.json"), server.url, cfg,
+    assert promotion.promote_file(client, save_run(first, tmp_path / "a" / "results.json"), server.url, cfg,
                                 DEFAULT, KEYS) == 1
     base = f"{server.url}/{cfg.repository}"
     tag = first.tags[0].rsplit(":", 1)[1]
@@ -384,5 +384,6 @@ def test_a_push_from_the_engine_never_replaces_a_tag_of_several_platforms(
     both = manifests.write_index(f"{base}:{tag}", json.dumps(index).encode(), ENV)
     second = verified(client, make_image(f"promote {uuid.uuid4()}"), cfg)
     with pytest.raises(RegistryError, match="holds an index of linux/amd64, linux/arm64"):
-        promote.promote_file(client, save_run(second, tmp_path / "b" / "results.json"), server.url, cfg, DEFAULT, KEYS)
+        promotion.promote_file(client, save_run(second, tmp_path / "b" / "results.json"), server.url, cfg, DEFAULT,
+                               KEYS)
     assert manifests.served(f"{base}:{tag}", ENV).digest == both   # nothing replaced it

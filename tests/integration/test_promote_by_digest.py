@@ -28,7 +28,7 @@ from buildscripts.errors import NotVerified, RegistryError
 from buildscripts.publish import staging
 from buildscripts.registry import failures, manifests, writer_lock
 from buildscripts.results import CellResult
-from buildscripts.trust import cosign, keys, served, snapshot, verdicts
+from buildscripts.trust import attached, cosign, keys, snapshot, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
 from tests.commands import call
@@ -142,7 +142,7 @@ def _copy_keeps_digest_and_attachments(staged: Staged, release: RegistryServer) 
     found = cosign.download(f"{staged.dest}@{staged.digest}")
     archs = {verdicts.open_verdict(e, trusted).arch for e in found if not snapshot.is_snapshot(e)}
     assert archs == {"sm_100a", "sm_120a"}   # the carried one, and the one attached at promotion
-    [listing] = served.read(found, staged.digest, trusted).snapshots   # and the snapshot of both, signed after
+    [listing] = attached.read(found, staged.digest, trusted).snapshots   # and the snapshot of both, signed after
     assert {v.arch for v in listing.verdicts} == {"sm_100a", "sm_120a"}
     assert skopeo_digest(f"{staged.dest}:{ARCH_TAG.format('sm120')}") == staged.digest
     assert skopeo_digest(f"{staged.source}:{attachment}") == before   # staging's attachment left as it was
@@ -281,7 +281,7 @@ def test_two_promotions_at_once_lose_no_attachment(staged: Staged) -> None:
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     trusted = [keys.signing_key(ENV).public]
-    found = served.read(cosign.download(f"{staged.dest}@{staged.digest}"), staged.digest, trusted)
+    found = attached.read(cosign.download(f"{staged.dest}@{staged.digest}"), staged.digest, trusted)
     assert sorted(str(v.arch) for v in found.verdicts.values()) == ["sm_100a", "sm_120a"]
     # each signed a snapshot of what it found attached; the later one lists both
     assert [len(s.verdicts) for s in found.snapshots] == [1, 2]

@@ -274,12 +274,12 @@ def test_verdicts_stay_per_platform_manifest(world: Platforms) -> None:
     """The index a tag becomes carries no verdict of its own: each platform's are on its manifest."""
     amd64, arm64 = world.both_verified()
     assert world.promote() == 0
-    from buildscripts.trust import cosign, served, snapshot
+    from buildscripts.trust import attached, cosign, snapshot
     trusted = [keys.signing_key(ENV).public]
-    attached = {d: cosign.download(f"{world.dest}@{d}", ENV) for d in (amd64, arm64)}
+    downloaded = {d: cosign.download(f"{world.dest}@{d}", ENV) for d in (amd64, arm64)}
     cells = {d: {verdicts.open_verdict(e, trusted).cell for e in found if not snapshot.is_snapshot(e)}
-             for d, found in attached.items()}
+             for d, found in downloaded.items()}
     assert cells == {amd64: {AMD64}, arm64: {ARM64}}
     # and each manifest its own snapshot of them, the index none
-    assert {d: [s.digest for s in served.read(found, d, trusted).snapshots] for d, found in attached.items()} == \
+    assert {d: [s.digest for s in attached.read(found, d, trusted).snapshots] for d, found in downloaded.items()} == \
         {amd64: [amd64], arm64: [arm64]}

@@ -22,7 +22,7 @@ import pytest
 
 from buildscripts.errors import RegistryError
 from buildscripts.matrix.schema import Tags
-from buildscripts.publish import platformtags, promote
+from buildscripts.publish import platformtags, promotion
 from buildscripts.registry import manifests
 from buildscripts.trust import verdicts
 from tests import needs
@@ -135,7 +135,7 @@ def test_a_push_from_the_engine_never_replaces_a_tag_holding_an_arm64_oci_manife
     tag = cell.tags[0].rsplit(":", 1)[1]
     arm64, _ = push_layout(f"{base}:{tag}", "arm64")
     with contextlib.suppress(RegistryError):
-        promote.promote_file(client, save_run(cell, tmp_path / "a" / "results.json"), server.url, cfg, DEFAULT, KEYS)
+        promotion.promote_file(client, save_run(cell, tmp_path / "a" / "results.json"), server.url, cfg, DEFAULT, KEYS)
     assert manifests.served(f"{base}:{tag}", ENV).digest == arm64, "the engine push replaced the arm64 image"
 
 

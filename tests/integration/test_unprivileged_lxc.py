@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from buildscripts.lxc import preflight
-from buildscripts.lxc.preflight import HostView
+from buildscripts.lxc import gpu_checks
+from buildscripts.lxc.gpu_checks import HostView
 from buildscripts.lxc.preflight_check import Check
 from buildscripts.lxc.target import Target
 from tests import needs
@@ -41,8 +41,8 @@ def _lxc() -> None:
 
 
 def checks(name: str) -> dict[str, Check]:
-    view = preflight.container_view(Target.named(name))
-    found = [preflight.container_config(view, FAKE), *preflight.user_namespace(view, HostView(), FAKE)]
+    view = gpu_checks.container_view(Target.named(name))
+    found = [gpu_checks.container_config(view, FAKE), *gpu_checks.user_namespace(view, HostView(), FAKE)]
     return {c.name: c for c in found}
 
 

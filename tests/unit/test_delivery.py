@@ -14,7 +14,7 @@ import pytest
 from buildscripts.errors import ConfigError
 from buildscripts.lxc import pct
 from buildscripts.lxc.target import ATTACH_PATH, LOGIN_ENV, Target
-from buildscripts.publish import export
+from buildscripts.publish import oci_export
 from buildscripts.verify.lxcrunner import probe_script
 from buildscripts.verify.plan import Plan
 from tests.results_factory import make_cell, passed_gate
@@ -92,23 +92,23 @@ def layout(tmp_path: Path, gzip_layer: bool = True) -> Path:
 
 def test_annotations_go_on_the_manifest_and_the_index_follows(tmp_path: Path) -> None:
     root = layout(tmp_path)
-    digest = export.annotate(root, {"io.sglang-images.cell": "c"})
+    digest = oci_export.annotate(root, {"io.sglang-images.cell": "c"})
     index = json.loads((root / "index.json").read_text())
     assert index["manifests"][0]["digest"] == digest
     manifest = json.loads((root / "blobs" / "sha256" / digest.split(":")[1]).read_bytes())
     assert manifest["annotations"] == {"io.sglang-images.cell": "c"}
     assert len(list((root / "blobs" / "sha256").iterdir())) == 3  # the old manifest blob is gone
-    assert export.layer_problems(root) == []
-    assert export.layer_problems(layout(tmp_path / "b", gzip_layer=False))  # mediaType says gzip, bytes do not
+    assert oci_export.layer_problems(root) == []
+    assert oci_export.layer_problems(layout(tmp_path / "b", gzip_layer=False))  # mediaType says gzip, bytes do not
 
 
 def test_packing_is_reproducible_and_consumes_the_layout(tmp_path: Path) -> None:
     archives = []
     for name in ("a", "b"):
         root = layout(tmp_path / name)
-        export.pack(root, tmp_path / f"{name}.tar")
+        oci_export.pack(root, tmp_path / f"{name}.tar")
         assert not list((root / "blobs" / "sha256").iterdir())
-        archives.append(export.sha256_of(tmp_path / f"{name}.tar"))
+        archives.append(oci_export.sha256_of(tmp_path / f"{name}.tar"))
     assert archives[0] == archives[1]
     with tarfile.open(tmp_path / "a.tar") as tar:
         assert tar.getnames()[:3] == ["oci-layout", "index.json", "blobs"]
@@ -118,11 +118,11 @@ def test_packing_is_reproducible_and_consumes_the_layout(tmp_path: Path) -> None
 def test_labels_claiming_a_verdict_are_dropped_and_the_vouching_record_speaks_instead() -> None:
     claims = {"io.sglang-images.verdict": "verified", "io.sglang-images.tested-image": "sha256:1",
               "io.sglang-images.verified.archs": "sm90 sm100", "io.sglang-images.cell": "c"}
-    assert export.record_labels(claims, None) == {"io.sglang-images.cell": "c"}
+    assert oci_export.record_labels(claims, None) == {"io.sglang-images.cell": "c"}
     record = passed_gate(make_cell("verified"))
-    assert export.vouching(record.image_id, [record]) is record
-    assert export.vouching("sha256:" + "0" * 64, [record]) is None
-    assert export.record_labels(claims, record) == {
+    assert oci_export.vouching(record.image_id, [record]) is record
+    assert oci_export.vouching("sha256:" + "0" * 64, [record]) is None
+    assert oci_export.record_labels(claims, record) == {
         "io.sglang-images.cell": record.cell_id, "io.sglang-images.verdict": "verified",
         "io.sglang-images.verified.archs": "sm90", "io.sglang-images.verified.gpus": "NVIDIA H200",
         "io.sglang-images.tested-image": record.image_id}
@@ -131,6 +131,6 @@ def test_labels_claiming_a_verdict_are_dropped_and_the_vouching_record_speaks_in
 def test_annotations_say_when_forced() -> None:
     labels = {"io.sglang-images.cell": "c", "io.sglang-images.lock.lane": "ab", "org.opencontainers.image.title": "t",
               "io.sglang-images.base.id": "x"}
-    notes = export.manifest_annotations(labels, forced="not verified")
+    notes = oci_export.manifest_annotations(labels, forced="not verified")
     assert notes == {"io.sglang-images.cell": "c", "io.sglang-images.export.forced": "true: not verified",
                      "io.sglang-images.lock.lane": "ab", "org.opencontainers.image.title": "t"}

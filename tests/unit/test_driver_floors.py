@@ -14,7 +14,7 @@ import pytest
 from buildscripts import cli, driver_floors
 from buildscripts.commands import here
 from buildscripts.errors import ConfigError
-from buildscripts.lxc import preflight
+from buildscripts.lxc import gpu_checks
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import classify, driver
 from buildscripts.verify.gpus import Gpu, Handed
@@ -73,10 +73,10 @@ def test_a_damaged_floors_file_is_a_config_error(tmp_path: Path, monkeypatch: py
 
 
 def test_the_preflight_judges_by_the_same_floors() -> None:
-    old = preflight.driver_for_cuda("570.86.10", "13.0")
+    old = gpu_checks.driver_for_cuda("570.86.10", "13.0")
     assert old.status == "fail" and "580.65.06" in old.detail and old.fix and "R580" in old.fix[0]
-    assert preflight.driver_for_cuda("570.86.10", "12.8").status == "pass"
-    assert preflight.driver_for_cuda("580.1", "11.8").status == "skip"
+    assert gpu_checks.driver_for_cuda("570.86.10", "12.8").status == "pass"
+    assert gpu_checks.driver_for_cuda("580.1", "11.8").status == "skip"
 
 
 # ---------------------------------------------------------------------------------------------- gpu-visible

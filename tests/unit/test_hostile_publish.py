@@ -21,7 +21,7 @@ from buildscripts.commands import promote as promote_command
 from buildscripts.commands import tag as tag_command
 from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError, DiskSpaceError, ExportError, RegistryError, ResultsError, SelectionError
-from buildscripts.publish import export, recorded, tags
+from buildscripts.publish import oci_export, recorded, tags
 from buildscripts.registry import through_engine
 from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.workspace import Workspace
@@ -166,7 +166,7 @@ def test_export_name_too_long_is_refused_before_the_engine(ws: Workspace) -> Non
 @pytest.mark.parametrize("what", ["a\nb", "", " ", "../../etc/passwd", "Foo Bar"])
 def test_export_of_no_reference_and_no_cell_says_so(what: str) -> None:
     with pytest.raises(ConfigError, match=r"is not an image reference.*nor a cell id"):
-        export.resolve(object(), what)  # type: ignore[arg-type]  # never reaches the client
+        oci_export.resolve(object(), what)  # type: ignore[arg-type]  # never reaches the client
 
 
 @pytest.mark.parametrize(("free", "need", "says"), [(512, 2_000, "only 512 bytes free"),
@@ -175,7 +175,7 @@ def test_export_space_is_said_in_units_that_fit(free: int, need: int, says: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(free * 2, free, free))
     with pytest.raises(DiskSpaceError, match=says) as exc:
-        export.check_target(tmp_path, need)
+        oci_export.check_target(tmp_path, need)
     assert "0.0 GB" not in exc.value.message
 
 
@@ -190,9 +190,9 @@ def test_a_disk_that_fills_during_export_is_an_export_error(tmp_path: Path, monk
         (work / "x.oci.tar").write_bytes(b"half an archive")
         raise OSError(errno.ENOSPC, "No space left on device", str(work / "x.oci.tar"))
     monkeypatch.setattr(proc, "which", lambda name, hint: "/bin/true")
-    monkeypatch.setattr(export, "_made", full)
+    monkeypatch.setattr(oci_export, "_made", full)
     with pytest.raises(ExportError, match="No space left on device") as exc:
-        export.export(object(), Image(), tmp_path, export.Archive(name="x"))  # type: ignore[arg-type]
+        oci_export.export(object(), Image(), tmp_path, oci_export.Archive(name="x"))  # type: ignore[arg-type]
     assert "free space there" in str(exc.value) and list(tmp_path.iterdir()) == []
 
 

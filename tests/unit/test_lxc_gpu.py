@@ -14,8 +14,8 @@ import pytest
 from buildscripts.commands import preflight as preflight_command
 from buildscripts.commands.verify import parse
 from buildscripts.errors import ConfigError
-from buildscripts.lxc import fix_hints, preflight
-from buildscripts.lxc.preflight import ContainerView, HostView
+from buildscripts.lxc import fix_hints, gpu_checks
+from buildscripts.lxc.gpu_checks import ContainerView, HostView
 from buildscripts.lxc.preflight_check import Check
 from buildscripts.lxc.target import LXC_PATH, STANDARD_NODES, Target, config_line
 from buildscripts.results import StageResult, Status
@@ -48,11 +48,11 @@ def reclassified(stage: StageResult) -> StageResult:
 
 def test_the_lines_preflight_recommends_for_a_bare_container_are_the_ones_that_worked() -> None:
     bare = ContainerView(Target.named("ct"), "lxc.cgroup2.devices.deny = a\n", lambda argv: (0, "opened\n"))
-    gpu = preflight.container_config(bare, H200_NODES)
-    std = preflight.standard_nodes(bare, HostView())
+    gpu = gpu_checks.container_config(bare, H200_NODES)
+    std = gpu_checks.standard_nodes(bare, HostView())
     assert gpu.status == "fail" and std.status == "fail"
     recommended = [*gpu.fix[1:], *std.fix[1:-1],
-                   config_line(Target.named("ct"), "lxc.mount.entry", preflight.SHM_MOUNT)]
+                   config_line(Target.named("ct"), "lxc.mount.entry", gpu_checks.SHM_MOUNT)]
     assert len(recommended) == 4 + 2 + len(STANDARD_NODES) + 1
     assert [line for line in recommended if line not in worked()] == []
 
@@ -62,13 +62,13 @@ def test_the_proxmox_lines_are_the_same_rules_in_pct_syntax() -> None:
     # A Proxmox container that binds nodes itself gets the same lines as plain LXC, `key: value`.
     bound = "arch: amd64\nlxc.cgroup2.devices.deny: a\nlxc.mount.entry: /dev/nvidia-uvm-tools x none bind 0 0\n"
     pct = ContainerView(Target.pct("200"), bound)
-    for check in (preflight.container_config, lambda v, _n: preflight.standard_nodes(v, HostView())):
+    for check in (gpu_checks.container_config, lambda v, _n: gpu_checks.standard_nodes(v, HostView())):
         plain_lines = [line.replace(" =", ":", 1) for line in check(plain, H200_NODES).fix[1:]]
         pct_lines = check(pct, H200_NODES).fix[1:]
         assert [line for line in pct_lines if line not in plain_lines] == []
-    assert preflight.standard_nodes(pct, HostView()).fix[0] == "add to /etc/pve/lxc/200.conf:"
+    assert gpu_checks.standard_nodes(pct, HostView()).fix[0] == "add to /etc/pve/lxc/200.conf:"
     # Without binds, Proxmox's own passthrough of the same four nodes (devN: also grants their cgroup rule).
-    bare = preflight.container_config(ContainerView(Target.pct("200"), "arch: amd64\n"), H200_NODES)
+    bare = gpu_checks.container_config(ContainerView(Target.pct("200"), "arch: amd64\n"), H200_NODES)
     assert bare.fix[1:] == ("dev0: /dev/nvidia0", "dev1: /dev/nvidiactl", "dev2: /dev/nvidia-uvm",
                             "dev3: /dev/nvidia-uvm-tools")
 
@@ -76,8 +76,8 @@ def test_the_proxmox_lines_are_the_same_rules_in_pct_syntax() -> None:
 def test_the_containers_that_ran_pass_or_fail_the_config_checks_as_they_did() -> None:
     for name, expected in (("good", "pass"), ("no-toolkit", "pass"), ("no-std-devices", "fail")):
         view = ContainerView(Target.named(f"ct-{name}"), (EVIDENCE / "configs" / f"{name}.config").read_text())
-        assert preflight.container_config(view, H200_NODES).status == "pass"
-        assert preflight.standard_nodes(view, HostView()).status == expected, name
+        assert gpu_checks.container_config(view, H200_NODES).status == "pass"
+        assert gpu_checks.standard_nodes(view, HostView()).status == expected, name
 
 
 def test_standard_rules_follow_the_config_in_order_with_its_includes(tmp_path: Path) -> None:
@@ -88,29 +88,29 @@ def test_standard_rules_follow_the_config_in_order_with_its_includes(tmp_path: P
     host = HostView(tmp_path)
     included = ContainerView(Target.named("ct"), "lxc.include = /usr/share/lxc/config/common.conf\n"
                                                  "lxc.cgroup2.devices.allow = c 195:* rwm\n")
-    assert preflight.standard_nodes(included, host).status == "pass"
+    assert gpu_checks.standard_nodes(included, host).status == "pass"
     # A GPU recipe that starts over with `deny = a` after the include wipes LXC's standard rules.
     reset = ContainerView(Target.named("ct"), f"{included.config}lxc.cgroup2.devices.deny = a\n")
-    assert preflight.standard_nodes(reset, host).status == "fail"
+    assert gpu_checks.standard_nodes(reset, host).status == "fail"
     loop = ContainerView(Target.named("ct"), "lxc.include = /loop.conf\n")
     (tmp_path / "loop.conf").write_text("lxc.include = /loop.conf\n")
-    assert preflight.standard_nodes(loop, host).status == "pass"   # no rule at all: everything is allowed
+    assert gpu_checks.standard_nodes(loop, host).status == "pass"   # no rule at all: everything is allowed
     # Proxmox puts its common config first: a container's own lines add to it.
-    assert preflight.standard_nodes(ContainerView(Target.pct("200"), "arch: amd64\n"), host).status == "pass"
+    assert gpu_checks.standard_nodes(ContainerView(Target.pct("200"), "arch: amd64\n"), host).status == "pass"
 
 
 def test_standard_nodes_in_the_running_container() -> None:
     said = "sh: 1: cannot open /dev/urandom: Operation not permitted\nopened\n"
-    denied = preflight.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, said)), HostView())
+    denied = gpu_checks.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, said)), HostView())
     assert denied.status == "fail" and "/dev/urandom" in denied.detail
     assert denied.fix == ("add to /var/lib/lxc/ct/config:", "lxc.cgroup2.devices.allow = c 1:9 rwm",
                           "then restart the container")
     # lxc-attach's own complaint names /dev/null; a permission error of another kind is not a cgroup denial.
     attach = "lxc-attach: ct: utils.c: open_devnull: 1231 Operation not permitted - Can't open /dev/null\n"
-    assert "1:3" in preflight.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, attach)),
+    assert "1:3" in gpu_checks.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, attach)),
                                              HostView()).fix[1]
     other = "sh: 1: cannot open /dev/full: Permission denied\nopened\n"
-    assert preflight.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, other)),
+    assert gpu_checks.standard_nodes(ContainerView(Target.named("ct"), "", lambda argv: (0, other)),
                                     HostView()).status == "pass"
 
 
@@ -183,8 +183,8 @@ def test_a_terminal_escape_in_a_name_never_reaches_the_terminal(capsys: pytest.C
     with pytest.raises(ConfigError) as refused:
         run_preflight("--lxc-name", "ct\x1b]0;owned\x07")
     assert "\x1b" not in str(refused.value) and "\\x1b" in str(refused.value)
-    assert preflight.printable("df: \x1b[2J/dev/shm") == "df: \\x1b[2J/dev/shm"
-    preflight.show([Check("/dev/shm", "warn", "said \x1b[31mred", ("fix \x1b[0m",))])
+    assert gpu_checks.printable("df: \x1b[2J/dev/shm") == "df: \\x1b[2J/dev/shm"
+    gpu_checks.show([Check("/dev/shm", "warn", "said \x1b[31mred", ("fix \x1b[0m",))])
     assert "\x1b[31m" not in capsys.readouterr().out
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from buildscripts.lxc import config_file, fix_hints, preflight, root_access
-from buildscripts.lxc.preflight import ContainerView, HostView
+from buildscripts.lxc import config_file, fix_hints, gpu_checks, root_access
+from buildscripts.lxc.gpu_checks import ContainerView, HostView
 from buildscripts.lxc.target import Target
 from buildscripts.probe import core, devnodes, gpu_stages
 from buildscripts.results import StageResult, Status
@@ -120,7 +120,7 @@ def test_devn_entries_are_made_for_the_container_and_passed_nodes_are_found_by_m
     view = ContainerView(Target.pct("200"), "unprivileged: 1\ndev0: path=/dev/nvidia0,mode=0666\ndev1: /dev/nvidiactl\n"
                          "lxc.mount.entry: /srv/uvm dev/nvidia-uvm none bind,create=file\n"
                          "lxc.mount.entry: /srv/uvmt dev/nvidia-uvm-tools none bind,create=file\n")
-    assert preflight.container_config(view, NODES).status == "pass"
+    assert gpu_checks.container_config(view, NODES).status == "pass"
 
 
 def test_the_loopback_of_the_containers_namespace() -> None:
@@ -145,7 +145,7 @@ def test_the_loopback_of_the_containers_namespace() -> None:
 def test_preflight_runs_the_user_namespace_checks_for_a_container(tmp_path: Path) -> None:
     host = HostView(tmp_path)
     view = ContainerView(Target.named("ct"), UNPRIVILEGED, lambda argv: (0, "0x8\nopened\n"))
-    names = {c.name: c for c in preflight.user_namespace(view, host, NODES)}
+    names = {c.name: c for c in gpu_checks.user_namespace(view, host, NODES)}
     assert names["idmap"].detail.startswith("unprivileged: its root is uid 100000")
     assert names["loopback in its network namespace"].status == "fail"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from buildscripts import matrix, results
 from buildscripts.commands import report as report_command
-from buildscripts.publish import promote, tags, trusted
+from buildscripts.publish import promotion, tags, trusted
 from buildscripts.report import common, junit, merge
 from buildscripts.results import GPU_STAGES, RunResults, StageResult, Verdict
 from buildscripts.trust import keys
@@ -193,6 +193,6 @@ def test_a_job_of_one_arch_may_vouch_only_for_arch_tags() -> None:
     """One CI job saw one arch; `promote --arch-tags-only` leaves the arch-free tag to the merged verdict."""
     sm100_only = job("job-sm100", "runner-a", "2026-11-30T08:00:00+00:00", {"verified": gpu_passed(B200, "sm_100")})
     cell = passed_gate(sm100_only.cells[0])
-    assert tags.good_tags(cell, promote.arch_tags_only(TAGS)) == [
+    assert tags.good_tags(cell, promotion.arch_tags_only(TAGS)) == [
         "sglang-images:0.5.16-torch2.11.0-cu130-pip-verified-sm100"]
     assert "sglang-images:0.5.16-torch2.11.0-cu130-pip" in tags.good_tags(cell, TAGS)

@@ -1,5 +1,5 @@
 """No going back, without a registry: the state a reader keeps per digest (trust/seen.py) and the rules that
-refuse a registry serving less than it once did (trust/rollback.py, trust/served.py). The clock is passed in;
+refuse a registry serving less than it once did (trust/rollback.py, trust/attached.py). The clock is passed in;
 verdicts and snapshots are signed here with a key of the test."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from buildscripts.errors import CannotCheck
-from buildscripts.trust import freshness, keys, rollback, seen, served, snapshot, sources
+from buildscripts.trust import attached, freshness, keys, rollback, seen, snapshot, sources
 from buildscripts.trust.sources import Source
 from tests.unit.test_check_logic import DIGEST, envelope
 
@@ -34,7 +34,7 @@ def history(tmp_path: Path) -> seen.History:
 def snap(key: keys.SigningKey, version: int, listed: Sequence[Any], *, at: datetime = NOW - timedelta(hours=1),
          digest: str = DIGEST) -> dict[str, Any]:
     """The snapshot the promote job signs: number `version`, listing the verdict envelopes `listed`."""
-    found = served.read(listed, digest, [key.public])
+    found = attached.read(listed, digest, [key.public])
     items = [snapshot.Listed(i, v.arch, v.result, v.signed_at) for i, v in found.verdicts.items()]
     return snapshot.sign(snapshot.statement("r.example/sglang", digest, version, at, items), key)
 

@@ -15,7 +15,7 @@ import pytest
 
 from buildscripts.errors import NotVerified, RegistryError
 from buildscripts.publish import snapshots
-from buildscripts.trust import cosign, dsse, keys, served, snapshot, verdicts
+from buildscripts.trust import attached, cosign, dsse, keys, snapshot, verdicts
 from tests.unit.test_check_logic import DIGEST, envelope
 
 NOW = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)
@@ -25,7 +25,7 @@ KEY = keys.SigningKey("promoter", keys.generate())
 
 def document(version: int = 1) -> dict[str, Any]:
     passed = envelope(KEY, "sm_100a")
-    found = served.read([passed], DIGEST, [KEY.public])
+    found = attached.read([passed], DIGEST, [KEY.public])
     listed = [snapshot.Listed(i, v.arch, v.result, v.signed_at) for i, v in found.verdicts.items()]
     return snapshot.statement("r.example/sglang", DIGEST, version, NOW, listed)
 
@@ -100,7 +100,7 @@ class Registry:
         self.attached.append(json.loads(path.read_text()))
 
     def snapshots(self) -> list[snapshot.Snapshot]:
-        return list(served.read(self.attached, DIGEST, [KEY.public]).snapshots)
+        return list(attached.read(self.attached, DIGEST, [KEY.public]).snapshots)
 
 
 def attach(now: datetime = NOW) -> snapshot.Snapshot | None:
