@@ -190,7 +190,7 @@ class Expectation(Strict):
         return (self.stage,) if isinstance(self.stage, str) else self.stage
 
 
-# The tiny models the host can make for the server stages (verify/tinymodel.py ARCHITECTURES): a Llama (with
+# The tiny models the host can make for the server stages (verify/host_model.py ARCHITECTURES): a Llama (with
 # 8 attention heads as `llama-tp`, for tensor parallelism), or
 # a NemotronH hybrid of Mamba2, attention and MLP layers (for the flags only a hybrid model takes).
 TinyModelName = Literal["llama", "llama-tp", "hybrid"]

@@ -5,7 +5,7 @@ host's, verify/hybrid.py: both have VOCAB tokens, so one tokenizer serves either
 
 Run as a script with the image's own Python (its `tokenizers` package, which SGLang needs); nothing is
 downloaded from a model hub. The weights, config.json and the expected tokens are the host's
-(buildscripts/verify/tinymodel.py: fresh weights every run): the host asks the server with token ids
+(buildscripts/verify/host_model.py: fresh weights every run): the host asks the server with token ids
 and compares token ids, so the tokenizer only has to exist (for the server's start and the chat request)
 and to have exactly VOCAB tokens.
 """

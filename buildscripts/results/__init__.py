@@ -8,7 +8,7 @@ from .archs import families, family, tag_form
 from .factory import Given, cell_record, versions_from
 from .judge import arch_key, arch_outcomes, gpu_runs, is_unexpected, judge, judged, verified_archs
 from .provenance import definition_digest, matrix_digest
-from .schema import (
+from .record import (
     CPU_STAGES,
     GPU_STAGES,
     LADDER,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .judge import judged
-from .schema import BuildResult, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
+from .record import BuildResult, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
 from .store import now
 
 VERSION_KEYS = ("torch", "sglang", "flashinfer", "deep_gemm", "cuda_runtime", "driver", "nvcc")

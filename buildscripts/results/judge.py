@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .archs import families, family
 from .decisive import EVIDENCE_KEY, decisive_line
-from .schema import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, StageResult, Status, Verdict
+from .record import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, StageResult, Status, Verdict
 
 # The version of the judging rules. A record counts for its cell while the cell's definition (which holds this
 # number: matrix/definition.py) is unchanged: raise it when a change here would judge a record differently.

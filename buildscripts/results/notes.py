@@ -4,7 +4,7 @@ reads them, so a warning can neither fail a cell nor stand in for a stage that d
 
 from __future__ import annotations
 
-from .schema import CellResult
+from .record import CellResult
 
 
 def warnings(cell: CellResult) -> list[tuple[str, str]]:

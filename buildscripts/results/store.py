@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from .. import disk
 from ..errors import FatalError, ResultsError
-from .schema import READABLE_VERSIONS, RunResults
+from .record import READABLE_VERSIONS, RunResults
 
 MAX_JSON_BYTES = 64 * 2**20   # a results file of a 100-cell run is a few MB
 MAX_JSON_DEPTH = 64           # results nest about 6 levels; probe evidence a few more

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from ..results import StageResult, Status
-from ..results.schema import GPU_STAGES
+from ..results.record import GPU_STAGES
 from . import classify
 from .gpus import Gpu, Handed
 from .handoff import UNBACKED

@@ -44,7 +44,7 @@ if TYPE_CHECKING:   # the docker SDK and testcontainers are imported where the e
     import docker
     from testcontainers.core.container import DockerContainer
 
-    from .tinymodel import TinyModel
+    from .host_model import TinyModel
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe

@@ -22,8 +22,8 @@ from . import netns, observe
 from .gpus import Handed
 from .observe import Endpoint
 
-if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
-    from .tinymodel import TinyModel
+if TYPE_CHECKING:   # numpy and safetensors (host_model.py) load where a model is made, not when the CLI starts
+    from .host_model import TinyModel
 
 UNBACKED = "gpu-claim-unbacked"        # failure classes (data/failures.yaml)
 UNOBSERVED = "server-unobserved"

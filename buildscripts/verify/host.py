@@ -32,7 +32,7 @@ from .output import from_process
 from .runner import VERIFY_ENV, Options, Outcome, verify
 
 if TYPE_CHECKING:
-    from .tinymodel import TinyModel
+    from .host_model import TinyModel
 
 FIND_S = 5.0   # how long the host looks for the server's process: one read while it execs shows no marker for a moment
 LOOPBACK = "127.0.0.1"

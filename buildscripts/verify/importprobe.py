@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results import BuildResult, CellResult, ExpectedFailure, Given, RunResults, StageResult, Status, cell_record
-from ..results.schema import LADDER
+from ..results.record import LADDER
 from . import claims, served
 from .gpus import Handed
 from .output import read_file, to_stage, with_notes

@@ -21,7 +21,7 @@ from .plan import Plan
 from .runner import Options, Outcome
 
 if TYPE_CHECKING:
-    from .tinymodel import TinyModel
+    from .host_model import TinyModel
 
 STOP_FILE = re.compile(r"/tmp/sglang-images-probe\.[A-Za-z0-9]{6,}/stop")   # in probe_script's folder
 

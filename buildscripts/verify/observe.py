@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..probe.server import Readiness, poll_ready
 from . import netns
 
-if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
+if TYPE_CHECKING:   # numpy and safetensors (host_model.py) load where a model is made, not when the CLI starts
     from .reference import Decode
 
 READY_PATH = "/health_generate"   # SGLang: 200 only once a warm-up generation has passed
@@ -112,7 +112,7 @@ def _post(endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any]
 
 def generate(endpoint: Endpoint, reference: Decode, evidence: dict[str, Any]) -> None:
     """The host's first generation: the reference prompt as token ids, greedy, a fixed length."""
-    from .tinymodel import NEW_TOKENS
+    from .host_model import NEW_TOKENS
 
     prompt = list(reference.prompt_ids)
     answer = _post(endpoint, "/generate", {

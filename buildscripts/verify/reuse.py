@@ -38,7 +38,7 @@ HISTORY = 50   # saved runs looked through, newest first: older results are veri
 
 
 # The host's side of a verdict: GPU facts, the server stages it observes, its model and reference decode.
-JUDGES = ("claims.py", "driver.py", "served.py", "handoff.py", "observe.py", "tinymodel.py", "reference.py",
+JUDGES = ("claims.py", "driver.py", "served.py", "handoff.py", "observe.py", "host_model.py", "reference.py",
           "hybrid.py", "tp.py")
 
 

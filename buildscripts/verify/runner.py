@@ -19,8 +19,8 @@ from .gpus import Handed
 from .handoff import Observation
 from .plan import Plan
 
-if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
-    from .tinymodel import TinyModel
+if TYPE_CHECKING:   # numpy and safetensors (host_model.py) load where a model is made, not when the CLI starts
+    from .host_model import TinyModel
 
 VERIFY_ENV = "SGLANG_IMAGES_VERIFICATION"   # marks the probe's processes (and the server) as this run's
 
@@ -54,10 +54,10 @@ class Runner(Protocol):
 def model_for(options: Options) -> TinyModel | None:
     """Fresh weights of the profile's tiny model and their reference decode, when the server stage is planned
     on a handed GPU."""
-    from . import tinymodel
+    from . import host_model
 
     planned = "server" in options.plan.stages and not options.plan.server_skip
-    return tinymodel.make(model=options.plan.server_model) if planned and options.handed.gpus else None
+    return host_model.make(model=options.plan.server_model) if planned and options.handed.gpus else None
 
 
 def verify(runner: Runner, options: Options) -> list[StageResult]:

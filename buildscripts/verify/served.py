@@ -18,8 +18,8 @@ from ..results import StageResult, Status
 from . import classify
 from .handoff import UNOBSERVED, Observation
 
-if TYPE_CHECKING:   # numpy and safetensors (tinymodel.py) load where a model is made, not when the CLI starts
-    from .tinymodel import TinyModel
+if TYPE_CHECKING:   # numpy and safetensors (host_model.py) load where a model is made, not when the CLI starts
+    from .host_model import TinyModel
 
 OFFLINE = "offline-download"   # the failure class (data/failures.yaml) of a download tried with no route out
 _URL = r"https?://[^\s'\"<>()\[\],]+"

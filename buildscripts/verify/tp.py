@@ -57,9 +57,9 @@ def planned(plan: Plan, handed: Handed) -> Plan:
 
 def attention_heads(model: str) -> int:
     """The attention heads of the tiny model a profile serves, which tensor parallelism splits evenly."""
-    from . import tinymodel  # numpy: loaded when a plan is made for GPUs, not when the CLI starts
+    from . import host_model  # numpy: loaded when a plan is made for GPUs, not when the CLI starts
 
-    heads = tinymodel.ARCHITECTURES[model].config["num_attention_heads"]
+    heads = host_model.ARCHITECTURES[model].config["num_attention_heads"]
     assert isinstance(heads, int)
     return heads
 

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from buildscripts import platform_reading
 from buildscripts.matrix.schema import LABEL_PREFIX
-from buildscripts.verify import hybrid, tinymodel
+from buildscripts.verify import host_model, hybrid
 
 DECODE = r"""
 import glob, json, torch
@@ -62,7 +62,7 @@ def sglang_image(request: pytest.FixtureRequest) -> str:
 def test_the_numpy_reference_is_what_transformers_computes(kind: str, sglang_image: str, tmp_path: Path) -> None:
     models = {}
     for n in range(3):
-        model = tinymodel.make(model=kind)
+        model = host_model.make(model=kind)
         written = model.write(tmp_path / f"seed-{n}")
         (written / "ask.json").write_text(json.dumps({"prompt_ids": list(model.reference.prompt_ids),
                                                      "new_tokens": len(model.reference.output_ids)}))
@@ -95,7 +95,7 @@ print("@@json " + json.dumps({"pattern": c.hybrid_override_pattern, "mamba": c.m
 
 def test_sglang_reads_the_hybrid_config_as_the_host_means_it(sglang_image: str, tmp_path: Path) -> None:
     """The fields SGLang's own NemotronH config takes from config.json (its cache shapes need `n_groups`)."""
-    tinymodel.make(model="hybrid").write(tmp_path)
+    host_model.make(model="hybrid").write(tmp_path)
     client = docker.from_env()
     try:
         output = client.containers.run(sglang_image, ["-c", SGLANG_CONFIG], entrypoint="python3", network_mode="none",

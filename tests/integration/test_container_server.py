@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from buildscripts.results import Status
-from buildscripts.verify import container, netns, one_image, tinymodel
+from buildscripts.verify import container, host_model, netns, one_image
 from buildscripts.verify.container import network_plan
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.plan import Plan
@@ -26,7 +26,7 @@ from tests.verification import request
 STAND_IN = Path(__file__).resolve().parents[1] / "cpu_stand_in"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
-MODEL = tinymodel.make(seed=4242)
+MODEL = host_model.make(seed=4242)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def stand_in_image(client: docker.DockerClient) -> Iterator[str]:
 def test_the_host_observes_the_server_in_the_container(client: docker.DockerClient, stand_in_image: str,
                                                        tmp_path: Path, answer: str, reach: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tinymodel, "make", lambda model="llama": MODEL)   # tokens the stand-in is told to answer
+    monkeypatch.setattr(host_model, "make", lambda model="llama": MODEL)   # tokens the stand-in is told to answer
     if reach == "kept":   # as where the verifier cannot join namespaces: the engine's own network stays
         monkeypatch.setattr(netns, "problem", lambda: "joining a network namespace needs CAP_SYS_ADMIN (root)")
     ids = list(MODEL.reference.output_ids) if answer == "reference" else list(reversed(MODEL.reference.output_ids))

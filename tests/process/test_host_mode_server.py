@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import netns, tinymodel
+from buildscripts.verify import host_model, netns
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.host import HostRunner
 from buildscripts.verify.plan import Plan
@@ -29,10 +29,10 @@ PLAN = Plan.make(archs=["sm_90a"], lane_cuda=None, stages=["gpu-visible", "serve
 
 
 @functools.cache
-def model() -> tinymodel.TinyModel:
+def model() -> host_model.TinyModel:
     """The tests' tiny model, made when a test first asks (not at collection, where every worker would make it
     for files it never runs), of a seed whose first draw has clear margins: seed 5150 took 262 draws, 2.6 s."""
-    return tinymodel.make(seed=92)
+    return host_model.make(seed=92)
 
 
 def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch) -> dict[str, StageResult]:
@@ -41,7 +41,7 @@ def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch)
     except ImportError:
         needs.unavailable("the tokenizers package", "pip install -e '.[test]'")
     made = model()
-    monkeypatch.setattr(tinymodel, "make", lambda model="llama": made)   # this model's tokens, known to the stand-in
+    monkeypatch.setattr(host_model, "make", lambda model="llama": made)   # this model's tokens, known to the stand-in
     env = {"PYTHONPATH": str(STAND_IN), "PATH": f"{STAND_IN / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "SGLANG_TEST_OUTPUT_IDS": json.dumps(answer)}
     stages = verify(HostRunner(sys.executable, env, tmp_path / "work"),

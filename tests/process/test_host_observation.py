@@ -19,7 +19,7 @@ import pytest
 
 from buildscripts.probe import core, server
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import claims, host, netns, served, tinymodel
+from buildscripts.verify import claims, host, host_model, netns, served
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.handoff import Handoff, Handover, Observation, Unreachable
 from buildscripts.verify.host import ProcessReach
@@ -32,10 +32,10 @@ H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", 
 
 
 @functools.cache
-def model() -> tinymodel.TinyModel:
+def model() -> host_model.TinyModel:
     """The tests' tiny model, made when a test first asks (not at collection, where every worker would make it
     for files it never runs)."""
-    return tinymodel.make(seed=20261201)
+    return host_model.make(seed=20261201)
 
 
 class Local:

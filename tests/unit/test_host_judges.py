@@ -1,6 +1,6 @@
 """What the host decides itself: the GPU facts of every GPU stage (verify/claims.py), the server stages from
 its own observation (served.py: a probe's word never passes them; a download tried with no route out is
-named), and the tiny model with its reference decode (tinymodel.py, reference.py). The reference against
+named), and the tiny model with its reference decode (host_model.py, reference.py). The reference against
 the image's own torch/transformers decode: tests/e2e/test_reference_decode.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from safetensors.numpy import load
 from buildscripts.probe.server import Readiness
 from buildscripts.probe.tinymodel import LAYERS, VOCAB
 from buildscripts.results import StageResult, Status
-from buildscripts.verify import claims, classify, observe, reference, served, tinymodel
+from buildscripts.verify import claims, classify, host_model, observe, reference, served
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.handoff import Handover, Observation
 
@@ -24,10 +24,10 @@ H200_B = Gpu(1, "NVIDIA H200", "GPU-0b00b1e5-0000-4000-8000-00000000beef", "9.0"
 
 
 @functools.cache
-def model() -> tinymodel.TinyModel:
+def model() -> host_model.TinyModel:
     """The tests' tiny model, made when a test first asks (not at collection, where every worker would make it
     for files it never runs), of a seed whose first draw has clear margins: seed 7 took 363 draws, 4.4 s."""
-    return tinymodel.make(seed=91)
+    return host_model.make(seed=91)
 
 
 def gpu_stage(name: str, status: Status = Status.PASSED, gpu: str | None = "NVIDIA H200", arch: str | None = "sm_90",
@@ -180,20 +180,20 @@ def test_bf16_rounds_to_nearest_even() -> None:
 
 
 def test_a_seed_draws_the_same_model_and_every_run_gets_a_new_one() -> None:
-    again = tinymodel.make(seed=91)
+    again = host_model.make(seed=91)
     assert again.reference == model().reference and again.draws == model().draws
-    assert model().reference.weakest() >= tinymodel.MIN_MARGIN and len(model().reference.output_ids) == 16
-    fresh = tinymodel.make()
+    assert model().reference.weakest() >= host_model.MIN_MARGIN and len(model().reference.output_ids) == 16
+    fresh = host_model.make()
     assert fresh.seed != model().seed and fresh.reference.prompt_ids != model().reference.prompt_ids
 
 
 def test_a_margin_no_seed_reaches_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="gave the tiny model clear margins"):
-        tinymodel.make(seed=1, min_margin=50.0, max_draws=3)
+        host_model.make(seed=1, min_margin=50.0, max_draws=3)
 
 
 def test_a_fresh_decoder_given_the_whole_sequence_picks_the_same_next_token() -> None:
-    shape = reference.Shape.of(tinymodel.CONFIG)
+    shape = reference.Shape.of(host_model.CONFIG)
     ids = [*model().reference.prompt_ids, *model().reference.output_ids[:-1]]
     for i in (len(model().reference.prompt_ids), len(ids)):   # the sequence so far, given at once
         logits = reference.Llama(model().weights, shape).step(ids[:i])

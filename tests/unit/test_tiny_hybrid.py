@@ -17,7 +17,7 @@ from safetensors.numpy import load
 from buildscripts.matrix import load as load_matrix
 from buildscripts.matrix.schema import Profile, TinyModelName
 from buildscripts.probe.tinymodel import VOCAB
-from buildscripts.verify import hybrid, runner, tinymodel
+from buildscripts.verify import host_model, hybrid, runner
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.reference import Array, as_float64, bf16
@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @functools.cache
-def model() -> tinymodel.TinyModel:
+def model() -> host_model.TinyModel:
     """The tests' tiny hybrid, made when a test first asks (not at collection, where every worker would make
     it), of a seed whose first draw has clear margins: seed 11 took 196 draws, 3.9 s."""
-    return tinymodel.make(seed=98, model="hybrid")
+    return host_model.make(seed=98, model="hybrid")
 
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-9f2a0c1e-0000-4000-8000-00000000c0de", "9.0", "580.159.04", 143771)
@@ -55,10 +55,10 @@ def test_the_checkpoint_is_a_nemotron_h_of_bf16_values() -> None:
 
 
 def test_a_seed_draws_the_same_hybrid_with_clear_margins() -> None:
-    again = tinymodel.make(seed=98, model="hybrid")
-    assert again.reference == model().reference and len(model().reference.output_ids) == tinymodel.NEW_TOKENS
-    assert model().reference.weakest() >= tinymodel.MIN_MARGIN
-    assert model().reference != tinymodel.make(seed=98).reference   # the Llama of the same seed is another model
+    again = host_model.make(seed=98, model="hybrid")
+    assert again.reference == model().reference and len(model().reference.output_ids) == host_model.NEW_TOKENS
+    assert model().reference.weakest() >= host_model.MIN_MARGIN
+    assert model().reference != host_model.make(seed=98).reference   # the Llama of the same seed is another model
 
 
 def test_the_whole_sequence_at_once_gives_the_same_next_token() -> None:
@@ -116,7 +116,7 @@ def test_the_path_survives_bf16_everywhere_the_server_stores_a_value() -> None:
 
 
 def test_a_profile_names_the_tiny_model_and_the_plan_carries_it_to_the_maker() -> None:
-    assert set(get_args(TinyModelName)) == set(tinymodel.ARCHITECTURES)
+    assert set(get_args(TinyModelName)) == set(host_model.ARCHITECTURES)
     assert Profile().model == "llama"
     with pytest.raises(ValueError, match="llama"):
         Profile.model_validate({"model": "mamba"})

@@ -14,8 +14,8 @@ from buildscripts.errors import ConfigError
 from buildscripts.matrix import load
 from buildscripts.probe import core
 from buildscripts.results import CellResult, ImageInfo, StageResult, Status, Verdict, judged
-from buildscripts.results.schema import BuildResult
-from buildscripts.verify import gpus, provision, reuse, runner, tinymodel, tp
+from buildscripts.results.record import BuildResult
+from buildscripts.verify import gpus, host_model, provision, reuse, runner, tp
 from buildscripts.verify.gpus import Discovery, Gpu, Handed
 from buildscripts.verify.plan import Plan
 from buildscripts.verify.served import generation_stage
@@ -67,7 +67,7 @@ def test_the_tp_profiles_serve_a_model_whose_heads_split_over_two_four_or_eight_
     made = tp.planned(plan(), Handed(tuple(gpu(i) for i in range(count))))
     assert made.server_model == "llama-tp" and made.server_skip is None
     assert made.server_args[:2] == ("--tp-size", str(count))
-    config = tinymodel.ARCHITECTURES["llama-tp"].config
+    config = host_model.ARCHITECTURES["llama-tp"].config
     assert config["num_attention_heads"] == 8 and 8 % count == 0
     assert int(str(config["intermediate_size"])) % count == 0   # the MLP splits too
 
@@ -80,11 +80,11 @@ def test_gpus_that_do_not_divide_the_heads_skip_the_server_with_the_reason(count
 
 
 def test_the_tp_llama_decodes_and_keeps_the_default_llama_as_it_was() -> None:
-    wide = tinymodel.make(seed=331, model="llama-tp", max_draws=1)   # a seed whose first draw has clear margins
+    wide = host_model.make(seed=331, model="llama-tp", max_draws=1)   # a seed whose first draw has clear margins
     assert wide.config["num_attention_heads"] == 8 and wide.architecture == "LlamaForCausalLM"
     assert wide.weights["model.layers.0.self_attn.q_proj.weight"].shape == (8 * 64, 256)
-    assert len(wide.reference.output_ids) == tinymodel.NEW_TOKENS
-    assert tinymodel.ARCHITECTURES["llama"].config["num_attention_heads"] == 4   # what the baked caches know
+    assert len(wide.reference.output_ids) == host_model.NEW_TOKENS
+    assert host_model.ARCHITECTURES["llama"].config["num_attention_heads"] == 4   # what the baked caches know
 
 
 def test_a_profile_without_the_placeholder_is_left_alone() -> None:

@@ -158,4 +158,4 @@ def make(seed: int | None = None, *, model: str = "llama", min_margin: float = M
         if len(path.output_ids) == NEW_TOKENS and path.weakest() >= min_margin:
             return TinyModel(seed=first, draws=draw + 1, weights=weights, reference=path, config=arch.config)
     msg = f"no seed of {max_draws} drawn from {first} gave the tiny model clear margins (>= {min_margin}, {model})"
-    raise ConfigError(msg, hint="lower MIN_MARGIN in buildscripts/verify/tinymodel.py only with a measurement")
+    raise ConfigError(msg, hint="lower MIN_MARGIN in buildscripts/verify/host_model.py only with a measurement")
