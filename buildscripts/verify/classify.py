@@ -5,12 +5,15 @@ picks the best match. Patterns are short robust signals (exception type, the mod
 it, a key phrase, an arch or a version), searched case-insensitively in the log with runs of spaces
 and tabs collapsed; a pattern written as a list matches only when all of its signals are found.
 Among the classes that match:
-1. a class marked `generic` names no cause and yields to any class that does: an outcome ("the server exited"),
+1. a class drops out when another matching class `beats` it (the cause beats the wrapper reporting it); a
+   generic class beats too: a compiler's error in view rules out a missing arch read from the invalid or
+   missing kernel image the failed compile left behind, though the compile error names no fix by itself;
+2. a class marked `generic` names no cause and yields to any class that does: an outcome ("the server exited"),
    or a line that only reports a failure below it (sgl_kernel's "Could not load any common_ops library",
-   "Capture cuda graph failed", BackendCompilerFailed). This is where "look one level below before naming a
-   cause" is decided: the cause's own words, or what the probe looked up under them (ldd of the module, the
-   contents of the CUDA home), name it; a generic class's hint says what was seen and carries the error under it;
-2. a class drops out when another matching class `beats` it (the cause beats the wrapper reporting it);
+   "Capture cuda graph failed", BackendCompilerFailed, a compiler's error). This is where "look one level below
+   before naming a cause" is decided: the cause's own words, or what the probe looked up under them (ldd of the
+   module, the contents of the CUDA home), name it; a generic class's hint says what was seen and carries the
+   error under it;
 3. the most specific match wins: the most literal characters in the matching pattern's signals;
    ties go to the class of the stage that failed, then to the earlier class in the file.
 The hint is a template (`hints`): what the pattern's named groups captured (the header, the arch, the
@@ -146,10 +149,13 @@ class Catalogue:
                 key = (pattern_weight(pattern), entry.stage == stage, -index)
                 if entry.id not in hits or key > hits[entry.id][0]:
                     hits[entry.id] = (key, entry, matched)
-        if any(not entry.generic for _, entry, _ in hits.values()):
-            hits = {cid: hit for cid, hit in hits.items() if not hit[1].generic}
+        # `beats` first, generic classes' too: a compile error in view (generic, it names no cause) still rules
+        # out "no kernels for this arch" read from the invalid image that the failed compile left behind.
         beaten = {loser for _, entry, _ in hits.values() for loser in entry.beats}
-        candidates = [hit for cid, hit in hits.items() if cid not in beaten] or list(hits.values())
+        standing = {cid: hit for cid, hit in hits.items() if cid not in beaten} or hits
+        if any(not entry.generic for _, entry, _ in standing.values()):
+            standing = {cid: hit for cid, hit in standing.items() if not hit[1].generic}
+        candidates = list(standing.values())
         if not candidates:
             return Match(UNCLASSIFIED, stage or "", "no known signature matched",
                          "Read the decisive line and the log excerpt; if this failure is worth recognising, "
