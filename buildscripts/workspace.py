@@ -16,6 +16,9 @@ from pathlib import Path
 from .errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The wheel's copy of matrix.yaml (a link to it in the checkout): the cells, targets and server profiles of the
+# images the release built, for commands run where there is no matrix file (`verify --here` in place).
+PACKAGED_MATRIX = Path(__file__).resolve().parent / "data" / "matrix.yaml"
 
 
 def default_root() -> Path:
@@ -23,6 +26,15 @@ def default_root() -> Path:
     package sits among other distributions, where nothing of the project is: the folder the command runs in is
     then the one it reads (keys/*.pub, results) and writes (runs/, exports/), never the installation."""
     return PROJECT_ROOT if (PROJECT_ROOT / "matrix.yaml").is_file() else Path.cwd()
+
+
+def default_matrix(root: Path) -> Path:
+    """ROOT/matrix.yaml; installed from the wheel, where the folder the command runs in has none, the matrix the
+    wheel carries. Never in a checkout: there a missing matrix file stays an error, not another file silently read."""
+    own = root / "matrix.yaml"
+    if own.is_file() or (PROJECT_ROOT / "matrix.yaml").is_file() or not PACKAGED_MATRIX.is_file():
+        return own
+    return PACKAGED_MATRIX
 
 
 # A name that becomes one folder under runs/ (a run id, a cell id): ASCII letters, digits and ._+@- only, not
@@ -51,7 +63,7 @@ class Workspace:
     def at(cls, root: Path | None = None, *, matrix: Path | None = None, runs: Path | None = None,
            locks: Path | None = None) -> Workspace:
         root = (root or default_root()).resolve()
-        return cls(root=root, matrix=matrix or root / "matrix.yaml", locks=locks or root / "lockfiles",
+        return cls(root=root, matrix=matrix or default_matrix(root), locks=locks or root / "lockfiles",
                    runs=runs or root / "runs")
 
     @property

@@ -56,6 +56,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     if in_place_ and a.pull:
         ap.error("--pull goes with an IMAGE by digest (REPO@sha256:…), not with --host or --lxc")
     target = check_arguments(a)
+    _needs_the_build_extra(container=not in_place_)
     run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S-verify")
     out = a.out or ws.run_dir(run_id) / "results.json"
     # Before the ladder (minutes to an hour): its results must have somewhere to go.
@@ -68,6 +69,20 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                    archs=tuple(a.archs.split(",")) if a.archs else None, lane_cuda=a.lane_cuda,
                    stage_timeout=a.stage_timeout, shm_size=a.shm_size, keep_containers=env.get(KEEP_ENV) == "1",
                    trust_keys=tuple(a.trust_key))
+
+
+def _needs_the_build_extra(*, container: bool) -> None:
+    """The ladder's host side draws the tiny model and decodes it itself (numpy, safetensors), and runs an image in
+    a container through testcontainers: the `build` extra of the package. A user's install without it hears so
+    before the ladder, not from a traceback at the server stages."""
+    import importlib.util
+
+    wanted = ("numpy", "safetensors", *(("testcontainers",) if container else ()))
+    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
+    if missing:
+        msg = f"verify needs {', '.join(missing)}, which this install lacks (the package's `build` extra)"
+        raise ConfigError(msg, hint="pipx install 'sglang-images[build]' (or: pipx inject sglang-images "
+                                    f"{' '.join(missing)}); from a clone, nox -s verify brings them")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -206,12 +206,13 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _member_alive(pid: str, pgid: int) -> bool:
+    # Bytes: the name in parentheses is whatever a process of the machine set (prctl), UTF-8 or not.
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
         return False
-    return int(fields[2]) == pgid and fields[0] != "Z"
+    return int(fields[2]) == pgid and fields[0] != b"Z"
 
 
 def last_traceback(lines: List[str]) -> str:

@@ -38,6 +38,7 @@ from .handoff import Handoff, Handover, Unreachable
 from .observe import Endpoint
 from .output import ProbeRun, failed, interpret
 from .plan import grace
+from .probe_source import PROBE_SOURCE
 from .runner import Options, Outcome
 
 if TYPE_CHECKING:   # the docker SDK and testcontainers are imported where the engine is reached (cli.py)
@@ -46,7 +47,6 @@ if TYPE_CHECKING:   # the docker SDK and testcontainers are imported where the e
 
     from .host_model import TinyModel
 
-PROBE_SOURCE = Path(__file__).resolve().parent.parent / "probe"
 PROBE_ROOT = "/opt/probe"                  # the package lands in /opt/probe/probe
 MODEL_ROOT = f"{PROBE_ROOT}/model"          # the host's tiny model (weights, config)
 STOP_FILE = f"{PROBE_ROOT}/stop"            # created by the host once it has observed the server

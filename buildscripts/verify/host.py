@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 from .. import proc
 from ..handed_env import handed_environment
 from ..results import StageResult
-from ..workspace import PROJECT_ROOT
-from . import apart, identity, netns
+from . import apart, identity, netns, probe_source
 from .access import Who
 from .handoff import Handoff, Handover, Unreachable
 from .identity import Sandbox
@@ -92,10 +91,10 @@ class HostRunner:
         """The import path handed to the code under test besides the project's own (read-only) folder."""
         return self.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
 
-    def environment(self, extra: Mapping[str, str]) -> dict[str, str]:
+    def environment(self, source: Path, extra: Mapping[str, str]) -> dict[str, str]:
         """What the code under test runs with: the handed part of the verifier's environment and `env`, the
-        identity's own, the project's folder (for the probe) before the handed import path, and `extra`."""
-        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), self.handed_path()]))
+        identity's own, the probe's copy (`source`) before the handed import path, and `extra`."""
+        path = os.pathsep.join(filter(None, [str(source), self.handed_path()]))
         own = self.sandbox.environment() if self.sandbox else {}
         return {**handed_environment({**os.environ, **self.env}), **own, "PYTHONPATH": path,
                 "PYTHONDONTWRITEBYTECODE": "1", **extra}
@@ -116,8 +115,8 @@ class HostRunner:
                              address=LOOPBACK)   # the probe is told to serve on loopback: the host asks nobody
         handoff = Handoff(reach, options.handed, model, ready_deadline_s=plan.stage_timeout, cut_problem=cut_problem)
         name, _, value = mark.partition("=")
-        env = self.environment({name: value})
-        argv = [self.python, "-m", "buildscripts.probe", *plan.probe_args("host"), *extra]
+        env = self.environment(probe_source.copy_to(control / "src"), {name: value})
+        argv = [self.python, "-m", probe_source.PACKAGE, *plan.probe_args("host"), *extra]
         done = proc.run(box.command(argv) if box else argv, log=options.log_file, env=env, inherit_env=False,
                         timeout=len(plan.stages) * plan.deadline, keep_lines=100000, on_line=handoff.feed)
         observation = handoff.finish()

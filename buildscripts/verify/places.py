@@ -25,7 +25,7 @@ from ..matrix.schema import LABEL_PREFIX
 from ..results import BuildResult, CellResult, Given, ImageInfo, Status, cell_record
 from ..trust import keys, sources
 from ..trust.seen import History
-from ..workspace import PROJECT_ROOT, checked_name
+from ..workspace import checked_name
 from . import identity, provision, pulled, tp
 from .asked import Asked, Place
 from .host import verify_as_identity
@@ -130,11 +130,13 @@ class OnHost:
         python = str(request.place.python)
         workdir = request.logs / "work"
         workdir.mkdir(parents=True, exist_ok=True)
-        problem = identity.unreachable({"the interpreter": Path(python), "the probe": PROJECT_ROOT / "buildscripts",
-                                        "the run's folder": workdir})
+        problem = identity.unreachable({"the interpreter": Path(python), "the run's folder": workdir})
         if problem:
             msg = f"the code under test runs as an identity of its own, which cannot reach {problem}"
-            raise ConfigError(msg, hint="let others read and pass into it (chmod o+rX), or place it elsewhere")
+            # The run's folder is runs/ of the folder the command runs in: root's 0700 home, as often as not.
+            where = ("run from a folder others can pass into (e.g. `cd /var/tmp`): runs/ is made there"
+                     if problem.startswith("the run's folder") else "place it elsewhere")
+            raise ConfigError(msg, hint=f"let others read and pass into it (chmod o+rX), or {where}")
         done = verify_as_identity(python, request.env, workdir, request.runner_options())
         cell = cell_record(request.cell_id, Given(targets=request.plan.archs, run_id=request.run_id),
                            build=BuildResult(status=Status.PASSED, reason="existing image"),

@@ -29,9 +29,9 @@ from ..trust.dsse import EnvelopeError
 from ..trust.keys import PublicKey
 from . import tp
 from .classify import CATALOGUE
-from .container import PROBE_SOURCE
 from .gpus import Discovery
 from .plan import Plan
+from .probe_source import PROBE_SOURCE
 
 SETTLED = (Verdict.VERIFIED, Verdict.CPU_CHECKED, Verdict.EXPECTED_FAILURE)
 HISTORY = 50   # saved runs looked through, newest first: older results are verified again

@@ -4,13 +4,14 @@
 # evidence/h200-lxc-unprivileged/run.sh), where `verify --here` runs the whole GPU ladder in place.
 # That machine has no network and takes at most 64 MiB a call, so it runs in two calls, the second at once (files
 # there survive only while the machine stays warm), from the repository root:
-#   bash evidence/h200-here/run.sh carry    with .gpu/sgA and .gpu/lxc: the first part of SGLang 0.5.16's staged
-#                                           site and the LXC 5.0.2 debs, kept under /tmp/h
+#   bash evidence/h200-here/run.sh carry    with .gpu/sgA, .gpu/np and .gpu/lxc: the first part of SGLang 0.5.16's
+#                                           staged site, numpy's wheel and the LXC 5.0.2 debs, kept under /tmp/h
 #   bash evidence/h200-here/run.sh run      with .gpu/sgB and .gpu/wheels: the rest of the site (checked against
-#                                           its sha256) and the tiny models; the wheel of this commit with its
-#                                           dependencies (`python -m build --wheel`, then `pip download
+#                                           its sha256); the wheel of this commit with its dependencies and its
+#                                           `build` extra's (`python -m build --wheel`, then `pip download
 #                                           --only-binary=:all: --python-version 3.12 --platform
-#                                           manylinux2014_x86_64 -d .gpu/wheels .gpu/wheels/sglang_images-*.whl`)
+#                                           manylinux_2_28_x86_64 ... -d .gpu/wheels 'WHEEL[build]'`; numpy moved
+#                                           to .gpu/np for the first call: both do not fit in one)
 # What it writes for the record goes under $OUT: console.txt, here-*.json, the container's config and what it saw,
 # the run folder of `verify --here` (uhere-2026-12-05.tar.gz) and the public half of the key that sealed it.
 set -u
@@ -22,8 +23,8 @@ PY=/opt/torch/.venv/bin/python3; CV=/opt/cv; CT=uhere; RUN=uhere-2026-12-05
 need() { [ -e "$1" ] || { say "MISSING $1: $2"; exit 3; }; }
 
 carry() {
-  need .gpu/sgA/site.tar.xz.part-00 "carry .gpu/sgA"; need .gpu/lxc/lxc-gpu.sh "carry .gpu/lxc"
-  mkdir -p $H/parts $H/lxc && cp .gpu/sgA/* $H/parts/ && cp .gpu/lxc/* $H/lxc/
+  need .gpu/sgA/site.tar.xz.part-00 "carry .gpu/sgA"; need .gpu/lxc/lxc-gpu.sh "carry .gpu/lxc"; need .gpu/np "carry .gpu/np"
+  mkdir -p $H/parts $H/lxc $H/np && cp .gpu/sgA/* $H/parts/ && cp .gpu/lxc/* $H/lxc/ && cp .gpu/np/* $H/np/
   nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader; uname -srm
   $PY --version; say "carry done"; }
 
@@ -34,15 +35,14 @@ stage() {
     [ "$got" = "$(cat .gpu/sgB/site.tar.xz.sha256)" ] || { say "SGLang parts: checksum mismatch"; exit 4; }
     mkdir -p /tmp/gs && cat $H/parts/site.tar.xz.part-00 .gpu/sgB/site.tar.xz.part-01 | /usr/bin/python3 -c "
 import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('/tmp/gs')" && touch /tmp/gs/site/.ok
-    cp -r .gpu/sgB/models /tmp/gs/
   fi
   say "staged: $(du -sh /tmp/gs/site | cut -f1) SGLang site"; }
 
 install() {  # the user's way: a fresh environment, the wheel and its dependencies, nothing of this checkout
-  rm -rf $CV; local t0; t0=$(date +%s.%N)
+  rm -rf $CV; local t0; t0=$(date +%s)
   $PY -m venv --without-pip $CV && $PY -m pip --python $CV/bin/python3 install -q --no-index \
-    --find-links "$R/.gpu/wheels" sglang-images 2>&1 | tail -3
-  say "installed in $(echo "$(date +%s.%N) - $t0" | bc) s: $($PY -m pip --python $CV/bin/python3 list 2>/dev/null | tail -n +3 | wc -l) distributions"
+    --find-links "$R/.gpu/wheels" --find-links $H/np 'sglang-images[build]' 2>&1 | tail -3
+  say "installed in $(( $(date +%s) - t0 )) s: $($PY -m pip --python $CV/bin/python3 list 2>/dev/null | tail -n +3 | wc -l) distributions"
   (cd / && $CV/bin/python3 -c "import buildscripts; print('imports from', buildscripts.__file__)")
   cp "$R/evidence/h200-2026-12-04/runs/h200-bydigest-2026-12-04/results.json" $CV/report.json
   cp "$R/evidence/keys/h200-bydigest-2026-12-04.pub" $CV/report.pub; chmod -R o+rX $CV; }

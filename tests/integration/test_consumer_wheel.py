@@ -16,8 +16,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -296,3 +298,41 @@ def test_here_from_the_wheel_answers_for_this_machine(world: World, installed: I
     assert indexes["good"].amd64 in done.stdout and "docker run" in json.dumps(found), found
     refused = installed("here", "--repository", world.repository, "--tag", "tampered-index", *key, env=env)
     assert refused.returncode == NOT_VERIFIED, refused.stderr
+
+
+# ---------------------------------------------------------------- verify --here from the wheel
+
+
+def test_verify_here_from_the_wheel_says_what_the_base_install_lacks(installed: Installed) -> None:
+    """The ladder's host side (the tiny model, its reference decode) needs the `build` extra: the base install says
+    which distributions are missing and how to add them, before any stage, with no traceback."""
+    done = installed("verify", "--here", "--python", sys.executable, "--stages", "facts,import")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "numpy" in done.stderr and "sglang-images[build]" in done.stderr
+
+
+def test_verify_here_from_the_wheel_runs_the_ladder_in_place(user_venv: Installed, dists: tuple[Path, Path],
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With the extra (`pipx install 'sglang-images[build]'`), installed in a folder others cannot pass (as pipx
+    installs under root's 0700 home: the probe travels as a copy in the run's folder), from an empty folder: no
+    matrix.yaml there, so the matrix the wheel carries gives the plan; this machine's Python has no SGLang, so the ladder in place fails at
+    import with its class, and the record says so under runs/ of that folder."""
+    folder = tmp_path_factory.mktemp("with-extra")   # pytest's folders are 0700: the venv's place, as root's home
+    # The folder the command runs in holds runs/, which the code under test's identity must reach.
+    cwd = Path(tempfile.mkdtemp(prefix="sglang-images-here-", dir="/var/tmp" if Path("/var/tmp").is_dir() else None))
+    cwd.chmod(0o755)
+    user = Installed(folder / "venv", cwd)
+    assert run([sys.executable, "-m", "venv", str(user.venv)], cwd=user.cwd).returncode == 0
+    done = user.pip("install", "--quiet", f"{dists[1]}[build]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    python = Path("/usr/bin/python3")   # the system's: the identity the code under test runs as must reach it
+    if not python.is_file():
+        needs.unavailable("the system Python", "install python3 (Debian: apt-get install python3)")
+    done = user("verify", "--here", "--python", str(python), "--stages", "facts,import", "--run-id", "here")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode not in (0, 2), done.stderr   # a verification that ran and failed, not bad arguments
+    record = json.loads((user.cwd / "runs" / "here" / "results.json").read_text())
+    cell = record["cells"][0]
+    assert cell["verdict"] == "failed" and "required-module-missing" in cell["verdict_reason"], cell
+    assert record["matrix_digest"].startswith("sha256:")
+    shutil.rmtree(cwd)

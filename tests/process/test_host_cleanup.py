@@ -219,4 +219,5 @@ def test_processes_of_another_user_never_stop_the_reaping(other_users_process: s
     is read and left alone."""
     found = reap.reap(65519, 65519, deadline_s=1.0)
     assert found.left == () and other_users_process.poll() is None
-    assert 4242 in procs.ids_in_use() and procs.processes_of(4242) == [other_users_process.pid]
+    # another test worker may hold a process of 4242 too: this one must be among them
+    assert 4242 in procs.ids_in_use() and other_users_process.pid in procs.processes_of(4242)
