@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from docker.models.images import Image
 
 BASE_REPOSITORY = "sglang-images/base"
-# What every debootstrapped base carries: Python for the venv and the probe.
-BASE_PACKAGES = ("python3", "python3-venv")
+# What every debootstrapped base carries: Python for the venv and the probe; libnuma1 (the runtime library
+# alone, 71 kB) because sgl_kernel's common_ops links libnuma.so.1 (SGLang 0.5.10's sgl_kernel 0.3.x) and a
+# minbase Debian lacks it, so without it sgl_kernel cannot load on a GPU or not (`shared-library-missing`).
+BASE_PACKAGES = ("python3", "python3-venv", "libnuma1")
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 # Documentation, manuals and translations no server reads (what Debian's and Ubuntu's minimal container
 # images leave out), kept out of the base and, through dpkg's own filter, out of every package a later

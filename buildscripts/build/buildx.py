@@ -61,7 +61,7 @@ class Recipe:
                    cell_files=ws.cache / "cells",
                    lean=(ws.images / "lean" / "finish-layer.sh", ws.images / "lean" / "lean.sh",
                          ws.images / "lean" / "recipe.txt", ws.images / "lean" / "prune_fatbins.py",
-                         ws.images / "lean" / "imports.txt",
+                         ws.images / "lean" / "fatbin_rewrite.py", ws.images / "lean" / "imports.txt",
                          ws.root / "buildscripts" / "probe" / "fatbin.py",
                          ws.root / "buildscripts" / "probe" / "pruned.py", ws.images / "bytecode.py",
                          ws.images / "toolkit" / "dpkg-excludes"),

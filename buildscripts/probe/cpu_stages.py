@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from importlib import metadata, util
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -181,59 +182,98 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
     ev: Dict[str, Any] = {"libraries": {}, "torch_arch_list": None, "targets": ctx.archs,
                           "also_audited": ctx.also_archs}
     if ctx.results.get("import:torch", {}).get("status") != core.FAILED:
-        info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "",
-                       "@@archs ")
-        ev["torch_arch_list"] = info["flags"].split() if info else None
-        ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
-    lacking: List[str] = []
-    off_target: Dict[str, List[str]] = {}
-    at_start: Dict[str, List[str]] = {}
+        _torch_arch_list(ctx, archs, ev)
+    gaps = _Gaps()
     runs: Dict[str, Dict[str, str]] = {a: {} for a in archs}
     rewritten = pruned.libraries()
     for lib in LIBRARIES:
-        spec = util.find_spec(lib)
-        roots = list(spec.submodule_search_locations or []) if spec else []
-        if not roots:
+        scanned = _scan_library(lib, archs)
+        if scanned is None:
             continue
-        files = fatbin.shared_objects(roots[0])
-        entries: List[fatbin.Entry] = []
-        with_code = {}
-        for path in files:
-            try:
-                found = fatbin.read_file(path)
-            except (fatbin.NotElf, OSError):
-                continue
-            if found:
-                entries += found
-                with_code[os.path.relpath(path, roots[0])] = sorted({e.name for e in found})
-        cover = fatbin.coverage(entries, archs)
-        ev["libraries"][lib] = {"files_scanned": len(files), "files_with_gpu_code": with_code,
-                                "per_arch": {a: c["status"] for a, c in cover.items()},
-                                "detail": cover}
-        if not entries:
-            ev["libraries"][lib]["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
-            ev["libraries"][lib]["per_arch"] = {a: "jit" for a in archs}
-            for arch in archs:
-                runs[arch][lib] = "no compiled GPU code (JIT-compiled when used)"
-            continue
-        # What each GPU would run, by CUDA's rules: not the arch's name in the file (sm_121 runs sm_120 SASS).
-        what = {a: gpuruns.what_runs(entries, a) for a in archs}
-        ev["libraries"][lib]["runs"] = {a: {"code": r.code, "uses": r.uses} for a, r in what.items()}
-        for arch, run in what.items():
-            runs[arch][lib] = run.says()
-            if run.code == gpuruns.PTX_JIT:
-                at_start.setdefault(arch, []).append(f"{lib} ({run.uses})")
-            elif run.code == gpuruns.NOTHING and arch in ctx.archs:
-                lacking.append(f"{lib} has no code for {arch}{_carried(run, arch)}")
-            elif run.code == gpuruns.NOTHING:
-                off_target.setdefault(arch, []).append(f"{lib}{_carried(run, arch)}")
+        ev["libraries"][lib], entries = scanned
+        for arch, says in _what_runs(lib, entries, ctx, ev["libraries"][lib], gaps).items():
+            runs[arch][lib] = says
     ev["runs"] = runs
     ev["summary"] = [_run_line(arch, runs[arch], arch in ctx.archs) for arch in archs]
-    # What a GPU the image is not built for would lack, and what the build took away from it: said, never failing.
-    said = [f"{arch} is not a target arch; no code it can run in {', '.join(libs)}"
-            for arch, libs in off_target.items()]
-    said += [f"{arch} would JIT-compile PTX at start (slow first start) in {', '.join(libs)}; it has no SASS that "
-             "runs there" for arch, libs in at_start.items()]
+    said = gaps.said() + _pruned_off_target(ctx, rewritten)
+    if said:
+        ev.setdefault("warnings", []).extend(said)
+    ev["cuobjdump"] = _cross_check(ev)
+    if rewritten:  # what the image's fatbin pruner rewrote must still load
+        gaps.lacking += _pruned_load(ctx, rewritten, ev)
+    if gaps.lacking:
+        raise core.StageFailed("; ".join(gaps.lacking), ev)
+    return ev
+
+
+@dataclass
+class _Gaps:
+    """What the audit found missing: for a target arch it fails the stage (`lacking`); for an arch only audited,
+    and a PTX-only start, it is said as a warning and never fails."""
+    lacking: List[str] = field(default_factory=list)
+    off_target: Dict[str, List[str]] = field(default_factory=dict)   # arch -> libraries with nothing it runs
+    at_start: Dict[str, List[str]] = field(default_factory=dict)     # arch -> libraries it would JIT from PTX
+
+    def said(self) -> List[str]:
+        out = [f"{arch} is not a target arch; no code it can run in {', '.join(libs)}"
+               for arch, libs in self.off_target.items()]
+        return out + [f"{arch} would JIT-compile PTX at start (slow first start) in {', '.join(libs)}; it has no "
+                      "SASS that runs there" for arch, libs in self.at_start.items()]
+
+
+def _torch_arch_list(ctx: core.Context, archs: List[str], ev: Dict[str, Any]) -> None:
+    """torch's own TORCH_CUDA_ARCH_LIST (from a child interpreter) and which archs it covers."""
+    info = _tagged(core.python_snippet(TORCH_ARCHS, timeout=min(300.0, ctx.stage_timeout)).stdout or "", "@@archs ")
+    ev["torch_arch_list"] = info["flags"].split() if info else None
+    ev["torch_arch_list_covers"] = {a: torch_covers(ev["torch_arch_list"] or [], a) for a in archs}
+
+
+def _scan_library(lib: str, archs: List[str]) -> Optional[Tuple[Dict[str, Any], List[fatbin.Entry]]]:
+    """(the library's evidence, every fatbin entry in its shared objects); None when it is not installed."""
+    spec = util.find_spec(lib)
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        return None
+    files = fatbin.shared_objects(roots[0])
+    entries: List[fatbin.Entry] = []
+    with_code = {}
+    for path in files:
+        try:
+            found = fatbin.read_file(path)
+        except (fatbin.NotElf, OSError):
+            continue
+        if found:
+            entries += found
+            with_code[os.path.relpath(path, roots[0])] = sorted({e.name for e in found})
+    cover = fatbin.coverage(entries, archs)
+    return ({"files_scanned": len(files), "files_with_gpu_code": with_code,
+             "per_arch": {a: c["status"] for a, c in cover.items()}, "detail": cover}, entries)
+
+
+def _what_runs(lib: str, entries: List[fatbin.Entry], ctx: core.Context, found: Dict[str, Any],
+               gaps: _Gaps) -> Dict[str, str]:
+    """Arch -> what it would run of the library, said in words; each gap goes into `gaps`."""
+    archs = ctx.every_arch()
+    if not entries:
+        found["note"] = "no compiled GPU code (kernels are JIT-compiled at runtime)"
+        found["per_arch"] = {a: "jit" for a in archs}
+        return {a: "no compiled GPU code (JIT-compiled when used)" for a in archs}
+    # What each GPU would run, by CUDA's rules: not the arch's name in the file (sm_121 runs sm_120 SASS).
+    what = {a: gpuruns.what_runs(entries, a) for a in archs}
+    found["runs"] = {a: {"code": r.code, "uses": r.uses} for a, r in what.items()}
+    for arch, run in what.items():
+        if run.code == gpuruns.PTX_JIT:
+            gaps.at_start.setdefault(arch, []).append(f"{lib} ({run.uses})")
+        elif run.code == gpuruns.NOTHING and arch in ctx.archs:
+            gaps.lacking.append(f"{lib} has no code for {arch}{_carried(run, arch)}")
+        elif run.code == gpuruns.NOTHING:
+            gaps.off_target.setdefault(arch, []).append(f"{lib}{_carried(run, arch)}")
+    return {arch: run.says() for arch, run in what.items()}
+
+
+def _pruned_off_target(ctx: core.Context, rewritten: Dict[str, Dict[str, Any]]) -> List[str]:
+    """For each arch only audited, what the build took away from it: said, never failing."""
+    said = []
     for arch in ctx.also_archs:
         removed = _pruned_for(arch, rewritten)
         if removed:
@@ -241,23 +281,22 @@ def arch_audit(ctx: core.Context) -> Dict[str, Any]:
                         f"{len(removed)} {'library' if len(removed) == 1 else 'libraries'} ({', '.join(removed[:3])}"
                         f"{', ...' if len(removed) > 3 else ''}): "
                         "it keeps only what the targets run")
-    if said:
-        ev.setdefault("warnings", []).extend(said)
-    ev["cuobjdump"] = _cross_check(ev)
-    if rewritten:  # what the image's fatbin pruner rewrote must still load
-        done = core.python_snippet(pruned.dlopen_snippet(sorted(rewritten)), timeout=min(300.0, ctx.stage_timeout))
-        loaded = _tagged(done.stdout or "", "@@pruned-load ")
-        ev["pruned"] = {"libraries": rewritten, "load": loaded}
-        if loaded is None:
-            lacking.append(f"the load check of the pruned libraries died: {(done.stdout or '')[-300:]}")
-        else:
-            lacking += _not_loading(loaded["failed"], rewritten, ev, ctx)
-            ev["pruned"]["absent_dependencies"] = [
-                f"{path}: mapped; it needs {dependency}, which this image does not have (it could not load before "
-                "pruning either)" for path, dependency in loaded.get("mapped_but_a_dependency_is_absent", {}).items()]
-    if lacking:
-        raise core.StageFailed("; ".join(lacking), ev)
-    return ev
+    return said
+
+
+def _pruned_load(ctx: core.Context, rewritten: Dict[str, Dict[str, Any]], ev: Dict[str, Any]) -> List[str]:
+    """Load every library the image's fatbin pruner rewrote, in a child interpreter; why each that must load
+    does not (and a check that died) are failures of the stage."""
+    done = core.python_snippet(pruned.dlopen_snippet(sorted(rewritten)), timeout=min(300.0, ctx.stage_timeout))
+    loaded = _tagged(done.stdout or "", "@@pruned-load ")
+    ev["pruned"] = {"libraries": rewritten, "load": loaded}
+    if loaded is None:
+        return [f"the load check of the pruned libraries died: {(done.stdout or '')[-300:]}"]
+    lacking = _not_loading(loaded["failed"], rewritten, ev, ctx)
+    ev["pruned"]["absent_dependencies"] = [
+        f"{path}: mapped; it needs {dependency}, which this image does not have (it could not load before "
+        "pruning either)" for path, dependency in loaded.get("mapped_but_a_dependency_is_absent", {}).items()]
+    return lacking
 
 
 def _carried(run: gpuruns.Runs, arch: str) -> str:

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from functools import partial
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import core, cudatools, loaderfacts
 from .cudatools import Deadline
@@ -35,11 +35,33 @@ TOOLKIT_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-
 
 
 def run(ctx: core.Context) -> Dict[str, Any]:
+    """Every check, in the order a JIT compile needs them; the first problem found is the stage's reason."""
     deadline = Deadline(ctx.stage_timeout)
     env = dict(os.environ)
     problems: List[Tuple[str, str]] = []   # (reason, log), first one fails the stage
     ev: Dict[str, Any] = {"versions": {}}
+    home = _cuda_home(ctx, deadline, env, ev)
+    if os.pathsep in home:
+        problems.append((f"CUDA_HOME contains a path separator: {home!r}", ""))
+    nvcc = os.path.join(home, "bin", "nvcc")
+    version = _nvcc_version(nvcc, home, ev["cuda_home"]["how"], deadline, ev)
+    torch_cuda = ev["cuda_home"]["torch"].get("cuda")
+    if torch_cuda and torch_cuda.split(".")[0] != str(version[0]):
+        problems.append((f"CUDA major mismatch: torch is built for CUDA {torch_cuda}, nvcc is "
+                         f"{version[0]}.{version[1]}", ""))
+    _arch_support(ctx, version, ev, problems)
+    cxx = _host_tools(home, env, ev, problems)
+    ev["smoke"] = _smoke(ctx, deadline, nvcc, home, cxx, problems)
+    if problems:
+        reason, log = problems[0]
+        ev["problems"] = [p[0] for p in problems]
+        raise core.StageFailed(reason, ev, log)
+    return ev
 
+
+def _cuda_home(ctx: core.Context, deadline: Deadline, env: Dict[str, str], ev: Dict[str, Any]) -> str:
+    """The CUDA home, found the way the libraries look for it; none fails the stage at once: nothing after
+    it can run."""
     home, how = cudatools.find_cuda_home(env)
     ev["cuda_home"] = {"path": home, "how": how, "torch": _torch_view(ctx, deadline, ev),
                        "pip_nvcc_not_pointed_at": [p for p in cudatools.stray_nvccs()
@@ -51,9 +73,11 @@ def run(ctx: core.Context) -> Dict[str, Any]:
         extra = f"; pip installed nvcc at {stray[0]}, but nothing points at it" if stray else ""
         msg = f"CUDA toolkit not discoverable: {how}{extra}"
         raise core.StageFailed(msg, ev)
-    if os.pathsep in home:
-        problems.append((f"CUDA_HOME contains a path separator: {home!r}", ""))
-    nvcc = os.path.join(home, "bin", "nvcc")
+    return home
+
+
+def _nvcc_version(nvcc: str, home: str, how: str, deadline: Deadline, ev: Dict[str, Any]) -> Tuple[int, int]:
+    """nvcc's release; an nvcc that does not run fails the stage at once (every later check compiles)."""
     ok, _took, out = cudatools.run([nvcc, "--version"], deadline)
     version = cudatools.release(out) if ok else None
     if version is None:   # say what the folder holds: a runtime-only CUDA home is not "no CUDA home"
@@ -61,10 +85,12 @@ def run(ctx: core.Context) -> Dict[str, Any]:
         raise core.StageFailed(msg, ev, out)
     ev["nvcc"] = {"path": nvcc, "version": "%d.%d" % version}
     ev["versions"]["nvcc"] = "%d.%d" % version
-    torch_cuda = ev["cuda_home"]["torch"].get("cuda")
-    if torch_cuda and torch_cuda.split(".")[0] != str(version[0]):
-        problems.append((f"CUDA major mismatch: torch is built for CUDA {torch_cuda}, nvcc is "
-                         f"{version[0]}.{version[1]}", ""))
+    return version
+
+
+def _arch_support(ctx: core.Context, version: Tuple[int, int], ev: Dict[str, Any],
+                  problems: List[Tuple[str, str]]) -> None:
+    """Is nvcc new enough for each arch? Too old for a target is a problem; for an arch only audited, a warning."""
     ev["nvcc"]["knows"] = {}
     for arch in ctx.every_arch():
         need = cudatools.min_nvcc(arch)
@@ -77,6 +103,10 @@ def run(ctx: core.Context) -> Dict[str, Any]:
         else:
             ev.setdefault("warnings", []).append(f"{arch} is not a target arch; {too_old}")
 
+
+def _host_tools(home: str, env: Dict[str, str], ev: Dict[str, Any],
+               problems: List[Tuple[str, str]]) -> Optional[str]:
+    """Headers, a host compiler and ninja: what a JIT compile needs besides nvcc. Returns the host compiler."""
     ev["headers"] = _headers(home)
     missing = [h for h, where in ev["headers"].items() if where is None]
     if missing:
@@ -91,13 +121,7 @@ def run(ctx: core.Context) -> Dict[str, Any]:
     if on_path is None:
         where = f" (there is one at {beside}: put its folder on PATH)" if beside else ""
         problems.append((f"ninja not found on PATH{where}", ""))
-
-    ev["smoke"] = _smoke(ctx, deadline, nvcc, home, cxx, problems)
-    if problems:
-        reason, log = problems[0]
-        ev["problems"] = [p[0] for p in problems]
-        raise core.StageFailed(reason, ev, log)
-    return ev
+    return cxx
 
 
 def _torch_view(ctx: core.Context, deadline: Deadline, ev: Dict[str, Any]) -> Dict[str, Any]:
@@ -110,8 +134,6 @@ def _torch_view(ctx: core.Context, deadline: Deadline, ev: Dict[str, Any]) -> Di
             view: Dict[str, Any] = json.loads(line[len("@@torch "):])
             return view
     return {"error": cudatools.error_line(proc.stdout or "")}
-
-
 
 
 def _headers(home: str) -> Dict[str, Any]:

@@ -83,3 +83,17 @@ def test_candidate_hash_follows_lock_content(tmp_path: Path) -> None:
     assert first == build.inputs_hash(cell, image, locks, recipe)
     sgl.write_text("sglang==0.5.16\nextra==1\n")
     assert build.inputs_hash(cell, image, locks, recipe) != first
+
+
+def test_every_debootstrapped_base_carries_libnuma_and_a_base_built_without_it_is_not_reused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """sgl_kernel's common_ops (SGLang 0.5.10's 0.3.x) links libnuma.so.1: the runtime library is in every base,
+    and the base's inputs hash covers its package list, so a base debootstrapped before it is built again."""
+    bases = matrix.load(ROOT / "matrix.yaml", {}).spec.bases
+    debootstrapped = {name: b for name, b in bases.items() if b.debootstrap is not None}
+    assert debootstrapped and "libnuma1" in base.BASE_PACKAGES
+    assert not any(p.startswith("libnuma-dev") or p == "numactl" for p in base.BASE_PACKAGES)   # the library alone
+    name, one = next(iter(debootstrapped.items()))
+    now = base.inputs_hash(name, one, "http://deb.example/debian")
+    monkeypatch.setattr(base, "BASE_PACKAGES", tuple(p for p in base.BASE_PACKAGES if p != "libnuma1"))
+    assert base.inputs_hash(name, one, "http://deb.example/debian") != now
