@@ -69,7 +69,7 @@ create)
   echo "export PATH=/usr/local/cuda/bin:$venv/bin:\$PATH PYTHONPATH=$site CUDA_HOME=/usr/local/cuda HF_HUB_OFFLINE=1 \
 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1" > "$rootfs/etc/profile.d/zz-sglang.sh"
   # What the container writes is its root's, as Proxmox makes an unprivileged container's root folder.
-  chown -R "$mapped:$mapped" "$rootfs"/{etc,tmp,root,run,var,home}
+  chown "$mapped:$mapped" "$rootfs"; chown -R "$mapped:$mapped" "$rootfs"/{etc,tmp,root,run,var,home}
   chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"; chmod 0700 "$rootfs/root"
   if [ "$variant" = nodes-0660 ]; then
     mkdir -p "/tmp/lxc-$name/nodes"

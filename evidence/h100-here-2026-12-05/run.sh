@@ -4,9 +4,9 @@
 # evidence/h200-lxc-unprivileged/run.sh), where `verify --here` runs the whole GPU ladder in place.
 # That machine has no network and takes at most 64 MiB a call, so it runs in two calls, the second at once (files
 # there survive only while the machine stays warm), from the repository root:
-#   bash evidence/h200-here/run.sh carry    with .gpu/sgA, .gpu/np and .gpu/lxc: the first part of SGLang 0.5.16's
+#   bash evidence/h100-here-2026-12-05/run.sh carry    with .gpu/sgA, .gpu/np and .gpu/lxc: the first part of SGLang 0.5.16's
 #                                           staged site, numpy's wheel and the LXC 5.0.2 debs, kept under /tmp/h
-#   bash evidence/h200-here/run.sh run      with .gpu/sgB and .gpu/wheels: the rest of the site (checked against
+#   bash evidence/h100-here-2026-12-05/run.sh run      with .gpu/sgB and .gpu/wheels: the rest of the site (checked against
 #                                           its sha256); the wheel of this commit with its dependencies and its
 #                                           `build` extra's (`python -m build --wheel`, then `pip download
 #                                           --only-binary=:all: --python-version 3.12 --platform
