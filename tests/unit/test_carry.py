@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from buildscripts import gate, matrix, results
+from buildscripts.commands import verify as verify_command
 from buildscripts.errors import ConfigError
 from buildscripts.results import CPU_STAGES, GPU_STAGES, ImageInfo, RunResults, StageResult, Status, cell_record
 from buildscripts.trust import cpu_record, keys, seal
 from buildscripts.trust.keys import SigningKey
 from buildscripts.verify import carry
 from buildscripts.verify.plan import Plan
+from buildscripts.workspace import Workspace
 from tests.digest_records import PIP_CELL, built, cell_of
 from tests.results_factory import build_labels, gpu_passed
 
@@ -122,7 +124,7 @@ def test_a_record_that_does_not_hold_is_refused_with_why(tmp_path: Path, case: s
 def test_a_file_that_is_no_results_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     path.write_text("{not json")
-    with pytest.raises(ConfigError, match="--cpu-record .*not valid JSON"):
+    with pytest.raises(ConfigError, match=r"--cpu-record .*not valid JSON"):
         carry.read([path])
     with pytest.raises(ConfigError, match="--cpu-record cannot read"):
         carry.read([tmp_path / "absent.json"])
@@ -190,3 +192,24 @@ def test_a_carried_stage_changed_by_its_carrier_is_seen_in_the_carried_envelope(
 def test_a_record_refused_leaves_the_plan_whole() -> None:
     assert carry.without(PLAN, None) == PLAN
     assert carry.merged(gpu_passed(), None) == gpu_passed()
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--host"], "a run in place verifies no image"),
+    (["--lxc-name", "ct1"], "a run in place verifies no image"),
+    (["sglang-images:some-tag"], "sglang-images:some-tag is no digest"),
+])
+def test_cpu_records_go_with_an_image_by_digest_only(tmp_path: Path, argv: list[str], words: str) -> None:
+    path = staged(tmp_path)
+    with pytest.raises(ConfigError, match=words):
+        verify_command.parse([*argv, "--cpu-record", str(path)], Workspace.at(ROOT), {})
+
+
+def test_the_records_are_read_before_the_pull_and_set_aside_with_rerun_cpu(tmp_path: Path) -> None:
+    path, ref = staged(tmp_path), f"{REPO}@{DIGEST}"
+    opts = verify_command.parse([ref, "--cpu-record", str(path)], Workspace.at(ROOT), {})
+    assert [o.run.cells[0].cell_id for o in opts.cpu_records] == [CELL.id]
+    assert verify_command.parse([ref, "--cpu-record", str(path), "--rerun-cpu"], Workspace.at(ROOT),
+                                {}).cpu_records == ()
+    with pytest.raises(ConfigError, match="--cpu-record cannot read"):
+        verify_command.parse([ref, "--cpu-record", str(tmp_path / "absent.json")], Workspace.at(ROOT), {})
