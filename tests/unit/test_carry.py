@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,8 @@ def test_the_platform_manifest_of_an_index_is_what_a_record_is_held_to(tmp_path:
                                   "failed cpu stage", "skipped cpu stage", "another cell", "other targets",
                                   "no digest pulled"])
 def test_a_record_that_does_not_hold_is_refused_with_why(tmp_path: Path, case: str) -> None:
-    path, kwargs, said = staged(tmp_path), {}, ""
+    path, said = staged(tmp_path), ""
+    kwargs: dict[str, Any] = {}
     if case == "another digest":
         path, said = staged(tmp_path, digest="sha256:" + "b" * 64), "no record in"
     elif case == "unsealed":
@@ -116,7 +118,7 @@ def test_a_record_that_does_not_hold_is_refused_with_why(tmp_path: Path, case: s
         kwargs, said = {"plan": dataclasses.replace(PLAN, archs=("sm_90a",))}, "planned for"
     elif case == "no digest pulled":
         kwargs, said = {"pulled": ImageInfo(ref="local", id=IMAGE_ID)}, "not pulled by digest"
-    found = chosen(path, **kwargs)   # type: ignore[arg-type]
+    found = chosen(path, **kwargs)
     assert isinstance(found, str), found
     assert said in found, found
 
