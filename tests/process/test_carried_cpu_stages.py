@@ -59,7 +59,7 @@ def test_a_gpu_runner_runs_only_the_gpu_stages_and_the_record_says_where_each_ra
             if line.startswith("@@probe-result ")]
     assert said == list(left.stages)   # the probe was asked for the GPU stages alone, and ran no other
     record = sealed_gpu_record(tmp_path, gpu_record(ran, found))
-    assert all(s.status is Status.PASSED for s in record.stages), record.stages
+    assert all(s.status is Status.PASSED for s in record.stages), [(s.name, s.reason) for s in record.stages]
     local = gpu_record([*found.stages, *ran], None)   # the same entries, as if every one had run here
     assert (record.verdict, record.verdict_reason) == (local.verdict, local.verdict_reason)
     assert record.verdict is results.Verdict.CPU_CHECKED
@@ -72,5 +72,6 @@ def test_a_gpu_runner_runs_only_the_gpu_stages_and_the_record_says_where_each_ra
 
 
 def datac_plan() -> Plan:
-    """The CPU stages and the GPU stages the stand-in can pass, with a short stage timeout (it answers at once)."""
-    return dataclasses.replace(PLAN, stages=(*CPU_STAGES, *STAND_IN_STAGES), stage_timeout=60.0)
+    """The CPU stages and the GPU stages the stand-in can pass, with a stage timeout a loaded machine still meets
+    (the stand-in answers at once)."""
+    return dataclasses.replace(PLAN, stages=(*CPU_STAGES, *STAND_IN_STAGES), stage_timeout=300.0)
