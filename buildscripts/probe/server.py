@@ -206,12 +206,12 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _member_alive(pid: str, pgid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+    try:   # as bytes: a process of any user may have any name, UTF-8 or not (the name ends at the last ")")
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
     except OSError:
         return False
-    return int(fields[2]) == pgid and fields[0] != "Z"
+    return int(fields[2]) == pgid and fields[0] != b"Z"
 
 
 def last_traceback(lines: List[str]) -> str:

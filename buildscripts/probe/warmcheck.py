@@ -97,7 +97,7 @@ def compiler_processes() -> Set[str]:
         return found
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/comm") as fh:
+            with open(f"/proc/{pid}/comm", errors="replace") as fh:   # any process's name, UTF-8 or not
                 name = fh.read().strip()
         except OSError:
             continue

@@ -59,7 +59,8 @@ def test_a_gpu_runner_runs_only_the_gpu_stages_and_the_record_says_where_each_ra
             if line.startswith("@@probe-result ")]
     assert said == list(left.stages)   # the probe was asked for the GPU stages alone, and ran no other
     record = sealed_gpu_record(tmp_path, gpu_record(ran, found))
-    assert all(s.status is Status.PASSED for s in record.stages), [(s.name, s.reason) for s in record.stages]
+    failed = [(s.name, s.status.value, s.reason) for s in record.stages if s.status is not Status.PASSED]
+    assert not failed, failed
     local = gpu_record([*found.stages, *ran], None)   # the same entries, as if every one had run here
     assert (record.verdict, record.verdict_reason) == (local.verdict, local.verdict_reason)
     assert record.verdict is results.Verdict.CPU_CHECKED
