@@ -215,3 +215,12 @@ def test_the_records_are_read_before_the_pull_and_set_aside_with_rerun_cpu(tmp_p
                                 {}).cpu_records == ()
     with pytest.raises(ConfigError, match="--cpu-record cannot read"):
         verify_command.parse([ref, "--cpu-record", str(tmp_path / "absent.json")], Workspace.at(ROOT), {})
+
+
+def test_the_html_report_says_a_stage_was_carried(tmp_path: Path) -> None:
+    from buildscripts.report import html
+
+    found = chosen(staged(tmp_path))
+    assert isinstance(found, carry.Carried), found
+    assert html._carried(found.stages[0]) == f"carried, sealed by key {BUILD_KEY.public.keyid[:16]}"
+    assert html._carried(gpu_passed()[0]) == ""
