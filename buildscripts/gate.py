@@ -2,7 +2,8 @@
 (through publish/trusted.py) and every report (report/weigh.py).
 
 A record is evidence only when all of this holds:
-- a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since);
+- a trusted key sealed exactly this record (trust/seal.py: a verifier of ours made it, nothing changed since),
+  and the record it carries CPU stages from, if any, as it shows them (trust/cpu_record.py);
 - its cell id is a cell of matrix.yaml, and the axes it records are that cell's: tags are rendered from the
   matrix cell, so a record can never give one version's image another version's tags;
 - its cell's definition is what it was when the record was made (matrix/definition.py `stale`; editing another
@@ -37,7 +38,7 @@ from .matrix import definition as definitions
 from .matrix.platforms import DEFAULT as DEFAULT_PLATFORM
 from .matrix.schema import LABEL_PREFIX
 from .results import GPU_STAGES, CellResult, StageResult, Status, Verdict, family, tag_form
-from .trust import dsse, seal
+from .trust import cpu_record, dsse, seal
 from .trust.keys import PublicKey
 
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
@@ -170,6 +171,9 @@ def check(record: CellResult, position: int, matrix: Matrix, trusted: Sequence[P
     signer = signer_of(record, trusted)
     if isinstance(signer, str):
         return refused(signer)
+    carried = cpu_record.recheck(record, trusted)   # a carried CPU stage counts under its own record's key too
+    if carried:
+        return refused(f"its carried CPU stages do not stand: {carried}")
     cell = matrix.cell(record.cell_id)
     if cell is None:
         return refused(f"{record.cell_id!r} is no cell of {matrix.path}: its tags cannot be named")
@@ -238,6 +242,8 @@ def weigh(record: CellResult, matrix: Matrix | None, trusted: Sequence[PublicKey
                                      "before records were sealed)"))
     elif isinstance(why := signer_of(record, trusted), str):
         marks.append((Mark.UNTRUSTED, why))
+    elif carried := cpu_record.recheck(record, trusted):
+        marks.append((Mark.UNTRUSTED, f"its carried CPU stages do not stand: {carried}"))
     cell = matrix.cell(record.cell_id) if matrix is not None else None
     if matrix is None:
         marks.append((Mark.STALE, NO_MATRIX))

@@ -24,6 +24,7 @@ from ..workspace import Workspace, checked_name
 if TYPE_CHECKING:
     from ..lxc.target import Target
     from ..results import CellResult, StageResult
+    from ..verify.carry import Offered
 
 ABOUT = "the ladder on an image, on this Python (--host) or in LXC (--lxc)"
 
@@ -35,7 +36,8 @@ class Options(Asked):
     place: Place                            # an image, this machine's Python, or an LXC container
     out: Path                               # the results JSON (default: runs/RUN_ID/results.json)
     cell_id: str | None = None              # names the result (default: the image's cell label, else adhoc)
-    trust_keys: tuple[Path, ...] = ()       # with --lxc: also trust the source image's verdicts signed by these
+    trust_keys: tuple[Path, ...] = ()       # also trusted: an LXC container's source verdict, a --cpu-record's seal
+    cpu_records: tuple[Offered, ...] = ()   # the build runner's records whose CPU stages may stand for ours
 
 
 def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options:
@@ -68,7 +70,25 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                    stages=tuple(stages) if stages else None, profile=a.profile, gpu=a.gpu,
                    archs=tuple(a.archs.split(",")) if a.archs else None, lane_cuda=a.lane_cuda,
                    stage_timeout=a.stage_timeout, shm_size=a.shm_size, keep_containers=env.get(KEEP_ENV) == "1",
-                   trust_keys=tuple(a.trust_key))
+                   trust_keys=tuple(a.trust_key), cpu_records=_cpu_records(a, place))
+
+
+def _cpu_records(a: argparse.Namespace, place: Place) -> tuple[Offered, ...]:
+    """The build runner's records given with --cpu-record, read before the pull; none with --rerun-cpu. They are
+    held to the digest verified, so they go with an image by digest only: a run in place verifies no image."""
+    from ..verify import carry
+
+    if not a.cpu_record:
+        return ()
+    if not place.pull:
+        msg = ("--cpu-record holds the build runner's record to the image digest verified here: "
+               f"{'a run in place verifies no image' if place.image is None else f'{place.image} is no digest'}")
+        raise ConfigError(msg, hint="verify the staged image by digest (REPO@sha256:…, or --pull), or leave "
+                                    "--cpu-record out: the CPU stages then run here")
+    if a.rerun_cpu:
+        log.info("--rerun-cpu: every CPU stage runs here, --cpu-record is set aside")
+        return ()
+    return carry.read(a.cpu_record)
 
 
 def _needs_the_build_extra(*, container: bool) -> None:
@@ -122,7 +142,15 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"/dev/shm of the verification container, as docker's --shm-size (default {SHM_SIZE}); "
                          "64m is Docker's default")
     ap.add_argument("--trust-key", action="append", default=[], type=arguments.path_argument, metavar="PUB",
-                    help="with --lxc: also trust the source image's verdicts signed by this public key")
+                    help="also trust this public key: with --lxc for the source image's verdicts, with --cpu-record "
+                         "for the build runner's seal")
+    ap.add_argument("--cpu-record", action="append", default=[], type=arguments.path_argument, metavar="RESULTS",
+                    help="the build runner's results.json of this digest (repeatable): its sealed record's CPU stages "
+                         "stand for this run's, which then runs the GPU stages only; a record that does not hold "
+                         "(another digest or cell, a key not trusted, a CPU stage not passed) is said, and the CPU "
+                         "stages run here")
+    ap.add_argument("--rerun-cpu", action="store_true",
+                    help="run every CPU stage here even when --cpu-record is given")
     return ap
 
 
@@ -206,7 +234,7 @@ def run(options: Options) -> int:
 
     verifier = places.verifier(options.place)
     request = verifier.request(options, places.Named(cell_id=options.cell_id, out=options.out,
-                                                     trust_keys=options.trust_keys))
+                                                     trust_keys=options.trust_keys, cpu_records=options.cpu_records))
     cell = verifier.record(request)
     show(cell)
     log.info(f"results: {options.out}; probe log: {request.log_file}")
@@ -236,11 +264,15 @@ def show(cell: CellResult) -> None:
     for column in ("stage", "status", "seconds", "detail"):
         table.add_column(column, overflow="fold")
     for stage in cell.stages:
-        table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value,
+        carried = " (carried)" if stage.carried_from else ""   # ran on the build runner: verify/carry.py
+        table.add_row(escape(stage.name), log.MARK.get(stage.status.value, "?") + " " + stage.status.value + carried,
                       f"{stage.duration_s:.1f}", _detail(stage))
     log.console.print(table)
     for name, text in warnings(cell):
         log.console.print(f"[yellow]warning from {escape(name)}:[/] {escape(text)}")
+    origin = next((s.carried_from for s in cell.stages if s.carried_from), None)
+    if origin:
+        log.console.print(f"[dim]CPU stages {escape(origin)}[/]")
     for what, value in measured(cell):
         log.console.print(f"[dim]{escape(what)}: {escape(value)}[/]")
     total = sum(s.duration_s for s in cell.stages)

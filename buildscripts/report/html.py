@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..results import CellResult
+from ..results import CellResult, StageResult
 from ..results.notes import arch_code, measured
 from . import common, grid, html_marks, html_matrix, weigh
 from .common import Shown
@@ -137,7 +137,8 @@ def _detail(cell: CellResult, shown: Shown) -> str:
             f'<td class="s-{status} nowrap">{common.mark(status)} {_e(status)}</td>'
             f"<td>{stage.duration_s:.1f} s</td><td>{_e(stage.where)}</td><td>{_e(stage.reason)}</td>"
             f"<td>{_e(stage.failure_class)}</td><td>{_e(stage.hint)}</td>"
-            f"<td>{_e(' · '.join(p for p in (stage.run_id, stage.runner, stage.finished) if p))}</td></tr>"
+            f"<td>{_e(' · '.join(p for p in (stage.run_id, stage.runner, stage.finished, _carried(stage)) if p))}"
+            "</td></tr>"
         )
         if stage.log_excerpt:
             logs.append(f"<h4>log excerpt: {_e(stage.name)}</h4><pre>{_e(stage.log_excerpt)}</pre>")
@@ -195,3 +196,8 @@ def render(weighed: Weighed) -> str:
         f"sealed by a key this report trusts.</p><p class=\"legend\">{_e(weigh.LEGEND_WORDS)}</p>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )
+
+
+def _carried(stage: StageResult) -> str:
+    """A carried stage says so where its provenance is shown: it ran on the build runner (verify/carry.py)."""
+    return f"carried, sealed by key {stage.sealed_by[:16]}" if stage.carried_from and stage.sealed_by else ""

@@ -15,6 +15,7 @@ from .record import (
     REQUIRED_GPU_STAGES,
     SCHEMA_VERSION,
     BuildResult,
+    CarriedRecord,
     CellResult,
     ExpectedFailure,
     ImageInfo,
@@ -26,8 +27,8 @@ from .record import (
 from .store import load, now, save
 
 __all__ = [
-    "CPU_STAGES", "GPU_STAGES", "LADDER", "REQUIRED_GPU_STAGES", "SCHEMA_VERSION", "BuildResult", "CellResult",
-    "ExpectedFailure",
+    "CPU_STAGES", "GPU_STAGES", "LADDER", "REQUIRED_GPU_STAGES", "SCHEMA_VERSION", "BuildResult", "CarriedRecord",
+    "CellResult", "ExpectedFailure",
     "Given", "ImageInfo", "RunResults", "StageResult", "Status", "Verdict", "arch_key", "arch_outcomes", "cell_record",
     "definition_digest", "families", "family", "gpu_runs", "is_unexpected", "judge", "judged", "load",
     "matrix_digest",

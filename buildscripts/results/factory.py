@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .judge import judged
-from .record import BuildResult, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
+from .record import BuildResult, CarriedRecord, CellResult, ExpectedFailure, ImageInfo, StageResult, Status
 from .store import now
 
 VERSION_KEYS = ("torch", "sglang", "flashinfer", "deep_gemm", "cuda_runtime", "driver", "nvcc")
@@ -33,8 +33,9 @@ class Given:
 def cell_record(cell_id: str, given: Given | None = None, *, build: BuildResult | None = None,
                 image: ImageInfo | None = None, stages: Sequence[StageResult] = (),
                 verification_key: str | None = None, reused_from: str | None = None,
-                notes: Sequence[str] = ()) -> CellResult:
-    """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built."""
+                notes: Sequence[str] = (), carried: CarriedRecord | None = None) -> CellResult:
+    """A judged, frozen CellResult. A cell that is neither excluded nor built is recorded as not built. `carried`:
+    the record whose stages among `stages` ran on another runner (verify/carry.py); they are judged as any."""
     given = given or Given()
     if build is None and not given.excluded:
         build = BuildResult(status=Status.SKIPPED, reason="not built")
@@ -43,6 +44,7 @@ def cell_record(cell_id: str, given: Given | None = None, *, build: BuildResult 
         expected=given.expected, build=build, image=image or ImageInfo(), stages=list(stages),
         versions={**given.versions, **versions_from(stages)}, locks=dict(given.locks), run_id=given.run_id,
         finished=now(), verification_key=verification_key, reused_from=reused_from, notes=list(notes) or None,
+        carried=carried,
     )
     return judged(record)
 

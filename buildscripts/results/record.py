@@ -72,6 +72,12 @@ class StageResult(Record):
     runner: str | None = None
     finished: str | None = None
     image_id: str | None = None               # the image it ran in, when that may differ from its cell's
+    # The keyid (trust/keys.py) of the key that sealed the record this entry was made in: this record's verifier
+    # for a stage run here, the build runner's for a stage carried from its record (verify --cpu-record).
+    sealed_by: str | None = None
+    # For a stage this record carries, not runs: "carried from the record of run R (cell C, digest D) sealed by
+    # KEYID" (verify/carry.py); the carried record's envelope is the cell's `carried`.
+    carried_from: str | None = None
 
 
 class ImageInfo(Record):
@@ -119,6 +125,20 @@ class ExpectedFailure(Record):
         return data
 
 
+class CarriedRecord(Record):
+    """The build runner's sealed record whose CPU stages a GPU runner's record carries instead of running them
+    again (verify --cpu-record, verify/carry.py): enough to check them again without the file it came from."""
+
+    cell_id: str
+    run_id: str | None = None
+    runner: str | None = None       # the host name its results file gives (the file's word, outside that seal)
+    digest: str                     # the platform manifest digest that record and this one judged
+    keyid: str                      # the key that sealed it, trusted by the verifier that carried it
+    key: str                        # that key's name where the verifier found it (e.g. keys/ci.pub)
+    stages: list[str]               # the stages carried, in ladder order
+    seal: dict[str, Any]            # its DSSE envelope: the payload is that whole record as it was sealed
+
+
 class CellResult(Record):
     cell_id: str
     axes: dict[str, str] = Field(default_factory=dict)      # the cell's coordinates (tag template fields)
@@ -151,6 +171,9 @@ class CellResult(Record):
     # in records made before (judged by the whole file's digest) and in runs that are no cell of matrix.yaml.
     definition: dict[str, Any] | None = None
     definition_digest: str | None = None
+    # The build runner's record whose CPU stages this one carries (verify --cpu-record); None when every stage ran
+    # in this verification.
+    carried: CarriedRecord | None = None
     # A DSSE envelope over the rest of the record by the verifier that made it (trust/seal.py): what
     # tag, promote, export and the reuse lookup check before they act on the record.
     seal: dict[str, Any] | None = None

@@ -27,7 +27,8 @@ UNSEALED = frozenset({"tags", "promoted", "seal"})   # what tagging and promotio
 
 # Fields the record gained after records were first sealed: left out of the sealed form while unset, so that a
 # record sealed before them still verifies (an unset field and an absent one say the same). Once set, they are sealed.
-LATER = frozenset({"definition", "definition_digest", "notes"})
+LATER = frozenset({"definition", "definition_digest", "notes", "carried"})
+STAGE_LATER = frozenset({"sealed_by", "carried_from"})   # likewise in each stage entry
 WRITTEN_NULL = frozenset({"definition", "definition_digest"})   # written as null while unset on 2026-12-04
 
 
@@ -38,6 +39,10 @@ def canonical(cell: CellResult, *, unset_written: bool = False) -> bytes:
     for name in LATER:
         if data.get(name) is None and not (unset_written and name in WRITTEN_NULL):
             data.pop(name, None)
+    for stage in data.get("stages") or []:
+        for name in STAGE_LATER:
+            if stage.get(name) is None:
+                stage.pop(name, None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -57,11 +62,24 @@ def record(run: RunResults, cell: CellResult, key: SigningKey | None, path: Path
     nothing."""
     bound = cell.model_copy(update={
         "matrix_digest": run.matrix_digest, "seal": None, "definition": dict(definition) if definition else None,
-        "definition_digest": results.definition_digest(definition) if definition else None})
-    sealed = seal(bound, key) if key is not None and _readable(bound) else bound
+        "definition_digest": results.definition_digest(definition) if definition else None,
+        "stages": ran_here(cell.stages, run, None)})
+    if key is not None and _readable(bound):
+        sealed = seal(bound.model_copy(update={"stages": ran_here(cell.stages, run, key.public.keyid)}), key)
+    else:
+        sealed = bound
     run.cells.append(sealed)
     results.save(run, path)
     return sealed
+
+
+def ran_here(stages: Sequence[results.StageResult], run: RunResults,
+             keyid: str | None) -> list[results.StageResult]:
+    """The stages with where they ran: a stage made in this run gets its run, its runner and the key that seals it
+    (`keyid`, None when the record is not sealed); one stamped already (reused from a saved run, carried from the
+    build runner's record: verify/carry.py) keeps what it says."""
+    return [s if s.run_id or s.carried_from else
+            s.model_copy(update={"run_id": run.run_id, "runner": run.runner, "sealed_by": keyid}) for s in stages]
 
 
 def _readable(cell: CellResult) -> bool:

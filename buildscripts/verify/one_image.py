@@ -19,7 +19,7 @@ from ..build.buildx import image_info
 from ..matrix.schema import LABEL_PREFIX
 from ..matrix.tagtemplates import AXIS_FIELDS
 from ..results import BuildResult, CellResult, Given, ImageInfo, StageResult, Status, cell_record
-from . import emulated
+from . import carry, emulated
 from .container import ContainerRunner
 from .output import failed
 from .request import VerificationRequest
@@ -67,16 +67,21 @@ def verify_image(client: docker.DockerClient, image: str, request: VerificationR
 def check_image(client: docker.DockerClient, image: str, request: VerificationRequest) -> CellResult:
     """verify_image + judge in one call (what `verify IMAGE` and end-to-end tests use): the judged record of the
     request's cell (its axes and declared expected failure; else what the image's labels say), with where the
-    image came from by digest (`request.pulled`, verify/pulled.py) recorded with it."""
+    image came from by digest (`request.pulled`, verify/pulled.py) recorded with it. The CPU stages the request
+    carries from the build runner's record (verify/carry.py) are not run again: they join the record as they are."""
     local = request.facts if request.facts is not None else image_facts(client, image)
     info = local
     if request.pulled is not None:
         info = local.model_copy(update=request.pulled.model_dump(include={"ref", "repository", "digest",
                                                                           "platform_digest"}))
-    found = verify_image(client, image, replace(request, facts=local))
+    carried = request.carried
+    left = carry.without(request.plan, carried)
+    found = verify_image(client, image, replace(request, facts=local, plan=left)) if left.stages else []
     build = (BuildResult(status=Status.PASSED, reason="existing image") if info.id
              else BuildResult(status=Status.FAILED, reason=f"image {image} not found"))
-    return cell_record(request.cell_id, given(request, info.labels), build=build, image=info, stages=found)
+    return cell_record(request.cell_id, given(request, info.labels), build=build, image=info,
+                       stages=carry.merged(found, carried), carried=carried.entry if carried else None,
+                       notes=request.notes)
 
 
 def given(request: VerificationRequest, labels: Mapping[str, str]) -> Given:

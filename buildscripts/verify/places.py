@@ -22,11 +22,11 @@ from ..errors import ConfigError
 from ..lxc.privileged import why_unsealed
 from ..matrix import platforms
 from ..matrix.schema import LABEL_PREFIX
-from ..results import BuildResult, CellResult, Given, ImageInfo, Status, cell_record
+from ..results import CPU_STAGES, BuildResult, CellResult, Given, ImageInfo, Status, cell_record
 from ..trust import keys, sources
 from ..trust.seen import History
 from ..workspace import checked_name
-from . import identity, provision, pulled, tp
+from . import carry, identity, provision, pulled, tp
 from .asked import Asked, Place
 from .host import verify_as_identity
 from .lxcrunner import LxcRunner
@@ -45,7 +45,8 @@ class Named:
 
     cell_id: str | None                 # default: the image's cell label (in place: named after it), else adhoc
     out: Path                           # the results file
-    trust_keys: Sequence[Path] = ()     # in an LXC container: also trusted for its source image's verdict
+    trust_keys: Sequence[Path] = ()     # also trusted: an LXC container's source verdict, a --cpu-record's seal
+    cpu_records: Sequence[carry.Offered] = ()   # the build runner's records, for its CPU stages (verify/carry.py)
 
 
 class Verifier(Protocol):
@@ -90,7 +91,7 @@ class InImage:
                                 also_archs=asked.matrix.spec.targets().also_audit)
         made = provision.request(asked, provided, chosen, cell_id=named.cell_id or label, cell=cell, facts=facts,
                                  place=replace(self.place, image=local))
-        return replace(made, pulled=source, sealing=sealing)
+        return _carrying(replace(made, pulled=source, sealing=sealing), asked, named)
 
     def record(self, request: VerificationRequest) -> CellResult:
         assert self.client is not None, "the request connected to the engine"
@@ -199,6 +200,21 @@ class InLxc:
             log.info(f"source image: {detail}")
         else:
             log.warn(f"source image: {detail}")
+
+
+def _carrying(request: VerificationRequest, asked: Asked, named: Named) -> VerificationRequest:
+    """The request with the CPU stages a record given with --cpu-record stands for (verify/carry.py), said in one
+    line; a record refused is said as a warning, and its CPU stages run here."""
+    if not named.cpu_records or not any(s in CPU_STAGES for s in request.plan.stages):
+        return request
+    trusted = keys.trusted(asked.ws.root, asked.env, named.trust_keys)
+    found = carry.choose(named.cpu_records, pulled=request.pulled, cell=request.cell, plan=request.plan,
+                         trusted=trusted)
+    if isinstance(found, str):
+        log.warn(f"--cpu-record not used, the CPU stages run here: {found}")
+        return replace(request, carry_refused=found)
+    log.info(found.said)
+    return replace(request, carried=found)
 
 
 def _host_platform() -> str:

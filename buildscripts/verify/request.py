@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..matrix import Cell, Matrix
     from ..results import ImageInfo
     from ..trust.keys import PublicKey, SigningKey
+    from .carry import Carried
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,13 @@ class VerificationRequest:
     place: Place = field(default_factory=Place)   # where it runs (the build: a container of the image it built)
     sealing: Sealing | None = None      # `verify`'s record (the build seals its run's records itself)
     env: Mapping[str, str] = field(default_factory=dict)   # the verifier's environment (a host run's is from it)
+    carried: Carried | None = None      # the build runner's CPU stages standing for this run's (verify/carry.py)
+    carry_refused: str | None = None    # why the records given with --cpu-record do not (the record's notes say so)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the record notes of the request itself: CPU records given and not carried."""
+        return [f"--cpu-record not used, the CPU stages ran here: {self.carry_refused}"] if self.carry_refused else []
 
     @property
     def log_file(self) -> Path:

@@ -315,8 +315,8 @@ def test_verify_here_from_the_wheel_runs_the_ladder_in_place(user_venv: Installe
                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
     """With the extra (`pipx install 'sglang-images[build]'`), installed in a folder others cannot pass (as pipx
     installs under root's 0700 home: the probe travels as a copy in the run's folder), from an empty folder: no
-    matrix.yaml there, so the matrix the wheel carries gives the plan; this machine's Python has no SGLang, so the ladder in place fails at
-    import with its class, and the record says so under runs/ of that folder."""
+    matrix.yaml there, so the matrix the wheel carries gives the plan; this machine's Python has no SGLang, so the
+    ladder in place fails at import with its class, and the record says so under runs/ of that folder."""
     folder = tmp_path_factory.mktemp("with-extra")   # pytest's folders are 0700: the venv's place, as root's home
     # The folder the command runs in holds runs/, which the code under test's identity must reach.
     cwd = Path(tempfile.mkdtemp(prefix="sglang-images-here-", dir="/var/tmp" if Path("/var/tmp").is_dir() else None))

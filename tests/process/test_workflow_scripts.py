@@ -211,3 +211,15 @@ def test_a_gpu_job_logs_in_to_pull_and_verifies_the_digest(tools: Path, tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     assert calls.splitlines() == ["docker login ghcr.io --username reader --password-stdin", "stdin: r34d",
                                   "nox -s verify -- --pull ghcr.io/org/staging@sha256:ab --run-id gh1.1-cell-sm_100a"]
+
+
+def test_a_gpu_job_passes_every_cpu_record_it_downloaded(tools: Path, tmp_path: Path) -> None:
+    for job in ("build", "build-arm64"):
+        (tmp_path / "cpu-records" / f"cpu-records-{job}").mkdir(parents=True)
+        (tmp_path / "cpu-records" / f"cpu-records-{job}" / "results.json").write_text("{}")
+    done, calls = run("Verify the staged digest", tmp_path, system_path(tools), IMAGE="ghcr.io/org/staging@sha256:ab",
+                      RUN_ID="gh1.1-cell-sm_100a", DOCKER_CONFIG=str(tmp_path / "docker-config"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.splitlines() == ["nox -s verify -- --pull ghcr.io/org/staging@sha256:ab --run-id gh1.1-cell-sm_100a "
+                                  "--cpu-record cpu-records/cpu-records-build-arm64/results.json "
+                                  "--cpu-record cpu-records/cpu-records-build/results.json"]

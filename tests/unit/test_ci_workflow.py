@@ -307,3 +307,20 @@ def test_manual_runs_take_a_glob_and_pushes_run_on_the_paths_that_matter() -> No
         assert {"matrix.yaml", "lockfiles/**", "images/**", "buildscripts/**"} <= set(triggers[event]["paths"])
     pinned = re.findall(r"uses: (\S+)", TEXT)
     assert pinned and all(re.fullmatch(r"actions/[\w-]+@v\d+", u) for u in pinned)
+
+
+def test_each_gpu_job_gets_the_build_jobs_cpu_records_and_the_promote_job_does_not(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    upload = step("build", "Upload the CPU records")
+    download = step("verify", "Download the build jobs' CPU records")
+    verify = step("verify", "Verify the staged digest")["run"]
+    assert upload["if"] == "always()" and download["if"] == "matrix.arch != 'cpu'"   # a CPU-only job runs them
+    assert f"{download['with']['path']}/*/results.json" in verify and '"${records[@]}"' in verify
+    for row in github_rows(capsys, ["--builds"])[1]:
+        env = build_env(row)
+        name = evaluate(upload["with"]["name"], {"matrix": row})
+        assert fnmatch.fnmatchcase(name, download["with"]["pattern"])
+        assert not fnmatch.fnmatchcase(name, step("promote", "Download every job's results")["with"]["pattern"])
+        assert evaluate(upload["with"]["path"], {"env": env}) == f"runs/{env['RUN_ID']}/results.json"
+    names = [s.get("name") for s in JOBS["verify"]["steps"]]
+    assert names.index("Download the build jobs' CPU records") < names.index("Verify the staged digest")
