@@ -107,12 +107,12 @@ def run(options: Options) -> int:
     from ..matrix import load
     from ..publish import described_view
     from ..publish.check_view import as_json, show
-    from ..trust import keys, policy, sources
+    from ..trust import keys, policy, provenance_policy, sources
     from ..trust.seen import History
 
     ws, env = options.ws, options.env
     if options.write_policies:
-        for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
+        for path in [*policy.write(ws.root, load(ws.matrix).spec.all_archs), provenance_policy.write(ws.root)]:
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
     trusted = keys.trusted(ws.root, env, options.keys)
