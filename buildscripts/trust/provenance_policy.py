@@ -4,7 +4,7 @@
 attestation of that type that the key signed is attached to the digest ("none of the attestations matched the
 predicate type"), and, for each one that is, requires the SLSA v1 shape this project's builder writes
 (attest/provenance.py): our buildType, the cell and its definition's sha256, the lock files among the resolved
-dependencies, and a builder. Generated with the verdicts' policies (`nox -s check -- --write-policies`).
+dependencies (first), and a builder. Generated with the verdicts' policies (`nox -s check -- --write-policies`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def cue() -> str:
         f"//     --policy {FOLDER}/{FILE} REPO@sha256:DIGEST",
         "// The digest must carry this project's SLSA v1 provenance (buildscripts/attest/provenance.py), signed by",
         "// the key: cosign fails when none is attached.",
-        "import \"list\"", "",
+        "",
         "_digest: close({sha256!: =~" + hex64 + "})",
         "_subject: {name!: string, digest!: _digest}",
         "",
@@ -42,9 +42,8 @@ def cue() -> str:
         "\t\t\tcell!:       =~\"^sglang[0-9]\"",
         "\t\t\tdefinition!: close({sha256!: =~" + hex64 + "})",
         "\t\t}",
-        "\t\tresolvedDependencies!: [...{name?: string, digest?: {[string]: string}}]",
-        "\t\t_locks: [for d in resolvedDependencies if d.name != _|_ if d.name =~ \"^lockfiles/\" {d}]",
-        "\t\t_hasLocks: list.MinItems(1) & _locks",
+        "\t\t// the cell's lock files first (attest/provenance.py writes them so), then images/ and the base",
+        "\t\tresolvedDependencies!: [{name!: =~\"^lockfiles/\", digest!: close({sha256!: =~" + hex64 + "})}, ...]",
         "\t}",
         "\trunDetails!: {builder!: {id!: string}}",
         "}", "",
