@@ -246,7 +246,9 @@ def test_every_matrix_key_the_workflow_uses_is_in_every_row_of_its_job(
     assert {"id", "name", "runs-on", "cells"} <= used
     for row in github_rows(capsys, ["--builds", "--only", "sglang0.5.23-*-pip-*"])[1]:
         assert used <= row.keys(), f"the build job uses matrix keys {sorted(used - row.keys())} a row lacks"
-    assert not {k for job in JOBS if job not in ("build", "verify") for k in matrix_keys(job)}
+    # the provenance job's rows are the plan job's own list of staged digests: a repository and a digest each
+    assert matrix_keys("provenance") == {"name", "digest"}
+    assert not {k for job in JOBS if job not in ("build", "verify", "provenance") for k in matrix_keys(job)}
 
 
 def test_no_expression_is_pasted_into_a_shell_script() -> None:
