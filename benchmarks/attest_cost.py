@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import docker
+import docker.models.images
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from buildscripts.attest import sbom
+from buildscripts.lock.lockfile import Pin
 
 ROOT = Path(__file__).resolve().parents[1]
 PIP_CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
@@ -18,7 +19,7 @@ KEY = ("torch", "sglang", "sglang-kernel", "flashinfer-python", "nvidia-cuda-nvc
 SITE = "opt/venv/lib/python3.11/site-packages"
 
 
-def pinned() -> dict[str, sbom.lockfile.Pin]:
+def pinned() -> dict[str, Pin]:
     return {name: pin for name, (_, pin) in sbom.lock_pins(LOCKS).items()}
 
 
@@ -42,10 +43,10 @@ def make_tree(root: Path, *, versions: dict[str, str] | None = None) -> Path:
                       "Package: gone\nStatus: deinstall ok config-files\nArchitecture: amd64\nVersion: 1\n\n"
                       "Package: g++\nStatus: install ok installed\nArchitecture: amd64\nVersion: 4:12.2.0-3\n")
     (root / "etc/sglang-images").mkdir(parents=True)
+    rope = {"kind": "sglang-jit", "module": "rope", "ok": True, "profile": "default"}
+    failed = {"kind": "sglang-jit", "module": "failed", "ok": False, "profile": "default"}
     (root / "etc/sglang-images/warm.json").write_text(json.dumps({
-        "archs": ["sm_90a", "sm_100a"], "baked": [
-            {"arch": "sm_90a", "built": [{"kind": "sglang-jit", "module": "rope", "ok": True, "profile": "default"},
-                                         {"kind": "sglang-jit", "module": "failed", "ok": False, "profile": "default"}]},
-            {"arch": "sm_100a", "built": [{"kind": "sglang-jit", "module": "rope", "ok": True, "profile": "default"}]}]}))
+        "archs": ["sm_90a", "sm_100a"], "baked": [{"arch": "sm_90a", "built": [rope, failed]},
+                                                  {"arch": "sm_100a", "built": [rope]}]}))
     (root / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n')
     return root

@@ -15,7 +15,7 @@ import pytest
 
 from buildscripts.attest import inventory, provenance, sbom, signed
 from buildscripts.errors import NotVerified
-from buildscripts.trust import cosign, described, dsse, keys, provenance_policy
+from buildscripts.trust import cosign, described, keys, provenance_policy
 from tests import needs
 from tests.attest_world import key_env
 from tests.cli import cli

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.sbom_tree import KEY, LOCKS, PIP_CELL, make_tree, pinned
 DIGEST = "sha256:" + "d" * 64
 
 
-def made(root: Path) -> dict[str, object]:
+def made(root: Path) -> dict[str, Any]:
     subject = sbom.Subject(repository="registry.example/sglang", digest=DIGEST, cell_id=PIP_CELL, apt=("g++",),
                            pip=("cuda-toolkit[nvcc]==13.0.2",))
     document = json.loads(sbom.to_json(sbom.bom(inventory.from_tree(root), subject, LOCKS)))
@@ -27,7 +28,7 @@ def made(root: Path) -> dict[str, object]:
 def test_the_pip_cells_sbom_names_its_key_packages_with_the_versions_and_hashes_of_its_lock(tmp_path: Path) -> None:
     document = made(make_tree(tmp_path))
     assert document["bomFormat"] == "CycloneDX" and document["specVersion"] == "1.6"
-    listed = {c["name"]: c for c in document["components"]}   # type: ignore[union-attr, index]
+    listed = {c["name"]: c for c in document["components"]}
     pins = pinned()
     for name in KEY:
         component = listed[name]
@@ -39,12 +40,12 @@ def test_the_pip_cells_sbom_names_its_key_packages_with_the_versions_and_hashes_
     assert {"name": "sglang-images:kind", "value": "cuda-toolkit"} in listed["nvidia-cuda-nvcc"]["properties"]
     assert listed["libstdc++6"]["purl"] == "pkg:deb/debian/libstdc%2B%2B6@12.2.0-14?arch=amd64"
     assert "gone" not in listed and "broken" not in listed and "not me" not in listed
-    assert document["metadata"]["component"]["version"] == DIGEST   # type: ignore[index]
+    assert document["metadata"]["component"]["version"] == DIGEST
 
 
 def test_an_installed_version_other_than_the_locks_carries_no_hash_and_says_so(tmp_path: Path) -> None:
     document = made(make_tree(tmp_path, versions={"torch": "2.10.0"}))
-    torch = next(c for c in document["components"] if c["name"] == "torch")   # type: ignore[union-attr]
+    torch = next(c for c in document["components"] if c["name"] == "torch")
     assert torch["version"] == "2.10.0" and "hashes" not in torch
     assert {"name": "sglang-images:lock-match", "value": "false"} in torch["properties"]
     row = next(r for r in described_view.key_packages(document) if r["name"] == "torch")
@@ -58,7 +59,7 @@ def test_check_counts_each_kind_and_lists_the_key_packages(tmp_path: Path) -> No
     rows = {r["name"]: r for r in described_view.key_packages(document)}
     assert set(rows) == {"torch", "sglang", "sglang-kernel", "flashinfer-python", "nvidia-cuda-nvcc", "libstdc++6"}
     assert rows["sglang"]["version"] == pinned()["sglang"].version and "sha256" in rows["sglang"]["lock"]
-    cache = next(c for c in document["components"] if c["name"] == "rope")   # type: ignore[union-attr]
+    cache = next(c for c in document["components"] if c["name"] == "rope")
     assert {"name": "sglang-images:archs", "value": "sm_90a sm_100a"} in cache["properties"]
 
 
