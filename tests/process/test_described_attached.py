@@ -81,6 +81,9 @@ def test_check_verifies_the_sbom_and_shows_the_provenance(registry: Registry, tm
     assert "provenance: ✓ verified" in out and f"cell {PIP_CELL}" in out
     assert "lockfiles/sglang/sglang0.5.16-torch2.11.0-cu130-bookworm.txt" in out
     assert "ignored" not in out   # set aside from the verdicts, never counted as one
+    (shown,) = json.loads(check(registry, ref, "--sbom", "--json").stdout)
+    assert shown["provenance"]["verified"] and shown["provenance"]["cell"] == PIP_CELL
+    assert shown["sbom"]["counts"]["cuda-toolkit"] == 1 and not shown["ignored"]
 
 
 def test_an_edited_sbom_is_refused(registry: Registry, tmp_path: Path) -> None:
