@@ -99,6 +99,8 @@ def from_tree(root: Path) -> Inventory:
 def from_image(client: docker.DockerClient, image: str) -> Inventory:
     """The inventory of a local image (id or name): scan.py run inside it, isolated."""
     import docker.errors
+    import requests.exceptions
+    from docker.types import LogConfig
 
     source = Path(scan.__file__).read_text(encoding="utf-8")
     name = f"sglang-images-inventory-{uuid.uuid4().hex[:12]}"
@@ -108,7 +110,9 @@ def from_image(client: docker.DockerClient, image: str) -> Inventory:
             image, [PYTHON, "-I", "-S", "-c", source, "/"], entrypoint=[], name=name, user="65534:65534",
             network_disabled=True, network_mode="none", read_only=True, cap_drop=["ALL"],
             security_opt=["no-new-privileges"], environment={}, labels={f"{LABEL_PREFIX}.inventory": image},
-            mem_limit="1g", pids_limit=64)
+            mem_limit="1g", pids_limit=64,
+            # the engine keeps what it prints: at most a little more than we read, whatever the image writes
+            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": "20m", "max-file": "1"}))
         container.start()
         status = container.wait(timeout=DEADLINE_S)
         output = container.logs(stdout=True, stderr=False)[:MOST_OUTPUT + 1]
@@ -116,7 +120,7 @@ def from_image(client: docker.DockerClient, image: str) -> Inventory:
             tail = container.logs(stdout=False, stderr=True)[-400:].decode(errors="replace")
             msg = f"reading the inventory of {image} failed (exit {status.get('StatusCode')}): {tail.strip()}"
             raise EngineError(msg, hint=f"the image needs {PYTHON} (every base of matrix.yaml has it)")
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:   # a wait past DEADLINE_S
         msg = f"reading the inventory of {image} failed: {exc}"
         raise EngineError(msg, hint="is the image in the local engine? (`docker images`)") from None
     finally:
