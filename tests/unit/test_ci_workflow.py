@@ -31,6 +31,7 @@ from buildscripts.results import ImageInfo
 from buildscripts.workspace import Workspace
 from tests.commands import call
 from tests.results_factory import make_run
+from tests.sbom_tree import PIP_CELL
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "sglang-images.yml"
@@ -309,3 +310,27 @@ def test_manual_runs_take_a_glob_and_pushes_run_on_the_paths_that_matter() -> No
         assert {"matrix.yaml", "lockfiles/**", "images/**", "buildscripts/**"} <= set(triggers[event]["paths"])
     pinned = re.findall(r"uses: (\S+)", TEXT)
     assert pinned and all(re.fullmatch(r"actions/[\w-]+@v\d+", u) for u in pinned)
+
+
+def test_the_provenance_job_attests_each_staged_platform_manifest_once_and_pushes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan job's list of staged digests (its inline script run here on two build jobs' results: a cell staged
+    by both counts once) is the provenance job's matrix; GitHub's action pushes each attestation to the registry."""
+    script = step("plan", "The staged platform manifests (for GitHub's own provenance)")["run"]
+    inline = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    for artifact in ("results-build", "results-build-arm64"):
+        found = staged_results(tmp_path / artifact, [PIP_CELL], run_id=f"gh1.1-{artifact}")
+        (tmp_path / "staged" / artifact).mkdir(parents=True)
+        found.rename(tmp_path / "staged" / artifact / "results.json")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    exec(compile(inline, "provenance-digests", "exec"), {})   # the step's own Python, in this process
+    assert json.loads(capsys.readouterr().out) == {"include": [{"name": "registry.example/team/staging",
+                                                    "digest": "sha256:" + "5d" * 32}]}
+    job = JOBS["provenance"]
+    assert job["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write",
+                                  "packages": "write"}
+    attest = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/attest-build-provenance@"))
+    assert attest["with"] == {"subject-name": "${{ matrix.name }}", "subject-digest": "${{ matrix.digest }}",
+                              "push-to-registry": True}
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.digests) }}"
