@@ -54,7 +54,7 @@ class Found:
         return NAMES[self.kind]
 
 
-def _claimed_type(envelope: Any) -> str | None:
+def claimed_type(envelope: Any) -> str | None:
     """The predicate type an envelope's payload says it holds (not yet who signed it): where it is read."""
     if not isinstance(envelope, Mapping) or envelope.get("payloadType") != dsse.IN_TOTO:
         return None
@@ -67,7 +67,7 @@ def _claimed_type(envelope: Any) -> str | None:
 
 
 def is_described(envelope: Any) -> bool:
-    return _claimed_type(envelope) is not None
+    return claimed_type(envelope) is not None
 
 
 def open_described(envelope: Any, kind: str, digest: str, trusted: Sequence[PublicKey], *,
@@ -114,7 +114,7 @@ def find(envelopes: Sequence[Any], kind: str, digest: str, trusted: Sequence[Pub
     used: Described | None = None
     refused: list[str] = []
     for number, envelope in enumerate(envelopes, 1):
-        if _claimed_type(envelope) != kind:
+        if claimed_type(envelope) != kind:
             continue
         try:
             found = open_described(envelope, kind, digest, trusted, where=f"attestation {number}")
