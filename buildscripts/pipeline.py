@@ -19,16 +19,19 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from . import engine, log, report, results
+from .attest import describe
+from .attest.provenance import LOCAL_BUILDER, BuildFacts
+from .attest.sbom import Subject
 from .build import base as base_images
 from .build import buildx, cache, footprint, native
-from .errors import ConfigError, LockError
+from .errors import ConfigError, FatalError, LockError
 from .lock import LockStatus, paths_for, status_of
 from .matrix import Cell, Matrix
 from .matrix.schema import LABEL_PREFIX, Cache
 from .pipeline_options import BuildOptions
 from .publish import staging, tags, trusted
 from .results import BuildResult, CellResult, Given, ImageInfo, RunResults, StageResult, Status, cell_record
-from .trust import keys, seal
+from .trust import keys, seal, verdicts
 from .trust.keys import PublicKey, SigningKey
 from .verify import provision, reuse, tp
 from .verify.one_image import verify_image
@@ -256,7 +259,41 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
         with log.working(f"staging {cell.id} in {opts.stage}"):
             staged = staging.stage(ctx.client, record, opts.stage, opts.env, log_file=run_dir / cell.id / "stage.log")
         record = record.model_copy(update={"image": staged})   # judged once: where the image went changes no verdict
+        describe_staged(cell, matrix, ctx, opts, record, run_dir)
     return record
+
+
+def describe_staged(cell: Cell, matrix: Matrix, ctx: Context, opts: BuildOptions, record: CellResult,
+                    run_dir: Path) -> None:
+    """The staged image's SBOM and provenance, signed and attached to its platform manifest (attest/): a step of
+    its own, whose failure is said and leaves the image without them (a policy requiring provenance refuses it)."""
+    image, boot = record.image, matrix.spec.bases[cell.base_name].debootstrap
+    digest = image.platform_digest or image.digest
+    assert image.repository and digest and image.id, "a staged image has its repository, digest and id"
+    base = ctx.bases[cell.base_name]
+    inputs, tag = ctx.candidates[cell.id]
+    locks = paths_for(cell, opts.ws.locks)
+    own = {flavour: pins for flavour, pins in cell.toolkit.pip.items() if flavour == cell.lane.cuda}
+    facts = BuildFacts(
+        cell_id=cell.id, definition_digest=cell.definition_digest.removeprefix("sha256:"),
+        parameters={"platform": cell.platform, "candidate": tag, "inputs": inputs, "toolkit": cell.toolkit_name,
+                    "targets": list(cell.archs)},
+        locks=[(p.relative_to(opts.ws.locks).as_posix(), p) for p in (locks.lane, locks.sglang, locks.toolkit) if p],
+        base={"suite": boot.suite if boot else "", "variant": boot.variant if boot else "", "id": base.id,
+              "inputs": base.inputs_hash, "ref": base.ref},
+        engine=str(ctx.client.version().get("Version", "")), builder_id=verdicts.run_url(opts.env) or LOCAL_BUILDER,
+        run_id=opts.run_id, finished=results.now(), cached=bool(record.build and record.build.cached))
+    subject = Subject(repository=image.repository, digest=digest, cell_id=cell.id, apt=tuple(cell.toolkit.apt),
+                      pip=tuple(p for pins in own.values() for p in pins))
+    request = describe.Request(image=image.id, subject=subject, facts=facts,
+                               root=opts.ws.root, run_dir=run_dir, key=ctx.key, trusted=ctx.trusted)
+    try:
+        with log.working(f"SBOM and provenance of {cell.id}"):
+            made = describe.make(ctx.client, request)
+    except FatalError as exc:
+        log.step(cell.id, "describe", "failed", detail=exc.message)
+        return
+    log.step(cell.id, "describe", "passed", detail=", ".join(opts.ws.shown(p) for p in made))
 
 
 def verified(request: VerificationRequest, ctx: Context, given: Given, build: BuildResult,

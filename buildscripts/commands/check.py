@@ -11,6 +11,8 @@ platform (an index's entry for --platform, default this machine's); 18 when it i
 not be made (a registry that does not answer, cosign or skopeo missing, an unreadable archive).
 What it saw of each digest is kept in a state folder (--state-dir, trust/seen.py): a registry that later serves
 an older snapshot of the verdicts, or fewer verdicts than were seen, is refused (trust/rollback.py).
+Each manifest's provenance (trust/described.py) is shown, verified or not, with its cell and lock digests;
+`--sbom` also verifies its SBOM (signed by a trusted key, for this digest) and lists it, and fails (18) without one.
 `--write-policies` writes the cosign policies (trust/policy.py) of matrix.yaml's archs under policies/.
 """
 from __future__ import annotations
@@ -29,6 +31,9 @@ from ..workspace import Workspace
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from ..trust import described, sources
+    from ..trust.keys import PublicKey
+
 ABOUT = "was this very image verified on a GPU? its signed verdicts, checked"
 HINT = ("use an image whose good tag was promoted after a GPU verification, or pass --key with the public key "
         "of a verifier you trust")
@@ -44,6 +49,7 @@ class Options:
     write_policies: bool = False
     keys: tuple[Path, ...] = ()             # trusted besides the project's keys/*.pub
     json: bool = False
+    sbom: bool = False                      # the SBOM must be attached and verified too (exit 18 when it is not)
     state_dir: Path | None = None           # where what was seen per digest is kept (trust/seen.py)
     now: datetime | None = None             # the clock verdicts are placed by (trust/freshness.py): this machine's
 
@@ -68,6 +74,8 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
     ap.add_argument("--trust-key", "--key", dest="key", action="append", default=[], type=arguments.path_argument,
                     metavar="PUB", help="a public key (PEM) to trust besides the project's keys/*.pub (repeatable)")
     ap.add_argument("--json", action="store_true", help="the findings as JSON on stdout")
+    ap.add_argument("--sbom", action="store_true",
+                    help="verify the image's signed SBOM too and list it (not verified without one)")
     ap.add_argument("--state-dir", type=arguments.path_argument, metavar="DIR",
                     help=(f"where the verdicts seen per digest are kept, to refuse a rollback (default: "
                           f"${STATE_ENV}, else $XDG_STATE_HOME/sglang-images, else ~/.local/state/sglang-images)"))
@@ -89,7 +97,7 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
             msg = f"IMAGE {problem}"
             raise ConfigError(msg, hint=f"give an image as {FORMS}, or oci-archive:PATH")
     return Options(ws=ws, env=env, image=a.image or "", archs=tuple(a.arch), platform=a.platform,
-                   write_policies=a.write_policies, keys=tuple(a.key), json=a.json,
+                   write_policies=a.write_policies, keys=tuple(a.key), json=a.json, sbom=a.sbom,
                    state_dir=a.state_dir)
 
 
@@ -97,23 +105,46 @@ def run(options: Options) -> int:
     from rich.markup import escape
 
     from ..matrix import load
+    from ..publish import described_view
     from ..publish.check_view import as_json, show
-    from ..trust import keys, policy, sources
+    from ..trust import keys, policy, provenance_policy, sources
     from ..trust.seen import History
 
     ws, env = options.ws, options.env
     if options.write_policies:
-        for path in policy.write(ws.root, load(ws.matrix).spec.all_archs):
+        for path in [*policy.write(ws.root, load(ws.matrix).spec.all_archs), provenance_policy.write(ws.root)]:
             log.info(f"wrote {path.relative_to(ws.root)}")
         return 0
-    judged = sources.check(options.image, keys.trusted(ws.root, env, options.keys), env, list(options.archs),
+    trusted = keys.trusted(ws.root, env, options.keys)
+    judged = sources.check(options.image, trusted, env, list(options.archs),
                            now=options.now, history=History.at(env, options.state_dir))
+    about = {s.digest: _described(s, trusted, sbom=options.sbom) for s, _ in judged}
     for source, judgement in judged:
         show(source, judgement, to_stderr=options.json)
+        described_view.show_provenance(log.err if options.json else log.console, about[source.digest][0])
+        if options.sbom:
+            described_view.show_sbom(log.err if options.json else log.console, about[source.digest][1])
     if options.json:
-        print(json.dumps([as_json(s, j) for s, j in judged], indent=1))
+        print(json.dumps([{**as_json(s, j), **described_view.as_json(*about[s.digest])} for s, j in judged],
+                         indent=1))
+    if options.sbom:
+        asked = [(s.digest, about[s.digest][1]) for group in sources.choose(judged, options.platform)[0]
+                 for s, _ in group]
+        problem = described_view.sbom_problem(asked)
+        if problem:
+            raise NotVerified(problem, hint="an SBOM counts only when a key you trust signed it for this very "
+                                            "digest; check the image's registry reference, or pass --trust-key")
     verified, line = sources.summary(options.image, judged, options.platform)
     if not verified:
         raise NotVerified(line, hint=HINT)
     (log.err if options.json else log.console).print(f"[green]✓[/] {escape(line)}")   # stdout is the JSON's alone
     return 0
+
+
+def _described(source: sources.Source, trusted: Sequence[PublicKey], *,
+               sbom: bool) -> tuple[described.Found, described.Found | None]:
+    """The provenance of `source`'s digest, and its SBOM when asked for (trust/described.py)."""
+    from ..trust import described as about
+
+    provenance = about.find(source.described, about.PROVENANCE, source.digest, trusted)
+    return provenance, (about.find(source.described, about.SBOM, source.digest, trusted) if sbom else None)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import log
+from ..attest import signed
 from ..errors import RegistryError, ResultsError
 from ..matrix import Matrix, tagtemplates
 from ..matrix.schema import Tags
@@ -194,6 +195,12 @@ def release(promotion: Promotion, dest: str, env: Mapping[str, str], keys: Seque
     files = [f for e in promotion.evidence for f in verdicts.verdict_files(e.path.parent, promotion.cell_id)]
     if files:
         verdicts.attach_verdicts(sorted(set(files)), pinned, trusted=keys, env=env, log_file=log_file)
+    # the build's signed SBOM and provenance (attest/signed.py), from its run folder: carried with the attestation
+    # tag above, attached here where they were not (a staging registry that failed, a copy of older attachments)
+    described = sorted({f for e in promotion.evidence for f in signed.files(e.path.parent, promotion.cell_id)})
+    if described:
+        signed.attach(described, f"{dest}@{promotion.manifest or promotion.digest}", trusted=keys, env=env,
+                      log_file=log_file)
     # then the snapshot of what the platform manifest that ran now carries (snapshots.py): no going back from it
     snapshots.attach_current(f"{dest}@{promotion.manifest or promotion.digest}", keys, signing_key(env), env,
                              log_file=log_file)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..attest import signed
 from ..results import CellResult, StageResult
 from ..results.notes import arch_code, measured
 from . import common, grid, html_marks, html_matrix, weigh
@@ -104,6 +105,19 @@ def _expected(cell: CellResult) -> str | None:
     return f"{','.join(exp.stages)}/{exp.failure_class or ''}: {exp.reason}"
 
 
+def _described(cell: CellResult) -> str:
+    """Links to the signed SBOM and provenance the build wrote for a staged image (attest/signed.py: beside the run's
+    results, runs/RUN/described/CELL/); a merged report names the run they are in. A link, not a claim: `check
+    --sbom` says whether they verify."""
+    if not (cell.image.repository and cell.image.digest):
+        return ""
+    folder = f"{signed.FOLDER}/{cell.cell_id}"
+    if cell.run_id:
+        return f"<p>signed SBOM and provenance: <code>runs/{_e(cell.run_id)}/{_e(folder)}/</code></p>"
+    links = " · ".join(f'<a href="../{_e(folder)}/{name}">{name}</a>' for name in signed.FILES.values())
+    return f"<p>signed SBOM and provenance: {links}</p>"
+
+
 def _detail(cell: CellResult, shown: Shown) -> str:
     verify_s = sum(s.duration_s for s in cell.stages)
     facts = [
@@ -147,7 +161,7 @@ def _detail(cell: CellResult, shown: Shown) -> str:
         "<th>failure class</th><th>hint</th><th>from run</th></tr></thead><tbody>" + "".join(rows) +
         "</tbody></table>" if rows else "<p>no stage ran</p>"
     )
-    return (f"<h3>{_e(cell.cell_id)}</h3>{_dl(facts)}<h4>GPU stages</h4><ul>{places}</ul>"
+    return (f"<h3>{_e(cell.cell_id)}</h3>{_dl(facts)}{_described(cell)}<h4>GPU stages</h4><ul>{places}</ul>"
             f"<h4>stages</h4>{stages}{''.join(logs)}<h4>key versions</h4>{versions}"
             + (f"<h4>lockfiles</h4>{locks}" if locks else ""))
 

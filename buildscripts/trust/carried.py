@@ -9,7 +9,8 @@ compares that digest with what the verdicts file claims: nothing is compared fie
 Beside, not inside: the archive must stay the one-manifest layout that `pct create` and LXC's oci template
 take; an OCI layout could list the verdicts as referrers in index.json, but no tool on the way to a container
 carries referrers on, and a second manifest there is one that a tool taking the first or only one may pick.
-The file holds the envelopes and what they are for (repository, digest, platform, the index it was chosen
+The file holds the envelopes (the verdicts, their snapshot, and the image's signed SBOM and provenance:
+described.py) and what they are for (repository, digest, platform, the index it was chosen
 from); a file whose claims are not the archive's is refused. The archive's .sha256 file lists both files.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from .. import log, strictjson
 from ..errors import CannotCheck, NotVerified
 from ..registry import manifests
-from . import cosign, dsse, ociarchive, snapshot, verdicts
+from . import cosign, described, dsse, ociarchive, snapshot, verdicts
 from .keys import PublicKey
 
 SUFFIX = ".verdicts.json"
@@ -63,9 +64,12 @@ def gather(ref: str, trusted: Sequence[PublicKey], env: Mapping[str, str], *,
     located = manifests.locate(ref, env, platform=platform)
     digest = located.platform_digest or located.digest
     own = f"{repository}@{digest}"
-    good = tuple(e for e in cosign.download(own, env) if _counts(e, digest, trusted))
+    attached = cosign.download(own, env)
+    good = tuple(e for e in attached if _counts(e, digest, trusted))
     if not good:
         return None
+    # its SBOM and provenance travel too (described.py), but never make an archive of an image with no verdict
+    good += tuple(e for e in attached if _describes(e, digest, trusted))
     manifest = manifests.served(own, env)
     if manifest.media_type != OCI_MANIFEST:
         log.warn(f"{own} is a {manifest.media_type or 'typeless'} manifest: an OCI archive holding it byte for "
@@ -90,6 +94,18 @@ def _counts(envelope: Any, digest: str, trusted: Sequence[PublicKey]) -> bool:
         return not exc.digests or digest in exc.digests
     except NotVerified:
         return False
+
+
+def _describes(envelope: Any, digest: str, trusted: Sequence[PublicKey]) -> bool:
+    """An SBOM or provenance a trusted key signed for `digest`."""
+    kind = described.claimed_type(envelope)
+    if kind is None:
+        return False
+    try:
+        described.open_described(envelope, kind, digest, trusted, where="")
+    except NotVerified:
+        return False
+    return True
 
 
 def write(path: Path, tested: Tested) -> None:

@@ -27,7 +27,7 @@ from urllib.parse import unquote
 from .. import engine, platform_reading
 from ..errors import CannotCheck, ConfigError, EngineError, NotVerified, RegistryError, ToolMissingError
 from ..registry import manifests, references
-from . import carried, cosign, rollback, verdicts
+from . import carried, cosign, described, rollback, verdicts
 from .keys import PublicKey
 from .seen import History
 
@@ -50,6 +50,7 @@ class Source:
     index: str | None = None      # the index that listed it, when it was reached through one
     refused: str | None = None    # why no verdict can count for it (an entry whose image is another platform's)
     seen: str | None = None       # what the reader's history says of it (rollback.py): first contact, newer, …
+    described: tuple[Any, ...] = ()   # its SBOM and provenance envelopes (described.py): no verdicts, set aside
 
 
 Judged = list[tuple[Source, verdicts.Judgement]]
@@ -190,9 +191,11 @@ def check(what: str, trusted: Sequence[PublicKey], env: Mapping[str, str], archs
     now = now or datetime.now(UTC)
     judged: Judged = []
     for found in sources(what, env):
-        weighed = rollback.weigh(found.digest, found.envelopes, found.shown, trusted, history, now=now)
+        about = tuple(e for e in found.envelopes if described.is_described(e))   # they vouch for no arch
+        verdict_like = [e for e in found.envelopes if not any(e is a for a in about)]
+        weighed = rollback.weigh(found.digest, verdict_like, found.shown, trusted, history, now=now)
         source = dataclasses.replace(found, envelopes=weighed.envelopes, refused=weighed.refused or found.refused,
-                                     seen=weighed.note or None)
+                                     seen=weighed.note or None, described=about)
         judgement = (verdicts.judge(source.envelopes, source.digest, trusted, archs, now=now)
                      if source.refused is None else
                      verdicts.Judgement(source.digest, (verdicts.ArchFinding("any arch", False, source.refused, ()),),

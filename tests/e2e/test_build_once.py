@@ -38,8 +38,10 @@ from pathlib import Path
 import docker
 
 from buildscripts import matrix, results
+from buildscripts.attest import signed
+from buildscripts.publish import described_view
 from buildscripts.results import RunResults, Verdict
-from buildscripts.trust import verdicts
+from buildscripts.trust import cosign, described, keys, verdicts
 from tests import needs, second_engine
 from tests.digest_records import PIP_CELL, arch_runners_matrix, gpu_job, save
 from tests.disk_room import disk_room
@@ -83,6 +85,22 @@ def test_one_build_verified_by_digest_and_its_tested_digest_promoted(docker_engi
         build_verify_promote(tmp_path, seed)
 
 
+def assert_described(run_dir: Path, repository: str, built: results.CellResult) -> None:
+    """The build wrote the staged digest's signed SBOM and provenance beside its results, and they are attached to
+    that platform manifest in `repository`: the SBOM names the cell's key packages, the provenance its locks."""
+    digest = str(built.image.platform_digest or built.image.digest)
+    files = signed.files(run_dir, PIP_CELL)
+    assert [f.name for f in files] == ["sbom.json", "provenance.json"]
+    trusted = keys.trusted(ROOT, dict(os.environ))
+    attached = cosign.download(f"{repository}@{digest}", dict(os.environ))
+    bom = described.find(attached, described.SBOM, digest, trusted)
+    made = described.find(attached, described.PROVENANCE, digest, trusted)
+    assert bom.used is not None and made.used is not None, (bom.refused, made.refused)
+    rows = {r["name"]: r for r in described_view.key_packages(bom.used.predicate)}
+    assert rows["torch"]["version"] == "2.11.0" and "sha256" in rows["torch"]["lock"]
+    assert described_view.provenance_facts(made.used.predicate)["cell"] == PIP_CELL
+
+
 def build_verify_promote(tmp_path: Path, seed: results.CellResult) -> None:
     server = RegistryServer(tmp_path / "registry")
     server.folder.mkdir()
@@ -97,6 +115,7 @@ def build_verify_promote(tmp_path: Path, seed: results.CellResult) -> None:
         assert built.verdict is Verdict.CPU_CHECKED and built.image.repository == staging
         candidate = str(built.image.ref).rsplit(":", 1)[1]
         assert skopeo_digest(f"{staging}:{candidate}") == built.image.digest
+        assert_described(tmp_path / "runs" / "build", staging, built)
         shutil.copytree(tmp_path / "runs" / "build", collected / "build")
         path = arch_runners_matrix(tmp_path / "project")
         jobs = json.loads(buildscripts("matrix", "--matrix", str(path), "--github", "--staged",
@@ -137,6 +156,7 @@ def build_verify_promote(tmp_path: Path, seed: results.CellResult) -> None:
         release = f"{server.url}/sglang-images"
         assert {tag: skopeo_digest(f"{release}:{tag}") for tag in GOOD} == dict.fromkeys(GOOD, built.image.digest)
         assert skopeo_digest(f"{release}@{built.image.digest}") == built.image.digest
+        assert_described(tmp_path / "runs" / "build", release, built)   # carried with the verdicts' attachments
     finally:
         server.stop()
         shutil.rmtree(server.folder / "data", ignore_errors=True)   # gigabytes: not left for pytest's tmp reaper

@@ -22,13 +22,14 @@ import docker
 import pytest
 
 from buildscripts import matrix, results
+from buildscripts.attest import signed
 from buildscripts.commands import check as check_command
 from buildscripts.commands import promote as promote_command
 from buildscripts.errors import NotVerified, RegistryError
 from buildscripts.publish import staging
 from buildscripts.registry import failures, manifests, writer_lock
 from buildscripts.results import CellResult
-from buildscripts.trust import attached, cosign, keys, snapshot, verdicts
+from buildscripts.trust import attached, cosign, described, keys, snapshot, verdicts
 from buildscripts.workspace import Workspace
 from tests import needs
 from tests.commands import call
@@ -320,3 +321,23 @@ def test_a_release_registry_that_never_answers_is_named_within_the_deadline(stag
         env = {**ENV, writer_lock.LOCK_DIR_ENV: str(staged.tmp / "locks"), failures.DEADLINE_ENV: "2"}
         with pytest.raises(RegistryError, match=f"the registry {host} did not answer within 2 s"):
             call(promote_command, staged.argv(), ws, env)
+
+
+def test_promotion_attaches_the_builds_signed_sbom_and_provenance(staged: Staged) -> None:
+    """The build job's run folder holds the staged digest's SBOM and provenance (attest/signed.py); the promote job,
+    which collects it, attaches both to the released digest, checked as `check` reads them."""
+    needs.tool("cosign")
+    key = keys.signing_key(ENV)
+    made = {"buildDefinition": {"externalParameters": {"cell": staged.cell.id}}}
+    for kind, predicate in ((described.SBOM, {"components": []}), (described.PROVENANCE, made)):
+        signed.write(staged.tmp / "collected" / "build", staged.cell.id,
+                     signed.statement(kind, predicate, staged.source, staged.digest), key)
+    staged.job("sm_100")
+    staged.job("sm_120")
+    assert staged.promote() == 0
+    found = cosign.download(f"{staged.dest}@{staged.digest}")
+    for kind in (described.SBOM, described.PROVENANCE):
+        assert described.find(found, kind, staged.digest, [key.public]).used is not None, kind
+    judged = verdicts.judge([e for e in found if not described.is_described(e) and not snapshot.is_snapshot(e)],
+                            staged.digest, [key.public])
+    assert judged.verified and not judged.ignored   # the verdicts are weighed as before

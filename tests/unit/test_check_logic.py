@@ -23,7 +23,7 @@ from buildscripts.errors import CannotCheck, ConfigError, NotVerified
 from buildscripts.matrix import load
 from buildscripts.registry import failures
 from buildscripts.results import REQUIRED_GPU_STAGES, Status
-from buildscripts.trust import carried, dsse, keys, ociarchive, policy, sources, statement, verdicts
+from buildscripts.trust import carried, dsse, keys, ociarchive, policy, provenance_policy, sources, statement, verdicts
 from buildscripts.trust.sources import Source
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
@@ -338,11 +338,13 @@ def test_the_committed_cosign_policies_are_the_generated_ones(tmp_path: Path) ->
     archs = load(ROOT / "matrix.yaml").spec.all_archs
     assert {"sm_90a", "sm_100a", "sm_103a", "sm_120a", "sm_121a"} <= set(archs)   # arm64's archs too
     made = policy.write(tmp_path, archs)
+    required = provenance_policy.write(tmp_path)   # the provenance a digest must carry (trust/provenance_policy.py)
     committed = sorted(p.name for p in (ROOT / policy.FOLDER).iterdir())
-    assert committed == sorted(p.name for p in made), "run `nox -s check -- --write-policies`"
-    for path in made:
+    assert committed == sorted(p.name for p in [*made, required]), "run `nox -s check -- --write-policies`"
+    for path in [*made, required]:
         assert (ROOT / policy.FOLDER / path.name).read_bytes() == path.read_bytes(), \
             f"{path.name}: run `nox -s check -- --write-policies`"
+    for path in made:
         arch = path.name.removeprefix(policy.PREFIX).removesuffix(policy.SUFFIX)
         assert all(f'list.Contains("{stage}@{arch}")' in path.read_text() for stage in REQUIRED_GPU_STAGES)
 

@@ -31,6 +31,7 @@ from buildscripts.results import ImageInfo
 from buildscripts.workspace import Workspace
 from tests.commands import call
 from tests.results_factory import make_run
+from tests.sbom_tree import PIP_CELL
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "sglang-images.yml"
@@ -246,7 +247,9 @@ def test_every_matrix_key_the_workflow_uses_is_in_every_row_of_its_job(
     assert {"id", "name", "runs-on", "cells"} <= used
     for row in github_rows(capsys, ["--builds", "--only", "sglang0.5.23-*-pip-*"])[1]:
         assert used <= row.keys(), f"the build job uses matrix keys {sorted(used - row.keys())} a row lacks"
-    assert not {k for job in JOBS if job not in ("build", "verify") for k in matrix_keys(job)}
+    # the provenance job's rows are the plan job's own list of staged digests: a repository and a digest each
+    assert matrix_keys("provenance") == {"name", "digest"}
+    assert not {k for job in JOBS if job not in ("build", "verify", "provenance") for k in matrix_keys(job)}
 
 
 def test_no_expression_is_pasted_into_a_shell_script() -> None:
@@ -324,3 +327,27 @@ def test_each_gpu_job_gets_the_build_jobs_cpu_records_and_the_promote_job_does_n
         assert evaluate(upload["with"]["path"], {"env": env}) == f"runs/{env['RUN_ID']}/results.json"
     names = [s.get("name") for s in JOBS["verify"]["steps"]]
     assert names.index("Download the build jobs' CPU records") < names.index("Verify the staged digest")
+
+
+def test_the_provenance_job_attests_each_staged_platform_manifest_once_and_pushes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan job's list of staged digests (its inline script run here on two build jobs' results: a cell staged
+    by both counts once) is the provenance job's matrix; GitHub's action pushes each attestation to the registry."""
+    script = step("plan", "The staged platform manifests (for GitHub's own provenance)")["run"]
+    inline = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    for artifact in ("results-build", "results-build-arm64"):
+        found = staged_results(tmp_path / artifact, [PIP_CELL], run_id=f"gh1.1-{artifact}")
+        (tmp_path / "staged" / artifact).mkdir(parents=True)
+        found.rename(tmp_path / "staged" / artifact / "results.json")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    exec(compile(inline, "provenance-digests", "exec"), {})   # the step's own Python, in this process
+    assert json.loads(capsys.readouterr().out) == {"include": [{"name": "registry.example/team/staging",
+                                                    "digest": "sha256:" + "5d" * 32}]}
+    job = JOBS["provenance"]
+    assert job["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write",
+                                  "packages": "write"}
+    attest = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/attest-build-provenance@"))
+    assert attest["with"] == {"subject-name": "${{ matrix.name }}", "subject-digest": "${{ matrix.digest }}",
+                              "push-to-registry": True}
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.digests) }}"
