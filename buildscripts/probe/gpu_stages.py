@@ -226,7 +226,7 @@ def _run_part(part: smokeparts.Part, gpu: Dict[str, Any], timeout: float, env: D
     started = time.monotonic()
     try:
         found = _kernel_check(part.jit_name or part.key, smokeparts.source(part, gpu), timeout, env,
-                              os.path.join(work, f"{part.key}.py"))
+                              os.path.join(work, f"part-{part.key}.py"))  # no module name: never imported
     except core.StageFailed as exc:   # this part ran out of time: its failure, the other parts' records kept
         found = {"ok": False, "error": exc.reason, "log": exc.log[-4000:]}
     found.setdefault("library", part.key)

@@ -3,12 +3,14 @@ a child interpreter of the image's Python and compared with torch (stdlib only; 
 imported in the child).
 
 Every part's child source is the same prelude and the part's own body. The prelude's `launch` waits for the
-inputs torch made, launches the op once and waits for it (`torch.cuda.synchronize()`): a kernel the GPU cannot
-run (a library without SASS or PTX for this arch) may return from its launch without an error, which then
-surfaces at the next synchronising call, anywhere later; waiting right after the launch makes it the op's
-failure, in the driver's words ("no kernel image is available for execution on the device"), with the library,
-the op and the arch named. Outputs start as NaN, so an op that returns without running is caught by the compare
-even where no error is raised at all.
+inputs torch made, launches the op once and waits for it at once (`settle`: synchronise, one torch op, synchronise).
+A kernel the GPU cannot run (a library without SASS or PTX for this arch) may return from its launch without an
+error: its error then surfaces at some later call, far from the launch and blamed on that call. A synchronise alone
+does not catch it when the library does not check its launches (the error waits in the CUDA runtime's last-error
+slot, read by the next launch that checks, a torch op's). Waiting this way right after the launch makes it the op's
+failure, in the driver's words ("no kernel image is available for execution on the device"), with the library, the
+op and the arch named. Outputs start as NaN, so an op that returns without running is caught by the compare even
+where no error is raised at all.
 
 A library that is not installed is SKIPPED with that reason, never passed; one that is installed and does not
 import fails. Each part's record: library, op, seconds (the launch and its wait, first-call JIT included),
@@ -25,7 +27,11 @@ from importlib import metadata
 from typing import Any, Dict, Optional, Tuple
 
 PRELUDE = r'''
-import importlib, json, math, sys, time, traceback
+import importlib, json, math, os, re, sys, time, traceback
+
+# Run from a file: its folder comes first on sys.path, where nothing may stand in for the library under test.
+if "__file__" in globals() and sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
 
 
 def say(**fields):
@@ -34,6 +40,13 @@ def say(**fields):
 
 def first_line(exc):
     return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def cuda_words(exc):
+    """The error's first line, and CUDA's name for it where the message gives one (torch's does, further down)."""
+    name = re.search(r"\bcuda(?:Error|_ERROR_)\w+", str(exc))
+    words = first_line(exc)
+    return f"{words} ({name.group(0)})" if name and name.group(0) not in words else words
 
 
 def fail(error, **fields):
@@ -53,21 +66,31 @@ def need(module):
 import torch
 
 
+def settle():
+    """Wait for the GPU, then launch one torch op and wait again. A kernel with no image for this GPU fails at
+    its launch, and a library that does not check its launches returns as if it ran: the error waits in the
+    CUDA runtime's last-error slot, which a synchronise does not read (seen with sgl_kernel's silu_and_mul
+    on an H100), until the next launch that checks, such as any torch op. This one checks, here."""
+    torch.cuda.synchronize()
+    torch.ones(1, device="cuda").add_(1)
+    torch.cuda.synchronize()
+
+
 def launch(call):
     """One launch of OP and a wait for it: (what the call returned, seconds of the launch and the wait)."""
     try:
-        torch.cuda.synchronize()  # torch's work on the inputs is done: an error after this is OP's own
+        settle()  # torch's work on the inputs is done: an error after this is OP's own
     except Exception as exc:
         fail(f"torch failed making the inputs of {LIBRARY} op {OP}, before it was launched: "
              f"{type(exc).__name__}: {first_line(exc)}")
     started = time.time()
     try:
         result = call()
-        # Without this wait, a kernel that cannot run on this GPU says so at some later synchronising call.
-        torch.cuda.synchronize()
+        # Without this, an op that cannot run on this GPU says so at some later call, blamed on that call.
+        settle()
     except Exception as exc:
-        words = first_line(exc)
-        fail(f"{LIBRARY} op {OP} failed on {ARCH} at its launch or the synchronise right after it: "
+        words = cuda_words(exc)
+        fail(f"{LIBRARY} op {OP} failed on {ARCH} at its launch or the wait right after it: "
              f"{type(exc).__name__}: {words}", words=words, seconds=round(time.time() - started, 3))
     return result, round(time.time() - started, 3)
 
@@ -83,7 +106,7 @@ def compare(got, ref, tolerance, seconds, measure=rel_err, **extra):
     if bool(torch.isnan(got).all()):
         say(ok=False, error=f"{LIBRARY} op {OP} computed a wrong result (compared with torch) on {ARCH}: its output "
                             "was never written, so its kernel did not run, though neither its launch nor the "
-                            "synchronise after it raised an error", **fields)
+                            "wait after it raised an error", **fields)
         sys.exit(1)
     err = measure(got, ref)
     ok = err <= tolerance  # NaN compares false
