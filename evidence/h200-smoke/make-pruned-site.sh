@@ -20,7 +20,7 @@
 #   python3 -m buildscripts verify --host --python /tmp/gs/site-python3 --archs sm_90a --lane-cuda 13.0 \
 #       --stages gpu-visible,kernel-smoke --run-id h200-smoke-site
 #       expected: kernel-smoke passed, the sgl_kernel part with ops_library .../sgl_kernel/sm90/common_ops.abi3.so.
-# Checked beforehand on an H100 test machine (sm_90) with sglang-kernel 0.4.5 alone: summary.md.
+# Checked beforehand on an H100 test machine (sm_90) with sglang-kernel 0.4.5: summary.md, h100-check-2026-12-05/.
 #
 #   bash evidence/h200-smoke/make-pruned-site.sh [SITE [PRUNED]]   (defaults /tmp/gs/site, /tmp/gs/pruned-site)
 # VENV (default /opt/torch/.venv) is the environment whose Python runs the site; OUT (default /tmp/evidence-out)

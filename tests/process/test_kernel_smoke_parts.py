@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts.probe import core, gpu_stages, smokeparts
+from buildscripts.probe import core, gpu_stages, smokeparts  # noqa: F401  gpu_stages registers kernel-smoke
 from buildscripts.results import StageResult, Status
 from buildscripts.verify import classify
 
