@@ -14,9 +14,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, devnodes, gpumemory, jitlog, pruned, server
+from . import core, devnodes, gpumemory, jitlog, pruned, server, smokeparts
+from .cudatools import Deadline
 
 JSON_PREFIX = "@@json "
 NO_GPU_ENV = "PROBE_NO_GPU_REASON"  # set by the host when it could not hand a GPU to the container
@@ -134,90 +138,45 @@ def gpu_visible(ctx: core.Context) -> Dict[str, Any]:
 
 # ----------------------------------------------------------------------------------- kernel-smoke
 
-TORCH_EXTENSION = r"""
-import json, os, time, torch
-from torch.utils.cpp_extension import load_inline
-cuda = '''
-__global__ void axpy_kernel(const float* x, const float* y, float* out, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i] + y[i];
-}
-torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a) {
-    auto out = torch::empty_like(x);
-    int n = x.numel();
-    axpy_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(),
-                                          out.data_ptr<float>(), (float)a, n);
-    return out;
-}
-'''
-t = time.time()
-ext = load_inline(name="probe_axpy",
-                  cpp_sources="torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a);",
-                  cuda_sources=cuda, functions=["axpy"], extra_cuda_cflags=["-O2"], verbose=False)
-built = time.time() - t
-x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
-err = float((ext.axpy(x, y, 3.0) - (3.0 * x + y)).abs().max())
-print("@@json " + json.dumps({"build_s": round(built, 1), "max_abs_err": err, "ok": err < 1e-5}))
-"""
-
-FLASHINFER_OP = r"""
-import json, time, torch, flashinfer
-x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
-w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-t = time.time()
-y = flashinfer.norm.rmsnorm(x, w, eps=1e-6)
-torch.cuda.synchronize()
-built = time.time() - t
-xf = x.float()
-ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
-err = float((y.float() - ref).norm() / ref.norm())
-print("@@json " + json.dumps({"op": "flashinfer.norm.rmsnorm", "version": flashinfer.__version__,
-                              "first_call_s": round(built, 1), "rel_err": err, "ok": err < 1e-2}))
-"""
-
-DEEP_GEMM_OP = r"""
-import json, time, torch, deep_gemm
-m, n, k = 256, 512, 1024
-a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-d = torch.empty(m, n, device="cuda", dtype=torch.float32)
-t = time.time()
-deep_gemm.bf16_gemm_nt(a, b, d)
-torch.cuda.synchronize()
-built = time.time() - t
-ref = a.double() @ b.double().T
-diff = float(1 - 2 * (d.double() * ref).sum() / (d.double().square().sum() + ref.square().sum()))
-print("@@json " + json.dumps({"op": "deep_gemm.bf16_gemm_nt", "shape": [m, n, k],
-                              "first_call_s": round(built, 1),
-                              "diff": diff, "ok": diff < 1e-3}))
-"""
-
-
-def _kernel_check(name: str, code: str, timeout: float, env: Dict[str, str]) -> Dict[str, Any]:
-    done = core.python_snippet(code, timeout=timeout, env=env)
+def _kernel_check(name: str, code: str, timeout: float, env: Dict[str, str],
+                  path: Optional[str] = None) -> Dict[str, Any]:
+    """What a check's child said (its last @@json line), or its failure from its output when it said nothing.
+    `path`: the child's source is written there and run from the file (Triton reads its kernel's source)."""
+    done = _run_child(code, timeout, env, path)
     found = _json_line(done.stdout)
     if found is None:
         trace = server.last_traceback(done.stdout.splitlines())
         # The exception's line, not the output's last: C code (deep_gemm) prints after the traceback.
-        failed = {"ok": False, "exit_code": done.returncode, "error": _last_error(trace or done.stdout),
-                  "log": (trace or done.stdout)[-4000:]}
-        if jitlog.jit_failed(done.stdout):
-            _keep_compiler_words(failed, name, code, timeout, env, done.stdout)
-        return failed
-    if not found.get("ok"):
+        found = {"ok": False, "exit_code": done.returncode, "error": _last_error(trace or done.stdout),
+                 "log": (trace or done.stdout)[-4000:]}
+    elif found.get("ok"):
+        return found
+    else:
         found.setdefault("error", f"{name} computed a wrong result (compared with torch)")
+        found.update(exit_code=done.returncode, log=done.stdout[-4000:])
+    if jitlog.jit_failed(done.stdout):  # a JIT compile under the launch failed: the compiler's words
+        _keep_compiler_words(found, name, code, timeout, env, done.stdout, path)
     return found
 
 
+def _run_child(code: str, timeout: float, env: Dict[str, str],
+               path: Optional[str]) -> "subprocess.CompletedProcess[str]":
+    if path is None:
+        return core.python_snippet(code, timeout=timeout, env=env)
+    with open(path, "w") as fh:
+        fh.write(code)
+    return core.sh([sys.executable, path], timeout=timeout, env=env)
+
+
 def _keep_compiler_words(failed: Dict[str, Any], name: str, code: str, timeout: float, env: Dict[str, str],
-                         output: str) -> None:
+                         output: str, path: Optional[str] = None) -> None:
     """A JIT compile failed: the same call once more with the library's debug switches (deep_gemm then
     prints its nvcc command), and the compiler's first error becomes the check's error. Not a retry: the
     check has failed already, whatever the second run does."""
     words = jitlog.compiler_words(output)
     debug = jitlog.DEBUG_ENV.get(name)
     if debug:
-        again = core.python_snippet(code, timeout=timeout, env={**env, **debug})
+        again = _run_child(code, timeout, {**env, **debug}, path)
         failed["debug_rerun"] = {"env": debug, "exit_code": again.returncode}
         words = jitlog.compiler_words(again.stdout) or words
     if words:
@@ -233,26 +192,45 @@ def _last_error(output: str) -> str:
 
 @core.stage("kernel-smoke", needs=("gpu-visible",), gpu=True)
 def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
+    """One compiled op of every kernel library the image ships, launched, waited for and compared with torch
+    (smokeparts.py); a library not installed is skipped with the reason."""
     gpu = ctx.gpu or {}
-    major = int(str(gpu.get("capability", "0.0")).split(".")[0])
-    env = {"TORCH_CUDA_ARCH_LIST": str(gpu.get("capability", ""))}  # build only for the GPU in hand
-    env["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR",
-                                                 os.path.join(ctx.workdir, "torch_ext"))
-    timeout = min(ctx.stage_timeout, 600.0)
-    checks: Dict[str, Any] = {
-        "torch-extension": _kernel_check("torch extension", TORCH_EXTENSION, timeout, env),
-        "flashinfer": _kernel_check("flashinfer", FLASHINFER_OP, timeout, env)}
+    work = os.path.join(ctx.workdir, "smoke")
+    shutil.rmtree(work, ignore_errors=True)   # a fresh Triton cache: its kernel compiles here, for this GPU
+    os.makedirs(work, exist_ok=True)
+    env = {"TORCH_CUDA_ARCH_LIST": str(gpu.get("capability", "")),  # build only for the GPU in hand
+           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", os.path.join(ctx.workdir, "torch_ext")),
+           "TRITON_CACHE_DIR": os.path.join(work, "triton-cache")}
+    deadline = Deadline(ctx.stage_timeout)   # the host ends a stage that runs past it: every part shares it
+    checks: Dict[str, Any] = {}
+    for part in smokeparts.PARTS:
+        why = smokeparts.skip_reason(part, gpu)
+        checks[part.key] = (smokeparts.skipped(part, why) if why else
+                            _run_part(part, gpu, deadline.capped(600.0), env, work))
     rewritten = sorted(pruned.libraries())
     if rewritten:  # every fatbin the image's pruner rewrote that has code for this GPU must load
-        checks["pruned-fatbins"] = _kernel_check("pruned fatbins", pruned.driver_snippet(rewritten), timeout,
-                                                 {**env, **pruned.DRIVER_ENV})
-    if major in (9, 10):
-        checks["deep_gemm"] = _kernel_check("deep_gemm", DEEP_GEMM_OP, timeout, env)
-    else:  # DeepGEMM has kernels for sm_90 and sm_100 only (not sm_120, not older)
-        checks["deep_gemm"] = {"ok": None, "skipped": f"deep_gemm has no kernels for {gpu.get('arch')}"}
+        loaded = _kernel_check("pruned fatbins", pruned.driver_snippet(rewritten), deadline.capped(600.0),
+                               {**env, **pruned.DRIVER_ENV})
+        checks["pruned-fatbins"] = {**loaded, "outcome": "passed" if loaded.get("ok") else "failed"}
     failed = {k: v for k, v in checks.items() if v.get("ok") is False}
     if failed:
         logs = "\n\n".join(f"== {k}\n{v.get('log', '')}" for k, v in failed.items())
         evidence = {k: {f: x for f, x in v.items() if f != "log"} for k, v in checks.items()}
         raise core.StageFailed("; ".join(f"{k}: {v['error']}" for k, v in failed.items()), evidence, logs)
     return checks
+
+
+def _run_part(part: smokeparts.Part, gpu: Dict[str, Any], timeout: float, env: Dict[str, str],
+              work: str) -> Dict[str, Any]:
+    """One part's record: what its child said, with the library's version, the child's wall time and the outcome."""
+    started = time.monotonic()
+    try:
+        found = _kernel_check(part.jit_name or part.key, smokeparts.source(part, gpu), timeout, env,
+                              os.path.join(work, f"part-{part.key}.py"))  # no module name: never imported
+    except core.StageFailed as exc:   # this part ran out of time: its failure, the other parts' records kept
+        found = {"ok": False, "error": exc.reason, "log": exc.log[-4000:]}
+    found.setdefault("library", part.key)
+    found.setdefault("op", part.op)
+    found.update(installed=smokeparts.version(part), wall_s=round(time.monotonic() - started, 2),
+                 outcome="passed" if found.get("ok") else "failed")
+    return found
