@@ -41,7 +41,7 @@ import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extract
 install() {  # the user's way: a fresh environment, the wheel and its dependencies, nothing of this checkout
   rm -rf $CV; local t0; t0=$(date +%s)
   $PY -m venv --without-pip $CV && $PY -m pip --python $CV/bin/python3 install -q --no-index \
-    --find-links "$R/.gpu/wheels" --find-links $H/np 'sglang-images[build]' 2>&1 | tail -3
+    --find-links "$R/.gpu/wheels" --find-links $H/np sglang-images numpy safetensors 2>&1 | tail -3
   say "installed in $(( $(date +%s) - t0 )) s: $($PY -m pip --python $CV/bin/python3 list 2>/dev/null | tail -n +3 | wc -l) distributions"
   (cd / && $CV/bin/python3 -c "import buildscripts; print('imports from', buildscripts.__file__)")
   cp "$R/evidence/h200-2026-12-04/runs/h200-bydigest-2026-12-04/results.json" $CV/report.json
@@ -89,8 +89,19 @@ sys.stdout.write(k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.Subj
   in_ct "$CV/bin/sglang-images here --report /tmp/vh/runs/$RUN/results.json --trust-key /tmp/vh/key.pub"; echo "exit $?"
   VENV=/opt/torch/.venv OUT=$O bash evidence/h200-lxc-unprivileged/run.sh destroy $CT; }
 
+smoke() {  # issue 50's test input: sgl_kernel pruned to sm_100a,sm_120a must fail kernel-smoke on sm_90 by name
+  OUT=$O/smoke bash evidence/h200-smoke/make-pruned-site.sh > "$O/make-pruned-site.txt" 2>&1; say "pruned: exit $?"
+  tail -3 "$O/make-pruned-site.txt"
+  mkdir -p /var/tmp/vs && cd /var/tmp/vs || exit 5
+  timeout 240 $CV/bin/sglang-images verify --host --python /tmp/gs/pruned-python3 --archs sm_90a --lane-cuda 13.0 \
+    --stages gpu-visible,kernel-smoke --stage-timeout 200 --run-id h100-smoke-pruned 2>&1 | tee "$O/verify-pruned.txt" | cut -c1-400
+  say "verify pruned: exit ${PIPESTATUS[0]}"
+  rm -rf runs/h100-smoke-pruned/host/work; tar -C runs -czf "$O/h100-smoke-pruned.tar.gz" h100-smoke-pruned
+  cd "$R" || exit 5; }
+
 case "${1:-}" in
 carry) carry ;;
 run) stage; install; here_host; ct; say done ;;
+smoke) stage; install; smoke; say done ;;
 *) sed -n 2,16p "$0"; exit 2 ;;
 esac
