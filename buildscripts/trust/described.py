@@ -12,8 +12,6 @@ attached one of a kind: the first that passes is used, each other is listed with
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,13 +54,7 @@ class Found:
 
 def claimed_type(envelope: Any) -> str | None:
     """The predicate type an envelope's payload says it holds (not yet who signed it): where it is read."""
-    if not isinstance(envelope, Mapping) or envelope.get("payloadType") != dsse.IN_TOTO:
-        return None
-    try:
-        document = dsse.payload_json(base64.b64decode(str(envelope.get("payload")), validate=True), fields=FIELDS)
-    except (binascii.Error, ValueError, dsse.EnvelopeError):
-        return None
-    kind = document.get("predicateType") if isinstance(document, dict) else None
+    kind = dsse.claimed_predicate(envelope, fields=FIELDS)
     return kind if kind in NAMES else None
 
 

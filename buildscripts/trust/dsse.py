@@ -128,3 +128,16 @@ def payload_json(payload: bytes, *, fields: frozenset[str] = frozenset(), free: 
         msg = f"the signed payload is refused: {exc}"
         raise EnvelopeError(msg, hint="a signed document that two readers could read otherwise vouches for "
                                       "nothing; no verifier of this project writes one") from None
+
+
+def claimed_predicate(envelope: Any, *, fields: frozenset[str]) -> str | None:
+    """The predicate type an in-toto envelope's payload says it holds, read strictly (`fields`), not yet who signed
+    it: where a reader sorts what a digest carries (a snapshot, an SBOM, a verdict). None for anything else."""
+    if not isinstance(envelope, Mapping) or envelope.get("payloadType") != IN_TOTO:
+        return None
+    try:
+        document = payload_json(base64.b64decode(str(envelope.get("payload")), validate=True), fields=fields)
+    except (binascii.Error, ValueError, EnvelopeError):
+        return None
+    kind = document.get("predicateType") if isinstance(document, dict) else None
+    return kind if isinstance(kind, str) else None

@@ -85,13 +85,7 @@ def verdict_id(envelope: Any) -> str | None:
 
 def is_snapshot(envelope: Any) -> bool:
     """Whether `envelope` says it holds a snapshot (not yet whether anyone trusted signed it): where it is read."""
-    if not isinstance(envelope, Mapping) or envelope.get("payloadType") != dsse.IN_TOTO:
-        return False
-    try:
-        document = dsse.payload_json(base64.b64decode(str(envelope.get("payload")), validate=True), fields=FIELDS)
-    except (binascii.Error, ValueError, dsse.EnvelopeError):
-        return False
-    return isinstance(document, dict) and document.get("predicateType") == SNAPSHOT
+    return dsse.claimed_predicate(envelope, fields=FIELDS) == SNAPSHOT
 
 
 def statement(repository: str, digest: str, version: int, signed_at: datetime,

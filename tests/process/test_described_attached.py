@@ -15,13 +15,10 @@ import pytest
 
 from buildscripts.attest import inventory, provenance, sbom, signed
 from buildscripts.errors import NotVerified
-from buildscripts.trust import cosign, described, keys, provenance_policy
+from buildscripts.trust import cosign, described, provenance_policy
 from tests import needs
-from tests.attest_world import key_env
 from tests.cli import cli
-from tests.process.test_policy_agreement import Registry
-from tests.registry_server import RegistryServer
-from tests.registry_writer import RegistryWriter
+from tests.process.test_policy_agreement import Registry, serving
 from tests.sbom_tree import LOCKS, PIP_CELL, make_tree
 from tests.verdict_cases import CASES
 
@@ -31,18 +28,7 @@ pytestmark = pytest.mark.registry
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    needs.tools("cosign")
-    folder = tmp_path_factory.mktemp("described")
-    server = RegistryServer(folder / "registry")
-    server.folder.mkdir()
-    server.start()
-    try:
-        key = keys.signing_key(key_env(folder / "verifier"))
-        pub = folder / "verifier.pub"
-        pub.write_bytes(key.public.pem)
-        yield Registry(server, RegistryWriter(server.url), folder, key, pub, name="described/cell")
-    finally:
-        server.stop()
+    yield from serving(tmp_path_factory.mktemp("described"), name="described/cell")
 
 
 def signed_files(registry: Registry, digest: str, tree: Path) -> list[Path]:

@@ -77,10 +77,9 @@ class Registry:
                                ref], capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def serving(folder: Path, **named: str) -> Iterator[Registry]:
+    """A loopback registry in `folder` and a verifier key beside it, while the caller's fixture lasts."""
     needs.tools("cosign")
-    folder = tmp_path_factory.mktemp("agreement")
     server = RegistryServer(folder / "registry")
     server.folder.mkdir()
     server.start()
@@ -88,9 +87,14 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         key = keys.signing_key(key_env(folder / "verifier"))
         pub = folder / "verifier.pub"
         pub.write_bytes(key.public.pem)
-        yield Registry(server, RegistryWriter(server.url), folder, key, pub)
+        yield Registry(server, RegistryWriter(server.url), folder, key, pub, **named)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    yield from serving(tmp_path_factory.mktemp("agreement"))
 
 
 def judged_by_both(registry: Registry, *cases: Case) -> tuple[bool, subprocess.CompletedProcess[str], str]:
