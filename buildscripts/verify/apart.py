@@ -25,7 +25,6 @@ import sysconfig
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..workspace import PROJECT_ROOT
 from . import treewalk
 from .access import SEARCH, WRITE, Who
 from .treewalk import Budget, Cursor
@@ -40,11 +39,13 @@ def own_folders() -> list[Path]:
 
 
 def standard_folders() -> set[Path]:
-    """The standard library and the project: on every interpreter's path, and nothing the code under test wrote."""
+    """The standard library: on every interpreter's path, and nothing the code under test wrote. Not the project's
+    folder: the probe is handed as a copy (probe_source.py), so the verifier's own folder (installed, a
+    site-packages of its dependencies) is on no path of the code under test and counts as the verifier's alone."""
     paths = sysconfig.get_paths()
     found = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib")}
     found |= {f / "lib-dynload" for f in set(found)} | {p for p in own_folders() if p.suffix == ".zip"}
-    return found | {PROJECT_ROOT.resolve()}
+    return found
 
 
 def environment_folders(python: str, handed_path: Iterable[str]) -> list[Path]:
@@ -54,7 +55,7 @@ def environment_folders(python: str, handed_path: Iterable[str]) -> list[Path]:
     found = [_prefix(given), _prefix(given.resolve())]
     found += [_prefix(home / "python") for home in _venv_homes(_prefix(given))]
     found += [Path(p).resolve() for p in handed_path if p]
-    return [f.resolve() for f in dict.fromkeys(found) if f != PROJECT_ROOT.resolve()]
+    return [f.resolve() for f in dict.fromkeys(found)]
 
 
 def _prefix(executable: Path) -> Path:

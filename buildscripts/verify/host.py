@@ -88,7 +88,7 @@ class HostRunner:
         self.python, self.env, self.workdir, self.sandbox = python, dict(env), workdir, sandbox
 
     def handed_path(self) -> str:
-        """The import path handed to the code under test besides the project's own (read-only) folder."""
+        """The import path handed to the code under test besides the probe's copy."""
         return self.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
 
     def environment(self, source: Path, extra: Mapping[str, str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from buildscripts import workspace
 from buildscripts.verify import apart
 from buildscripts.verify.access import Who
 from buildscripts.verify.treewalk import Budget
@@ -57,7 +58,13 @@ def test_a_venv_on_the_verifiers_base_shares_its_site_folders_whatever_pyvenv_cf
     assert "dist-packages" in str(apart.why_shared(str(copied), [], own=[site], standard=set()))
 
 
-def test_the_standard_library_and_the_project_are_not_shared(tmp_path: Path) -> None:
+def test_the_verifiers_own_folder_is_not_excused() -> None:
+    """The probe travels as a copy, so the package's folder (installed: a site-packages of the verifier's
+    dependencies, which a user may share with the environment under test) is judged like any folder it imports."""
+    assert workspace.PROJECT_ROOT.resolve() not in apart.standard_folders()
+
+
+def test_the_standard_library_is_not_shared(tmp_path: Path) -> None:
     base = tmp_path / "base"
     python = interpreter(base)
     stdlib = base / "lib" / "python3.11"
