@@ -29,6 +29,9 @@ CONTAINERD_STORE = "io.containerd.snapshotter.v1"
 LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 # The first BuildKit whose image exporters take `rewrite-timestamp=true` (moby/buildkit#4057).
 REWRITE_TIMESTAMPS = (0, 13)
+# The engine's own builder says no version where the engine was built without it (Debian's docker.io 26 says
+# v0.0.0+unknown): there the engine's release says which BuildKit it vendors (moby 26.0 vendors 0.13).
+ENGINE_WITH_BUILDKIT_0_13 = (26, 0)
 
 
 @dataclass(frozen=True)
@@ -46,11 +49,7 @@ class Builder:
         """Whether built images must be loaded into the engine explicitly (every driver but `docker`)."""
         return self.driver != "docker"
 
-    @property
-    def rewrites_timestamps(self) -> bool:
-        """Whether its image exporters can clamp every layer's file times to SOURCE_DATE_EPOCH (BuildKit >= 0.13);
-        Docker 20.10's own builder (BuildKit 0.8) cannot."""
-        return buildkit_release(self.buildkit) >= REWRITE_TIMESTAMPS
+    rewrites_timestamps: bool = False   # its exporters clamp every layer's file times (rewrites_timestamps())
 
     def args(self) -> list[str]:
         """Which builder, and `--load` where the image must be loaded; a build that rewrites timestamps names its
@@ -77,6 +76,19 @@ def buildkit_release(version: str) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
+def rewrites_timestamps(driver: str, buildkit: str, docker_info: Mapping[str, Any]) -> bool:
+    """Whether a builder can clamp every layer's file times to SOURCE_DATE_EPOCH (`rewrite-timestamp`, BuildKit
+    0.13+) and hand the image over as a docker archive: any driver of that BuildKit; the engine's own (`docker`
+    driver) only with the containerd image store, since the classic store takes no docker archive from a build.
+    Docker 20.10's own builder (BuildKit 0.8) cannot."""
+    if driver != "docker":
+        return buildkit_release(buildkit) >= REWRITE_TIMESTAMPS
+    if not containerd_store(docker_info):
+        return False
+    engine = buildkit_release(str(docker_info.get("ServerVersion", "")))
+    return buildkit_release(buildkit) >= REWRITE_TIMESTAMPS or engine >= ENGINE_WITH_BUILDKIT_0_13
+
+
 def containerd_store(docker_info: Mapping[str, Any]) -> bool:
     """Whether the engine keeps images in containerd (then its own BuildKit can export a cache)."""
     status = docker_info.get("DriverStatus") or []
@@ -91,15 +103,16 @@ def builder(name: str | None, docker_info: Mapping[str, Any]) -> Builder:
         raise ConfigError(msg, hint="`docker buildx ls` lists the builders; create one with "
                                     "`docker buildx create --name NAME --driver docker-container`")
     driver, buildkit = driver_of(done.output), buildkit_of(done.output)
+    rewrites = rewrites_timestamps(driver, buildkit, docker_info)
     if driver != "docker" or containerd_store(docker_info):
-        return Builder(name, driver, exports_cache=True, buildkit=buildkit)
+        return Builder(name, driver, exports_cache=True, buildkit=buildkit, rewrites_timestamps=rewrites)
     version = docker_info.get("ServerVersion", "?")
     why = (f"the `docker` driver of Docker engine {version} with its classic image store cannot export a "
            "registry cache (it can import one); enable the containerd image store "
            '(`"features": {"containerd-snapshotter": true}` in /etc/docker/daemon.json, Docker 24+) or build '
            "with a docker-container builder (`docker buildx create --name NAME --driver docker-container`, "
            "then `--builder NAME`)")
-    return Builder(name, driver, exports_cache=False, why_not=why, buildkit=buildkit)
+    return Builder(name, driver, exports_cache=False, why_not=why, buildkit=buildkit, rewrites_timestamps=rewrites)
 
 
 def registry_host(ref: str) -> str:

@@ -74,23 +74,35 @@ def test_the_release_date_is_the_epoch(tmp_path: Path, monkeypatch: pytest.Monke
         1783764997, "Sat, 11 Jul 2026 10:16:37 UTC")
 
 
-@pytest.mark.parametrize(("inspect", "version", "rewrites"), [
-    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.8+unknown\n", "v0.8+unknown", False),
-    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.13.2\n", "v0.13.2", True),
-    ("Driver: docker-container\nNodes:\nBuildkit:  v0.20.1\n", "v0.20.1", True),
-    ("Driver: docker\nNodes:\nName: default\n", "", False),
+CLASSIC = {"ServerVersion": "20.10.24", "DriverStatus": [["Backing Filesystem", "extfs"]]}
+CONTAINERD_26 = {"ServerVersion": "26.1.5", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+CONTAINERD_25 = {"ServerVersion": "25.0.3", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+
+@pytest.mark.parametrize(("inspect", "info", "version", "rewrites"), [
+    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.8+unknown\n", CLASSIC, "v0.8+unknown", False),
+    # Debian's docker.io 26 names no version: the engine's release says it vendors BuildKit 0.13
+    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.0.0+unknown\n", CONTAINERD_26, "v0.0.0+unknown",
+     True),
+    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.12.5\n", CONTAINERD_25, "v0.12.5", False),
+    # the classic store takes no docker archive from its own builder, whatever its BuildKit
+    ("Driver: docker\nNodes:\nName: default\nBuildKit version: v0.13.2\n", CLASSIC, "v0.13.2", False),
+    ("Driver: docker-container\nNodes:\nBuildkit:  v0.20.1\n", CLASSIC, "v0.20.1", True),
+    ("Driver: docker-container\nNodes:\nBuildkit:  v0.12.0\n", CLASSIC, "v0.12.0", False),
+    ("Driver: docker\nNodes:\nName: default\n", CLASSIC, "", False),
 ])
-def test_the_builders_buildkit_says_whether_it_can_rewrite_timestamps(inspect: str, version: str,
-                                                                      rewrites: bool) -> None:
-    assert cache.buildkit_of(inspect) == version
-    found = cache.Builder(None, cache.driver_of(inspect), exports_cache=True, buildkit=version)
-    assert found.rewrites_timestamps is rewrites
+def test_the_builder_says_whether_it_can_rewrite_timestamps(monkeypatch: pytest.MonkeyPatch, inspect: str,
+                                                            info: dict[str, object], version: str,
+                                                            rewrites: bool) -> None:
+    monkeypatch.setattr(proc, "run", lambda argv, **_: proc.Completed(tuple(argv), 0, inspect, 0.1))
+    found = cache.builder(None, info)
+    assert (found.buildkit, found.rewrites_timestamps) == (version, rewrites)
 
 
 def test_a_builder_that_rewrites_names_its_own_output_instead_of_load() -> None:
-    assert cache.Builder("b", "docker-container", exports_cache=True, buildkit="v0.8.1").args() == [
-        "--builder", "b", "--load"]
-    assert cache.Builder("b", "docker-container", exports_cache=True, buildkit="v0.13.2").args() == ["--builder", "b"]
+    assert cache.Builder("b", "docker-container", exports_cache=True).args() == ["--builder", "b", "--load"]
+    assert cache.Builder("b", "docker-container", exports_cache=True, rewrites_timestamps=True).args() == [
+        "--builder", "b"]
 
 
 def test_a_stamped_build_writes_an_archive_and_an_unstamped_one_is_as_today(tmp_path: Path) -> None:
