@@ -157,7 +157,7 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
         log.warn(note)
     if builder.loads and shared is None and any(matrix.spec.bases[c.base_name].debootstrap for c in buildable):
         msg = (f"the buildx builder {builder.name} ({builder.driver} driver) cannot see this engine's images, "
-               "so it cannot build on a debootstrapped base")
+               "so it cannot build on a bootstrapped base")
         raise ConfigError(msg, hint="configure a shared build cache (`cache.ref` in matrix.yaml or --cache-ref): "
                                     "the base is shared through it; or build with the engine's own builder")
     natives = native.native_bases(matrix.spec, buildable)

@@ -97,7 +97,7 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     """The base image for `name`, built only when no image with the same inputs exists; a new one also
     carries `labels` (the owner's, see `owner_labels`).
 
-    `shared(digest)` names where runners share debootstrapped bases (beside the build cache): a base
+    `shared(digest)` names where runners share bootstrapped bases (beside the build cache): a base
     found there is used (pulled, and named like a local one, which it replaces), and else (`push`) this
     runner's is pushed there. Two runners' bases from the same mirror state are the same image (the cache keys
     of every layer hang on the base's id); sharing it still spares the others the bootstrap, and keeps them on

@@ -163,7 +163,7 @@ class CachePlan:
         return args
 
     def base_ref(self, name: str, digest: str) -> str:
-        """Where a debootstrapped base is shared, so that every runner builds on the same image."""
+        """Where a bootstrapped base is shared, so that every runner builds on the same image."""
         return f"{self.cache.ref}:base-{cache_tag(name)}-{digest}"
 
 
