@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import log
+from .. import log, proc
 from ..errors import ConfigError, ToolMissingError
 from ..matrix.schema import Base
 from . import emulation, imagearchive, rootfs
@@ -167,6 +167,8 @@ def bootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     # (a few minutes more). The image's platform is written into its config (imagearchive), not the engine's.
     emulation.require(base.cpu)
     emulated = " under emulation" if emulation.needed(base.cpu) else ""
+    if emulated:   # mmdebstrap asks arch-test whether the CPU's binaries run here, and stops without it
+        proc.which("arch-test", hint="apt-get install arch-test (`.ci/install-engine` does)")
     log.info(f"building base {ref} with mmdebstrap {boot.suite}/{boot.variant} for {base.cpu.oci}{emulated} "
              "(a few minutes, once)")
     log_file = logs / "base" / f"{name}.log"
