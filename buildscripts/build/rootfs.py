@@ -19,6 +19,7 @@ mirror that moved in between stops the build instead of stamping one state's dat
 from __future__ import annotations
 
 import email.utils
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ DPKG_EXCLUDES = (
 DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 INSTALL_HINT = "apt-get install mmdebstrap (`.ci/install-engine` does)"
 # mmdebstrap's own tar options for its tar output (mmdebstrap 1.3, `@taropts`), with the mtime clamp to the epoch.
+DATE = re.compile(r"[A-Za-z]{3}, \d{1,2} [A-Za-z]{3} \d{4} \d\d:\d\d:\d\d (?:UTC|GMT|[+-]\d{4})")
 # Merged /usr the way debootstrap makes it (its symlinks, and the usr-is-merged package): without it, apt meets
 # init-system-helpers' `usrmerge | usr-is-merged` and takes usrmerge, which brings perl (47 MB more, 9 packages).
 MERGED_USR_HOOK = Path("/usr/share/mmdebstrap/hooks/maybe-merged-usr")
@@ -72,7 +74,16 @@ def release_epoch(mirror: str, suite: str, *, log: Path) -> tuple[int, str]:
     if not date:
         msg = f"no Date in the Release file of {suite!r} on the host's mirror (apt-helper exited {done.returncode})"
         raise BaseBuildError(msg, hint=f"see {log}; check the suite's name and that apt reaches the mirror")
-    return int(email.utils.parsedate_to_datetime(date).timestamp()), date
+    # The Date goes into a shell hook (_mirror_unchanged): only an RFC 2822 date with its zone passes, nothing a
+    # shell would read as more than words.
+    try:
+        when = email.utils.parsedate_to_datetime(date) if DATE.fullmatch(date) else None
+    except (TypeError, ValueError):
+        when = None
+    if when is None or when.tzinfo is None:
+        msg = f"the Release file of {suite!r} on the host's mirror has a Date that is not an RFC 2822 date: {date!r}"
+        raise BaseBuildError(msg, hint="check the mirror the host's apt sources name")
+    return int(when.timestamp()), date
 
 
 def _mirror_unchanged(suite: str, date: str) -> str:

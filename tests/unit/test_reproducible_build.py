@@ -14,6 +14,7 @@ import pytest
 
 from buildscripts import proc
 from buildscripts.build import buildx, cache, imagearchive, rootfs
+from buildscripts.errors import BaseBuildError
 
 SPEC = imagearchive.Spec(platform="linux/amd64", env=("PATH=/usr/bin",), labels={"b": "2", "a": "1"},
                          epoch=1783764997, created_by="mmdebstrap --variant=minbase bookworm (python3)")
@@ -113,3 +114,19 @@ def test_a_stamped_build_writes_an_archive_and_an_unstamped_one_is_as_today(tmp_
         assert list(stamped.args) == ["--build-arg", "SOURCE_DATE_EPOCH=1783764997", "--provenance=false",
                                       "--output", f"type=docker,dest={stamped.archive},rewrite-timestamp=true"]
     assert list(tmp_path.iterdir()) == []   # the archive's folder goes with the build
+
+
+@pytest.mark.parametrize("date", ['Sat, 11 Jul 2026 10:16:37 UTC"; touch /tmp/x; "', "Sat, 11 Jul 2026 10:16:37",
+                                  "$(reboot)", "Sat, 11 Jul 2026 99:99:99 UTC"])
+def test_a_release_date_that_is_not_a_plain_date_stops_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  date: str) -> None:
+    """The Date goes into a shell hook: a mirror that writes more than a date there gets no shell."""
+    def download(argv: Sequence[str], **_: object) -> proc.Completed:
+        Path(argv[-1]).write_text(f"Origin: Debian\nDate: {date}\n")
+        return proc.Completed(tuple(argv), 0, "", 0.1)
+
+    monkeypatch.setattr(proc, "run", download)
+    if not Path("/usr/lib/apt/apt-helper").is_file():
+        pytest.skip("apt's apt-helper is not installed here")
+    with pytest.raises(BaseBuildError, match="not an RFC 2822 date"):
+        rootfs.release_epoch("http://mirror.invalid/debian", "bookworm", log=tmp_path / "log")
