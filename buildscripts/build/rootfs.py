@@ -39,6 +39,7 @@ DPKG_EXCLUDES = (
 DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 INSTALL_HINT = "apt-get install mmdebstrap (`.ci/install-engine` does)"
 # mmdebstrap's own tar options for its tar output (mmdebstrap 1.3, `@taropts`), with the mtime clamp to the epoch.
+APT_HELPER = Path("/usr/lib/apt/apt-helper")
 DATE = re.compile(r"[A-Za-z]{3}, \d{1,2} [A-Za-z]{3} \d{4} \d\d:\d\d:\d\d (?:UTC|GMT|[+-]\d{4})")
 # Merged /usr the way debootstrap makes it (its symlinks, and the usr-is-merged package): without it, apt meets
 # init-system-helpers' `usrmerge | usr-is-merged` and takes usrmerge, which brings perl (47 MB more, 9 packages).
@@ -61,9 +62,9 @@ class Bootstrap:
 def release_epoch(mirror: str, suite: str, *, log: Path) -> tuple[int, str]:
     """The Date of `suite`'s Release file on `mirror`, in seconds and as written: fetched with apt's own
     transport (the host's proxy and CA settings), as mmdebstrap will fetch it."""
-    helper = Path("/usr/lib/apt/apt-helper")
+    helper = APT_HELPER
     if not helper.is_file():
-        msg = "apt's apt-helper is missing: the base's date is read from the mirror with it"
+        msg = f"apt's {helper} is missing: the base's date is read from the mirror with it"
         raise BaseBuildError(msg, hint="install apt (the base is built on a Debian system)")
     with tempfile.TemporaryDirectory(prefix="sglang-release-") as tmp:
         target = Path(tmp) / "InRelease"

@@ -19,7 +19,7 @@ import pytest
 
 from buildscripts.build import buildx, cache
 from buildscripts.compare import diff, images
-from tests import second_engine
+from tests import needs, second_engine
 from tests.session import owner_label
 
 EPOCH = 1783764997
@@ -73,7 +73,9 @@ def test_docker_20_10s_builder_cannot_and_its_builds_differ_in_mtime_and_config(
     with closing(docker.from_env()) as client:
         builder = cache.builder(None, client.info())
         if builder.rewrites_timestamps:
-            pytest.skip(f"this machine's own builder is BuildKit {builder.buildkit}: it rewrites timestamps")
+            needs.unavailable("Docker 20.10's own builder as the main engine",
+                              f"this one rewrites timestamps (BuildKit {builder.buildkit}); .ci/install-engine "
+                              "installs Debian bookworm's docker.io 20.10")
         tags = [f"sglang-images-test/unstamped:{n}-{os.getpid()}" for n in (1, 2)]
         try:
             for tag in tags:

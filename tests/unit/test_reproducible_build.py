@@ -61,6 +61,13 @@ def test_an_arm64_base_says_so_in_its_config() -> None:
     assert (body["architecture"], body["variant"]) == ("arm64", "v8")
 
 
+def helper(tmp_path: Path) -> Path:
+    """A stand-in for apt's apt-helper (proc.run is faked: it only has to be there)."""
+    path = tmp_path / "apt-helper"
+    path.write_text("")
+    return path
+
+
 def test_the_release_date_is_the_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def download(argv: Sequence[str], **_: object) -> proc.Completed:
         Path(argv[-1]).write_text("-----BEGIN PGP SIGNED MESSAGE-----\nOrigin: Debian\n"
@@ -69,8 +76,7 @@ def test_the_release_date_is_the_epoch(tmp_path: Path, monkeypatch: pytest.Monke
         return proc.Completed(tuple(argv), 0, "", 0.1)
 
     monkeypatch.setattr(proc, "run", download)
-    if not Path("/usr/lib/apt/apt-helper").is_file():
-        pytest.skip("apt's apt-helper is not installed here")
+    monkeypatch.setattr(rootfs, "APT_HELPER", helper(tmp_path))
     assert rootfs.release_epoch("http://mirror.invalid/debian", "bookworm", log=tmp_path / "log") == (
         1783764997, "Sat, 11 Jul 2026 10:16:37 UTC")
 
@@ -126,7 +132,6 @@ def test_a_release_date_that_is_not_a_plain_date_stops_the_build(tmp_path: Path,
         return proc.Completed(tuple(argv), 0, "", 0.1)
 
     monkeypatch.setattr(proc, "run", download)
-    if not Path("/usr/lib/apt/apt-helper").is_file():
-        pytest.skip("apt's apt-helper is not installed here")
+    monkeypatch.setattr(rootfs, "APT_HELPER", helper(tmp_path))
     with pytest.raises(BaseBuildError, match="not an RFC 2822 date"):
         rootfs.release_epoch("http://mirror.invalid/debian", "bookworm", log=tmp_path / "log")
