@@ -8,8 +8,11 @@ mtime and the config's times, which `compare` names so."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
+import tarfile
 import time
 from contextlib import closing
 from pathlib import Path
@@ -17,7 +20,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildscripts.build import buildx, cache
+from buildscripts.build import buildx, cache, imagearchive
 from buildscripts.compare import diff, images
 from tests import needs, second_engine
 from tests.session import owner_label
@@ -66,6 +69,24 @@ def test_a_stamped_build_on_buildkit_0_13_is_the_same_image_twice(tmp_path: Path
         (entry,) = [e for e in image.files().values() if e.path == "hello.txt"]
         assert entry.mtime == EPOCH
         assert image.config["created"].startswith("2026-07-11T10:16:37")
+
+
+def test_a_base_loads_into_the_containerd_store_with_its_config_as_written(tmp_path: Path) -> None:
+    """The containerd store names a loaded image by the manifest it writes; the config in it is the one written."""
+    second_engine.require()
+    layer = tmp_path / "rootfs.tar"
+    with tarfile.open(layer, "w") as tar:
+        info = tarfile.TarInfo("etc/hello")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    spec = imagearchive.Spec(platform="linux/amd64", env=("PATH=/usr/bin",), labels={"a": "1"}, epoch=EPOCH,
+                             created_by="test")
+    with second_engine.second_engine(tmp_path / "engine") as engine:
+        client = engine.client()
+        image_ids = [imagearchive.load(client, layer, spec, tag=f"stamped/base:{n}", work=tmp_path) for n in (1, 2)]
+        assert image_ids[0] == image_ids[1]
+        config = images.read(client, "stamped/base:1").config
+    assert config == json.loads(imagearchive.config(spec, imagearchive.sha256_of(layer)))
 
 
 def test_docker_20_10s_builder_cannot_and_its_builds_differ_in_mtime_and_config(tmp_path: Path) -> None:
