@@ -8,6 +8,7 @@ disk and little memory. manifest.json (written last) then says which blob is whi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -144,7 +145,8 @@ def read_saved(ref: str, chunks: Iterable[bytes]) -> Image:
                 data = handle.read()
                 small[name] = data
                 if not _is_json(data):
-                    layers[name] = read_layer(io.BytesIO(data))
+                    with contextlib.suppress(tarfile.ReadError):   # a small file of no layer (Docker's VERSION)
+                        layers[name] = read_layer(io.BytesIO(data))
             else:
                 layers[name] = read_layer(handle)
     return _assemble(ref, small, layers)
