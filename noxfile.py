@@ -42,7 +42,7 @@ def _install_for_tests(session: nox.Session) -> None:
 
 
 def _machine(session: nox.Session, purpose: str, build_args: list[str] | None = None) -> None:
-    """Bring up what the session needs before any work: on Debian as root the engine, buildx, debootstrap
+    """Bring up what the session needs before any work: on Debian as root the engine, buildx, mmdebstrap
     (and the tests' tools) are installed and started; elsewhere it names the line that fixes it. A build's own
     arguments go along: its selection says which CPUs need QEMU user emulation here."""
     session.run("python", "-m", "buildscripts", "setup", "--for", purpose, *(["--", *build_args] if build_args else []))
@@ -113,6 +113,12 @@ def export(session: nox.Session) -> None:
 def check(session: nox.Session) -> None:
     """Was this very image verified on a GPU (`-- IMAGE|TAG|oci-archive:PATH [--arch sm_120a] [--key PUB]`)?"""
     _cli(session, "check")
+
+
+@nox.session(python=PYTHON)
+def compare(session: nox.Session) -> None:
+    """Are two images the same, file by file (`-- IMAGE_A IMAGE_B [--out DIR]`)? Else what differs, and why."""
+    _cli(session, "compare")
 
 
 @nox.session(python=PYTHON)

@@ -20,6 +20,7 @@ from . import log
 from .commands import (
     build,
     check,
+    compare,
     export,
     here,
     import_probe,
@@ -51,7 +52,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     "build": build, "matrix": matrix, "lock": lock, "verify": verify, "report": report, "tag": tag,
     "promote": promote, "export": export, "check": check, "here": here, "preflight": preflight, "watch": watch,
-    "import-probe": import_probe, "keygen": keygen, "setup": setup,
+    "import-probe": import_probe, "keygen": keygen, "setup": setup, "compare": compare,
 }
 
 

@@ -39,7 +39,7 @@ class EngineError(FatalError):
 
 
 class ToolMissingError(FatalError):
-    """An external program (debootstrap, uv, ...) is not installed."""
+    """An external program (mmdebstrap, uv, ...) is not installed."""
 
     exit_code = 5
 
@@ -81,7 +81,7 @@ class Interrupted(FatalError):
 
 
 class BaseBuildError(FatalError):
-    """debootstrap or the import of the base image failed."""
+    """mmdebstrap or the load of the base image failed."""
 
     exit_code = 12
 
@@ -144,3 +144,9 @@ class DriverTooOld(FatalError):
     """`here`: this machine's NVIDIA driver is below the floor of the chosen image's CUDA (or no floor is known)."""
 
     exit_code = 21
+
+
+class ImagesDiffer(FatalError):
+    """`compare`: the two images differ (the lines before say how, file by file; the report has every one)."""
+
+    exit_code = 22

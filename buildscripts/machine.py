@@ -1,6 +1,6 @@
 """What the README's two commands need on this machine, and bringing it up before any work.
 
-`nox -s build` needs the Docker CLI, a reachable engine, the buildx plugin and debootstrap; `nox -s tests`
+`nox -s build` needs the Docker CLI, a reachable engine, the buildx plugin and mmdebstrap; `nox -s tests`
 needs those and the tools its tiers drive (a registry server, Chromium, skopeo, cosign, umoci, LXC, gcc and
 the throw-away second engine); `nox -s check` and the promote job need skopeo and cosign (`--for check`).
 On Debian as root, whatever is missing is installed and the engine started by the one installer of the
@@ -62,7 +62,7 @@ BUILD = (
     Need("a running Docker engine", _succeeds("docker", "info"),
          "start it: `sudo systemctl start docker` or `dockerd &`", engine=True),
     Need("the docker buildx plugin", _succeeds("docker", "buildx", "version"), ENGINE, engine=True),
-    Need("debootstrap", _program("debootstrap"), "your distribution's debootstrap package"),
+    Need("mmdebstrap", _program("mmdebstrap"), "Debian's mmdebstrap package, 1.3 or later"),
 )
 COSIGN = Need("cosign", _program("cosign"), "cosign 2.x: Debian trixie's cosign package (.ci/install-engine unpacks "
               "it on bookworm) or a release from sigstore/cosign")

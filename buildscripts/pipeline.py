@@ -160,7 +160,7 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
         log.warn(note)
     if builder.loads and shared is None and any(matrix.spec.bases[c.base_name].debootstrap for c in buildable):
         msg = (f"the buildx builder {builder.name} ({builder.driver} driver) cannot see this engine's images, "
-               "so it cannot build on a debootstrapped base")
+               "so it cannot build on a bootstrapped base")
         raise ConfigError(msg, hint="configure a shared build cache (`cache.ref` in matrix.yaml or --cache-ref): "
                                     "the base is shared through it; or build with the engine's own builder")
     natives = native.native_bases(matrix.spec, buildable)
@@ -247,8 +247,11 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
         extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
         what = buildx.CellInputs(cell, base, locks, ctx.recipe, ctx.native_of(cell))
+        # Layer file times clamped to the base's date where the builder can (BuildKit >= 0.13), else as built.
+        epoch = (buildx.source_date_epoch(ctx.client, ctx.bases[cell.base_name].ref)
+                 if ctx.builder.rewrites_timestamps else None)
         build, image = buildx.build_cell(what, tag=tag, inputs=inputs, client=ctx.client, log_file=build_log,
-                                         env=opts.env, extra_args=extra)
+                                         env=opts.env, extra_args=extra, epoch=epoch)
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
     if build.status is Status.PASSED and opts.verify:

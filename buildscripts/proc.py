@@ -1,4 +1,4 @@
-"""The one wrapper for external commands (docker buildx, debootstrap, uv, ...).
+"""The one wrapper for external commands (docker buildx, mmdebstrap, uv, ...).
 
 List arguments only (never a shell); the command is logged shell-quoted first; output is teed to
 a log file; explicit timeouts; Ctrl-C escalates interrupt -> terminate -> kill (as nox does).

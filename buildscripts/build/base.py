@@ -1,9 +1,11 @@
-"""The OS base image: debootstrap against the host's own Debian mirror, then `docker import`.
+"""The OS base image: mmdebstrap against the host's own Debian mirror, then loaded as an image of fixed bytes.
 
 No registry is needed. The image is tagged by a hash of its inputs (suite, variant, packages,
 mirror), so it is reused while they are unchanged; its id is recorded in every cell's labels.
+Two builds from the same mirror state give the same image id, here or on another machine
+(build/rootfs.py: the same tar; build/imagearchive.py: the same config; docs/reproducible-builds.md).
 A base declared as `image: REF` is taken from a registry instead. With a shared build cache, a
-debootstrapped base is shared beside it (see `ensure`).
+bootstrapped base is shared beside it (see `ensure`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import log, proc
-from ..errors import BaseBuildError, ConfigError, ToolMissingError
+from ..errors import ConfigError, ToolMissingError
 from ..matrix.schema import Base
-from . import emulation
+from . import emulation, imagearchive, rootfs
 
 if TYPE_CHECKING:
     import docker
@@ -33,20 +34,13 @@ BASE_REPOSITORY = "sglang-images/base"
 # minbase Debian lacks it, so without it sgl_kernel cannot load on a GPU or not (`shared-library-missing`).
 BASE_PACKAGES = ("python3", "python3-venv", "libnuma1")
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
-# Documentation, manuals and translations no server reads (what Debian's and Ubuntu's minimal container
-# images leave out), kept out of the base and, through dpkg's own filter, out of every package a later
-# layer installs (the toolkit's g++). Copyright files stay: the licences travel with the image.
-DPKG_EXCLUDES = (
-    "path-exclude=/usr/share/doc/*", "path-include=/usr/share/doc/*/copyright",
-    "path-exclude=/usr/share/man/*", "path-exclude=/usr/share/info/*", "path-exclude=/usr/share/groff/*",
-    "path-exclude=/usr/share/lintian/*", "path-exclude=/usr/share/locale/*/LC_MESSAGES/*.mo",
-)
-DPKG_EXCLUDES_FILE = "etc/dpkg/dpkg.cfg.d/sglang-images-excludes"
 # Whoever builds (a test session, a CI job) may name itself: every image it builds then carries
 # OWNER_LABEL=that name, so that it can remove exactly what it made and nothing of anyone else's.
 OWNER_ENV = "SGLANG_IMAGES_OWNER"
 OWNER_LABEL = "io.sglang-images.owner"
 BASE_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# How a base's root file system is made, part of its inputs: a base made another way is another image.
+BOOTSTRAP = "mmdebstrap, SOURCE_DATE_EPOCH from the Release file, docker-archive load"
 
 
 @dataclass(frozen=True)
@@ -95,7 +89,7 @@ def owner_labels(env: Mapping[str, str]) -> dict[str, str]:
 
 def inputs_hash(name: str, base: Base, mirror: str | None) -> str:
     data = {"name": name, "base": base.model_dump(mode="json"), "mirror": mirror, "packages": BASE_PACKAGES,
-            "excludes": DPKG_EXCLUDES}
+            "excludes": rootfs.DPKG_EXCLUDES, "bootstrap": BOOTSTRAP}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -105,10 +99,11 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
     """The base image for `name`, built only when no image with the same inputs exists; a new one also
     carries `labels` (the owner's, see `owner_labels`).
 
-    `shared(digest)` names where runners share debootstrapped bases (beside the build cache): a base
+    `shared(digest)` names where runners share bootstrapped bases (beside the build cache): a base
     found there is used (pulled, and named like a local one, which it replaces), and else (`push`) this
-    runner's is pushed there. Two runners' debootstraps never give the same image, and the cache keys
-    of every layer hang on the base's id.
+    runner's is pushed there. Two runners' bases from the same mirror state are the same image (the cache keys
+    of every layer hang on the base's id); sharing it still spares the others the bootstrap, and keeps them on
+    one base when the mirror moves between their builds.
     """
     import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
 
@@ -126,8 +121,8 @@ def ensure(name: str, base: Base, *, client: docker.DockerClient, logs: Path,
         image = client.images.get(ref)
         found = BaseImage(ref, str(image.id), digest, built=False)
     except docker.errors.ImageNotFound:
-        found = _debootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref,
-                             labels=labels)
+        found = bootstrap(name, base, client=client, logs=logs, mirror=mirror, digest=digest, ref=ref,
+                          labels=labels)
     if remote and push:
         _push_shared(client, ref, remote)   # not shared yet: this runner's becomes the one
     return found
@@ -165,96 +160,32 @@ def _push_shared(client: docker.DockerClient, ref: str, remote: str) -> None:
         client.images.remove(remote, noprune=True)   # only the extra name goes
 
 
-def _debootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Path, mirror: str, digest: str,
-                 ref: str, labels: Mapping[str, str] | None) -> BaseImage:
+def bootstrap(name: str, base: Base, *, client: docker.DockerClient, logs: Path, mirror: str, digest: str,
+              ref: str, labels: Mapping[str, str] | None) -> BaseImage:
+    """Base `name` built now (whatever exists), tagged `ref`: the same image id from the same mirror state."""
     assert base.debootstrap is not None
-    debootstrap = proc.which("debootstrap", hint="apt-get install debootstrap (`.ci/install-engine` does)")
     boot = base.debootstrap
-    packages = ",".join((*BASE_PACKAGES, *boot.include))
-    # Another CPU's base is bootstrapped the same way: its second stage runs the packages' own scripts, through
-    # QEMU user emulation (a few minutes more).
+    # Another CPU's base is bootstrapped the same way: the packages' own scripts run through QEMU user emulation
+    # (a few minutes more). The image's platform is written into its config (imagearchive), not the engine's.
     emulation.require(base.cpu)
     emulated = " under emulation" if emulation.needed(base.cpu) else ""
-    log.info(f"building base {ref} with debootstrap {boot.suite}/{boot.variant} for {base.cpu.oci}{emulated} "
+    if emulated:   # mmdebstrap asks arch-test whether the CPU's binaries run here, and stops without it
+        proc.which("arch-test", hint="apt-get install arch-test (`.ci/install-engine` does)")
+    log.info(f"building base {ref} with mmdebstrap {boot.suite}/{boot.variant} for {base.cpu.oci}{emulated} "
              "(a few minutes, once)")
+    log_file = logs / "base" / f"{name}.log"
+    what = rootfs.Bootstrap(suite=boot.suite, variant=boot.variant, packages=(*BASE_PACKAGES, *boot.include),
+                            arch=base.cpu.debian, mirror=mirror)
     with tempfile.TemporaryDirectory(prefix="sglang-base-") as tmp:
-        root = Path(tmp) / "rootfs"
-        done = proc.run(
-            [debootstrap, f"--arch={base.cpu.debian}", f"--variant={boot.variant}", f"--include={packages}",
-             boot.suite, str(root), mirror],
-            log=logs / "base" / f"{name}.log", timeout=1800,
-        )
-        if not done.ok:
-            msg = f"debootstrap of base {name!r} failed (exit {done.returncode})"
-            raise BaseBuildError(msg, hint=f"see {logs / 'base' / (name + '.log')}\n{done.tail(15)}")
-        _trim(root)
-        packed = Path(tmp) / "context" / "rootfs.tar"
-        packed.parent.mkdir()
-        tar = proc.run(["tar", "-C", str(root), "-cf", str(packed), "."], log=logs / "base" / f"{name}.log",
-                       timeout=600)
-        if not tar.ok:
-            msg = f"packing the base rootfs failed: {tar.tail(5)}"
-            raise BaseBuildError(msg)
-        image_labels = {"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})}
-        if emulation.needed(base.cpu):
-            _import_as(base.cpu.oci, packed, ref=ref, labels=image_labels, log=logs / "base" / f"{name}.log")
-        else:
-            with packed.open("rb") as fh:
-                changes = [f"LABEL {k}={v}" for k, v in image_labels.items()]
-                changes.append(f"ENV {BASE_ENV}")
-                # The engine answers with its raw JSON status line: the id is read back from the image instead.
-                client.api.import_image_from_data(fh, repository=BASE_REPOSITORY, tag=f"{name}-{digest}",
-                                                  changes=changes)
-    image = client.images.get(ref)
-    log.info(f"base {ref} = {image.id}")
-    return BaseImage(ref, str(image.id), digest, built=True)
-
-
-def _import_as(platform: str, packed: Path, *, ref: str, labels: Mapping[str, str], log: Path) -> None:
-    """The rootfs tar as an image of another CPU's `platform`. `docker import` cannot say so: Docker 20.10 records
-    the engine's own CPU whatever `--platform` says (only the OS is taken), so BuildKit makes it instead, from
-    scratch: ADD unpacks the tar, nothing runs (no emulation needed)."""
-    dockerfile = packed.parent / "Dockerfile"
-    dockerfile.write_text("FROM scratch\nADD rootfs.tar /\n" + f"ENV {BASE_ENV}\n"
-                          + "".join(f"LABEL {k}={json.dumps(v)}\n" for k, v in labels.items()))
-    done = proc.run(["docker", "buildx", "build", "--progress=plain", "--platform", platform, "--tag", ref,
-                     "--file", str(dockerfile), str(packed.parent)],
-                    log=log, timeout=1800, env={"DOCKER_BUILDKIT": "1"})
-    if not done.ok:
-        msg = f"making the {platform} base image from its rootfs failed (buildx exited {done.returncode})"
-        raise BaseBuildError(msg, hint=f"see {log}\n{done.tail(10)}")
-
-
-def _trim(root: Path) -> None:
-    """Drop what only the bootstrap needed (apt's downloaded packages and lists) and what dpkg's
-    excludes (DPKG_EXCLUDES) will keep out of every later install."""
-    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
-        target = root / sub
-        if target.is_dir():
-            for entry in target.iterdir():
-                if entry.is_file() and entry.name not in ("lock",):
-                    entry.unlink()
-                elif entry.is_dir() and entry.name != "partial":
-                    shutil.rmtree(entry)
-    excludes = root / DPKG_EXCLUDES_FILE
-    excludes.parent.mkdir(parents=True, exist_ok=True)
-    excludes.write_text("# sglang-images: no documentation in the image (copyright files stay)\n"
-                        + "\n".join(DPKG_EXCLUDES) + "\n")
-    for folder in ("usr/share/man", "usr/share/info", "usr/share/groff", "usr/share/lintian"):
-        for entry in (root / folder).glob("*"):
-            _remove(entry)
-    for translation in (root / "usr/share/locale").glob("*/LC_MESSAGES/*.mo"):
-        translation.unlink()
-    for entry in (root / "usr/share/doc").glob("*/*"):
-        if entry.name != "copyright":
-            _remove(entry)
-
-
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink()
+        tarball = Path(tmp) / "rootfs.tar"
+        epoch = rootfs.build(what, tarball, log=log_file)
+        spec = imagearchive.Spec(
+            platform=base.cpu.oci, env=(BASE_ENV,), epoch=epoch,
+            labels={"io.sglang-images.base": name, "io.sglang-images.base.inputs": digest, **(labels or {})},
+            created_by=f"mmdebstrap --variant={boot.variant} {boot.suite} ({', '.join(what.packages)})")
+        image_id = imagearchive.load(client, tarball, spec, tag=ref, work=Path(tmp))
+    log.info(f"base {ref} = {image_id}")
+    return BaseImage(ref, image_id, digest, built=True)
 
 
 def _registry_base(ref: str, client: docker.DockerClient) -> BaseImage:

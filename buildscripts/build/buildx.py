@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -192,11 +193,48 @@ class CellInputs:
     native: BaseImage | None = None
 
 
+def source_date_epoch(client: docker.DockerClient, base_ref: str) -> int:
+    """The SOURCE_DATE_EPOCH of a cell's build: its base image's creation time, which for a bootstrapped base is
+    its mirror state's date (build/rootfs.py), so that the same inputs give the same stamp on every runner."""
+    created = str(client.images.get(base_ref).attrs.get("Created", ""))
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", created)
+    if match is None:
+        msg = f"the base image {base_ref} has no readable creation time ({created!r})"
+        raise ConfigError(msg, hint="rebuild the base, or name another one in matrix.yaml")
+    return int(datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a build's image goes: the builder's default (the engine's image store), or with `epoch` a docker
+    archive whose every layer's file times BuildKit clamped to that SOURCE_DATE_EPOCH, loaded afterwards."""
+
+    args: tuple[str, ...] = ()
+    archive: Path | None = None
+
+
+@contextmanager
+def reproducible_output(epoch: int | None, folder: Path) -> Iterator[Output]:
+    """The output flags for a build stamped with `epoch` (None: the builder's default, as Docker 20.10 builds).
+
+    `rewrite-timestamp` cannot go to the engine's own image store: BuildKit refuses it with `unpack`, which
+    Docker's exporter always sets ("conflicts with unpack", moby/buildkit#4057), so the image is written as a
+    docker archive and loaded. Provenance is left out: its attestation records the build's own times."""
+    if epoch is None:
+        yield Output()
+        return
+    with tempfile.TemporaryDirectory(prefix="sglang-image-", dir=folder) as tmp:
+        archive = Path(tmp) / "image.tar"
+        yield Output(("--build-arg", f"SOURCE_DATE_EPOCH={epoch}", "--provenance=false", "--output",
+                      f"type=docker,dest={archive},rewrite-timestamp=true"), archive)
+
+
 def build_cell(what: CellInputs, *, tag: str, inputs: str, client: docker.DockerClient, log_file: Path,
-               env: Mapping[str, str], timeout: float = 3600,
-               extra_args: Sequence[str] = ()) -> tuple[BuildResult, ImageInfo]:
+               env: Mapping[str, str], timeout: float = 3600, extra_args: Sequence[str] = (),
+               epoch: int | None = None) -> tuple[BuildResult, ImageInfo]:
     """Build one cell's image under its candidate `tag` (skipped when that tag already exists); `inputs` is the
-    hash of `what` (inputs_hash). `extra_args`: the builder and shared-cache flags (build/cache.py)."""
+    hash of `what` (inputs_hash). `extra_args`: the builder and shared-cache flags (build/cache.py). `epoch`: the
+    SOURCE_DATE_EPOCH to clamp every layer's file times to, where the builder can (cache.Builder)."""
     import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
 
     try:
@@ -212,15 +250,17 @@ def build_cell(what: CellInputs, *, tag: str, inputs: str, client: docker.Docker
     cell_json.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
     started = time.monotonic()
     platform = [] if cell.platform == DEFAULT_PLATFORM else ["--platform", cell.platform]
-    with build_secrets(env) as secrets:
+    with build_secrets(env) as secrets, reproducible_output(epoch, recipe.cell_files) as output:
         argv = [
             "docker", "buildx", "build", "--progress=plain", *platform, "--target", "cell", "--tag", tag,
             "--file", str(recipe.dockerfile_for(cell)), *secrets,
-            *build_args(cell, what.base, what.locks, cell_json, recipe, what.native), *extra_args,
+            *build_args(cell, what.base, what.locks, cell_json, recipe, what.native), *extra_args, *output.args,
             *(x for k, v in sorted({**labels, **owner_labels(env)}.items()) for x in ("--label", f"{k}={v}")),
             str(recipe.context),
         ]
         done = proc.run(argv, log=log_file, timeout=timeout, env={"DOCKER_BUILDKIT": "1"})
+        if done.ok and output.archive is not None:
+            done = proc.run(["docker", "load", "--input", str(output.archive)], log=log_file, timeout=timeout)
     duration = round(time.monotonic() - started, 1)
     layers = layer_times(log_file)
     if not done.ok:

@@ -7,6 +7,8 @@ an engine with the classic image store (Docker 20.10's default) can import a reg
 export one; with the containerd image store (Docker 24+, `"features": {"containerd-snapshotter":
 true}`), or a `docker-container` / `remote` / `kubernetes` builder, it can. A cache that cannot be
 reached is left out, with a warning: the build goes on without it.
+Whether the builder can rewrite its layers' timestamps (BuildKit 0.13's `rewrite-timestamp`) is asked the same
+way, from the BuildKit version `docker buildx inspect` names (docs/reproducible-builds.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from ..matrix.schema import Cache
 
 CONTAINERD_STORE = "io.containerd.snapshotter.v1"
 LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+# The first BuildKit whose image exporters take `rewrite-timestamp=true` (moby/buildkit#4057).
+REWRITE_TIMESTAMPS = (0, 13)
+# The engine's own builder says no version where the engine was built without it (Debian's docker.io 26 says
+# v0.0.0+unknown): there the engine's release says which BuildKit it vendors (moby 26.0 vendors 0.13).
+ENGINE_WITH_BUILDKIT_0_13 = (26, 0)
 
 
 @dataclass(frozen=True)
@@ -35,20 +42,51 @@ class Builder:
     driver: str                    # docker, docker-container, remote, kubernetes
     exports_cache: bool
     why_not: str | None = None     # why it cannot export a registry cache
+    buildkit: str = ""             # its BuildKit's version, as `docker buildx inspect` names it ("" unknown)
 
     @property
     def loads(self) -> bool:
         """Whether built images must be loaded into the engine explicitly (every driver but `docker`)."""
         return self.driver != "docker"
 
+    rewrites_timestamps: bool = False   # its exporters clamp every layer's file times (rewrites_timestamps())
+
     def args(self) -> list[str]:
-        return (["--builder", self.name] if self.name else []) + (["--load"] if self.loads else [])
+        """Which builder, and `--load` where the image must be loaded; a build that rewrites timestamps names its
+        own output instead (buildx.reproducible_output), which `--load` would contradict."""
+        load = self.loads and not self.rewrites_timestamps
+        return (["--builder", self.name] if self.name else []) + (["--load"] if load else [])
 
 
 def driver_of(inspect_output: str) -> str:
     """The driver named by `docker buildx inspect`'s first `Driver:` line."""
     match = re.search(r"^Driver:\s*(\S+)", inspect_output, re.M)
     return match.group(1) if match else "unknown"
+
+
+def buildkit_of(inspect_output: str) -> str:
+    """The BuildKit version `docker buildx inspect` names (`BuildKit version: v0.13.2`, older buildx `Buildkit:`)."""
+    match = re.search(r"^\s*Build[Kk]it(?: version)?:\s*(\S+)", inspect_output, re.M)
+    return match.group(1) if match else ""
+
+
+def buildkit_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a BuildKit version (v0.8+unknown -> (0, 8)); (0, 0) when it names none."""
+    match = re.match(r"v?(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def rewrites_timestamps(driver: str, buildkit: str, docker_info: Mapping[str, Any]) -> bool:
+    """Whether a builder can clamp every layer's file times to SOURCE_DATE_EPOCH (`rewrite-timestamp`, BuildKit
+    0.13+) and hand the image over as a docker archive: any driver of that BuildKit; the engine's own (`docker`
+    driver) only with the containerd image store, since the classic store takes no docker archive from a build.
+    Docker 20.10's own builder (BuildKit 0.8) cannot."""
+    if driver != "docker":
+        return buildkit_release(buildkit) >= REWRITE_TIMESTAMPS
+    if not containerd_store(docker_info):
+        return False
+    engine = buildkit_release(str(docker_info.get("ServerVersion", "")))
+    return buildkit_release(buildkit) >= REWRITE_TIMESTAMPS or engine >= ENGINE_WITH_BUILDKIT_0_13
 
 
 def containerd_store(docker_info: Mapping[str, Any]) -> bool:
@@ -64,16 +102,17 @@ def builder(name: str | None, docker_info: Mapping[str, Any]) -> Builder:
         msg = f"buildx builder {name or '(current)'} cannot be used: {done.tail(2)}"
         raise ConfigError(msg, hint="`docker buildx ls` lists the builders; create one with "
                                     "`docker buildx create --name NAME --driver docker-container`")
-    driver = driver_of(done.output)
+    driver, buildkit = driver_of(done.output), buildkit_of(done.output)
+    rewrites = rewrites_timestamps(driver, buildkit, docker_info)
     if driver != "docker" or containerd_store(docker_info):
-        return Builder(name, driver, exports_cache=True)
+        return Builder(name, driver, exports_cache=True, buildkit=buildkit, rewrites_timestamps=rewrites)
     version = docker_info.get("ServerVersion", "?")
     why = (f"the `docker` driver of Docker engine {version} with its classic image store cannot export a "
            "registry cache (it can import one); enable the containerd image store "
            '(`"features": {"containerd-snapshotter": true}` in /etc/docker/daemon.json, Docker 24+) or build '
            "with a docker-container builder (`docker buildx create --name NAME --driver docker-container`, "
            "then `--builder NAME`)")
-    return Builder(name, driver, exports_cache=False, why_not=why)
+    return Builder(name, driver, exports_cache=False, why_not=why, buildkit=buildkit, rewrites_timestamps=rewrites)
 
 
 def registry_host(ref: str) -> str:
@@ -124,7 +163,7 @@ class CachePlan:
         return args
 
     def base_ref(self, name: str, digest: str) -> str:
-        """Where a debootstrapped base is shared, so that every runner builds on the same image."""
+        """Where a bootstrapped base is shared, so that every runner builds on the same image."""
         return f"{self.cache.ref}:base-{cache_tag(name)}-{digest}"
 
 

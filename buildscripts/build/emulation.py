@@ -2,7 +2,7 @@
 
 The kernel runs a foreign binary through a binfmt_misc handler; Debian's qemu-user-static registers one per CPU
 (`qemu-aarch64`) with the F flag (the interpreter is opened once, at registration, so it works inside
-containers and chroots too: debootstrap's second stage, BuildKit's RUN steps, `docker run`). Nothing here is
+containers and chroots too: the base bootstrap's package scripts, BuildKit's RUN steps, `docker run`). Nothing here is
 needed for the host's own platform. `setup --for build` registers the handler when the matrix holds a cell that
 needs it (machine.py); a build or verification that needs it and finds none stops with that fix.
 """

@@ -82,12 +82,12 @@ def test_missing_buildx_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         engines.check(engines.connect())
 
 
-def test_missing_debootstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_mmdebstrap_builds_no_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
     spec = config.Base(debootstrap=config.Debootstrap(suite="bookworm", include=("nonexistent-pkg-for-test",)),
                        python="3.11", platform="x86_64-manylinux_2_36")
     made_by = owner()
-    with pytest.raises(ToolMissingError, match="'debootstrap' was not found"):
+    with pytest.raises(ToolMissingError, match="'mmdebstrap' was not found"):
         base.ensure("missing-tool-test", spec, client=docker.from_env(), logs=tmp_path,
                     labels={base.OWNER_LABEL: made_by[base.OWNER_ENV]})
     assert images_of(made_by) == [] and bases_named("missing-tool-test") == []

@@ -1,6 +1,6 @@
 """Tiny images for verification tests, made without a registry.
 
-`python_image()` is the project's own debootstrapped base (Debian minbase + python3), made once per
+`python_image()` is the project's own bootstrapped base (Debian minbase + python3), made once per
 test session through the same code as the builds (buildscripts.build.base). Everything else is derived
 per test (`derive`, `no_python_image`) and removed by the test. Each image made here carries the
 session's owner label, so the session removes it at its end even when a test could not.
@@ -38,13 +38,13 @@ def one_file_tar(payload: bytes, name: str = "hello.txt") -> bytes:
 
 
 def python_image(client: docker.DockerClient) -> str:
-    """The project's own bookworm base (Debian's python3, nothing else), built once by debootstrap.
+    """The project's own bookworm base (Debian's python3, nothing else), built once by mmdebstrap.
 
     When this session builds it, it carries the session's owner label and goes at the session's end
     (tests/conftest.py); a base that was already there is used and left alone.
     """
     spec = matrix.load(ROOT / "matrix.yaml", {}).spec
-    needs.tool("debootstrap")
+    needs.tool("mmdebstrap")
     with tempfile.TemporaryDirectory(prefix="base-logs-") as logs:
         return base.ensure("bookworm", spec.bases["bookworm"], client=client, logs=Path(logs),
                            labels=OWNED).ref
