@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,8 @@ class Context:
     serve_host: str = "127.0.0.1"         # the address the server listens on
     results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
+    # Set when a stage failed while a later one ran beside it (run_all): that one stops early (aborted).
+    halt: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def every_arch(self) -> List[str]:
         """The targets, then the archs only audited (each once)."""
@@ -61,6 +64,14 @@ class StageFailed(Exception):
 
 class StageSkipped(Exception):
     """Raised by a stage that cannot run here (e.g. needs a GPU); never counts as passed."""
+
+
+class StageStopped(Exception):
+    """Raised by a stage stopped early because a stage beside it failed: aborted, with what it had seen."""
+
+    def __init__(self, reason: str, evidence: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(reason)
+        self.evidence = evidence or {}
 
 
 @dataclass
@@ -104,6 +115,8 @@ def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
         result["evidence"] = st.func(ctx) or {}
     except StageSkipped as exc:
         result.update(status=SKIPPED, reason=str(exc))
+    except StageStopped as exc:
+        result.update(status=ABORTED, reason=str(exc), evidence=exc.evidence)
     except StageFailed as exc:
         result.update(status=FAILED, reason=exc.reason, evidence=exc.evidence, log_excerpt=exc.log[-6000:])
     except Exception as exc:  # a bug or surprise inside the stage is a failed stage, not a crashed probe
@@ -117,9 +130,17 @@ def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
 
 
 def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[Dict[str, Any]]:
-    results = []
-    for name in [n for n in ORDER if n in names]:
-        res = run_stage(ctx, REGISTRY[name])
+    """The stages in ORDER, their results emitted in that order (the host accepts no other); the server may run
+    beside the GPU checks before it (beside_server)."""
+    results: List[Dict[str, Any]] = []
+    planned = [n for n in ORDER if n in names]
+    beside: Dict[str, "Beside"] = {}
+    for name in planned:
+        if name == beside_server(ctx, planned):
+            beside["server"] = Beside(ctx, REGISTRY["server"], name)
+        res = beside.pop(name).result() if name in beside else run_stage(ctx, REGISTRY[name])
+        if res["status"] == FAILED and beside:
+            ctx.halt.set()   # the verdict is lost: the stage beside stops rather than spend the GPU's time
         ctx.results[name] = res
         results.append(res)
         emit(res)
@@ -129,9 +150,48 @@ def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[D
     return results
 
 
+# The server's start is the longest GPU stage and reads no other GPU stage's result: with one GPU it starts when
+# kernel-smoke does and runs beside kernel-smoke and nccl-allreduce (their ops are small; the server's KV pool is
+# bounded by the profile's --max-total-tokens). A failure of either stops it (aborted); a failure of the server
+# lets them finish, so the first failure in ORDER, and its class, is the one a run one stage at a time reports.
+# With several GPUs the stages run one after the other: the all-reduce and a tensor-parallel server would share
+# NCCL's transports and /dev/shm, and what one measured would be the other's.
+SERVER_BESIDE = ("kernel-smoke", "nccl-allreduce")
+
+
+def beside_server(ctx: Context, planned: List[str]) -> Optional[str]:
+    """The planned stage the server starts beside, or None (it runs in its turn)."""
+    if "server" not in planned or not ctx.gpu or int(ctx.gpu.get("count") or 1) > 1:
+        return None
+    return next((n for n in SERVER_BESIDE if n in planned), None)
+
+
+class Beside:
+    """One stage run in a thread while the stages before it run; its result is taken in its turn."""
+
+    def __init__(self, ctx: Context, st: Stage, started_with: str) -> None:
+        self._result: Dict[str, Any] = {}
+        self.started_with = started_with
+        self._thread = threading.Thread(target=self._run, args=(ctx, st), name=f"beside-{st.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, ctx: Context, st: Stage) -> None:
+        self._result = run_stage(ctx, st)
+
+    def result(self) -> Dict[str, Any]:
+        self._thread.join()
+        self._result.setdefault("evidence", {})["started_beside"] = self.started_with
+        return self._result
+
+
+_EMITTING = threading.Lock()   # a stage beside another prints too: whole lines, never interleaved
+
+
 def emit(result: Dict[str, Any], prefix: str = RESULT_PREFIX) -> None:
-    sys.stdout.write(prefix + json.dumps(result, default=str) + "\n")
-    sys.stdout.flush()
+    line = prefix + json.dumps(result, default=str) + "\n"
+    with _EMITTING:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def sh(argv: List[str], timeout: float, env: Optional[Dict[str, str]] = None,

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -71,10 +72,11 @@ def _model(ctx: core.Context) -> str:
     return out
 
 
-def _wait_for_host(srv: server.Server, stop_file: str, deadline_s: float,
-                   watch: Optional[warmcheck.Watch]) -> "tuple[Optional[int], Optional[Dict[str, Any]]]":
-    """Until the host creates `stop_file` (exit code None), the server exits (its code, announced at once)
-    or the deadline; and what the warm-cache watch saw up to the server's own "started" line."""
+def _wait_for_host(srv: server.Server, stop_file: str, deadline_s: float, watch: Optional[warmcheck.Watch],
+                   halt: threading.Event) -> "tuple[Optional[int], Optional[Dict[str, Any]], bool]":
+    """Until the host creates `stop_file` (exit code None), the server exits (its code, announced at once),
+    a stage beside it fails (`halt`: the last value True) or the deadline; and what the warm-cache watch saw
+    up to the server's own "started" line."""
     end, watched = time.monotonic() + deadline_s, None
     while time.monotonic() < end:
         if watch is not None and watched is None and any(STARTED_LINE in line for line in list(srv.tail)):
@@ -84,13 +86,15 @@ def _wait_for_host(srv: server.Server, stop_file: str, deadline_s: float,
             # change (verify/identity.py): it stays there, and the verifier removes it at the next run
             with contextlib.suppress(OSError):
                 os.remove(stop_file)
-            return None, watched
+            return None, watched, False
         code = srv.proc.poll()
         if code is not None:
             core.emit({"code": code}, core.SERVER_EXIT_PREFIX)
-            return code, watched
+            return code, watched, False
+        if halt.is_set():
+            return None, watched, True
         time.sleep(0.2)
-    return srv.proc.poll(), watched
+    return srv.proc.poll(), watched, False
 
 
 @core.stage("server", needs=("gpu-visible",), gpu=True)
@@ -117,7 +121,12 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
     _LIVE["server"] = srv
     core.emit({"port": port, "pid": srv.proc.pid, "host": _flag(args, "--host") or ctx.serve_host,
                "stop_file": ctx.stop_file, "log": srv.log_path}, core.SERVE_PREFIX)
-    exit_code, watched = _wait_for_host(srv, ctx.stop_file, ctx.stage_timeout + AFTER_READY_S, watch)
+    exit_code, watched, halted = _wait_for_host(srv, ctx.stop_file, ctx.stage_timeout + AFTER_READY_S, watch,
+                                                ctx.halt)
+    if halted:
+        if watch is not None and watched is None:
+            watch.stop()
+        _stopped_beside(srv)
     evidence: Dict[str, Any] = {"argv": argv[1:], "env": ctx.server_env, "model": model,
                                 "tiny_model": not ctx.model_path, "log": srv.log_path,
                                 "network_cut_asked": ctx.cut_network}
@@ -125,6 +134,7 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         evidence["warm"] = {"report": claim["path"], "profile": ctx.server_profile,
                             "profile_baked": warmcheck.covers(claim, ctx.server_profile),
                             "declared_at_start": warmcheck.declared(claim, ctx.server_profile),
+                            "archs": claim.get("archs", []),
                             "first_start": claim.get("first_start", []), **(watched or watch.stop())}
     excerpt = server.failure_excerpt(srv)
     evidence["shutdown"] = _stop_live()
@@ -140,13 +150,25 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
-    # Only a profile the image baked is held to "nothing compiles"; another one compiles at first start,
-    # as the bake report says, and its compiles are kept as evidence.
+    # Only a profile the image baked is held to "nothing compiles", on an arch it baked: a compile there is a
+    # warning naming the kernels (the claim is false, the server works); another profile compiles at first
+    # start, as the bake report says, and its compiles are kept as evidence.
     warm = evidence.get("warm")
-    cold = warmcheck.verdict(warm, tuple(warm["declared_at_start"])) if warm and warm["profile_baked"] else None
-    if cold:  # warm caches claimed, yet the start compiled: the claim is false (the server did come up)
-        raise core.StageFailed(cold, evidence)
+    if warm and warm["profile_baked"]:
+        found = warmcheck.cold_start(warm, str((ctx.gpu or {}).get("arch") or "an unknown arch"))
+        warm.update({k: v for k, v in found.items() if k != "warnings"})
+        evidence.update({k: v for k, v in found.items() if k == "warnings"})
     return evidence
+
+
+def _stopped_beside(srv: server.Server) -> None:
+    """A stage beside the server failed: stop it, tell the host at once (it stops polling), and abort."""
+    shutdown = _stop_live()
+    code = srv.proc.poll()
+    core.emit({"code": -1 if code is None else code}, core.SERVER_EXIT_PREFIX)
+    msg = (f"stopped after {time.monotonic() - srv.started:.0f}s: a GPU check beside it failed (the first "
+           "failure is that stage's)")
+    raise core.StageStopped(msg, {"log": srv.log_path, "shutdown": shutdown})
 
 
 def _stop_live() -> Optional[Dict[str, Any]]:

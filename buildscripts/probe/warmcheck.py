@@ -4,7 +4,8 @@ An image built with `warm:` on its toolkit carries a bake report (images/warm/ba
 cache folders and the server profiles it baked. While the server starts, `Watch` records every file
 that appears or changes under the compiled-kernel caches (SGLang's TVM-FFI JIT, FlashInfer, DeepGEMM)
 and every CUDA compiler process (nvcc and the tools it drives); a start with a baked profile that
-compiled anything fails (`verdict`), a start with another profile only records it. Triton is not
+compiled anything on an arch the image baked is a warning naming what it compiled (`cold_start`), on
+another arch, or with another profile, a record. Triton is not
 watched: it compiles at first start with its own ptxas by design, and the bake report lists it under
 `first_start`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -150,3 +152,20 @@ def verdict(result: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> Optional[s
     if not parts:
         return None
     return "the image claims baked kernel caches but compiled at server start: " + "; ".join(parts)
+
+
+def _arch_number(arch: str) -> str:
+    return "".join(re.findall(r"\d", arch))     # sm_90a, sm_90 and 9.0 are one GPU generation: "90"
+
+
+def cold_start(watched: Dict[str, Any], gpu_arch: str) -> Dict[str, Any]:
+    """What a start of a baked profile compiled, judged against the image's claim for this GPU: a warning where
+    the image claims this arch (its users were promised no compile at start; the server did come up, so it is
+    no failure), a plain record where it does not (the image was never warm for this GPU)."""
+    said = verdict(watched, tuple(watched.get("declared_at_start", ())))
+    if said is None:
+        return {}
+    claimed = [str(a) for a in watched.get("archs", [])]
+    if _arch_number(gpu_arch) in {_arch_number(a) for a in claimed}:
+        return {"warnings": [f"{said} (on {gpu_arch}, an arch the image claims baked)"]}
+    return {"cold_expected": f"compiled at start on {gpu_arch}: the image bakes {', '.join(claimed) or 'no arch'}"}

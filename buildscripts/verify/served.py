@@ -1,11 +1,11 @@
 """The server and first-generation results, made by the host from its own observation (handoff.py).
 
-The probe's report of the server can only make the server stage worse (it failed, a warm-cache claim
-was false, the profile does not apply); it can never make it pass: the stage passes when the host got
-200 from the readiness path, and first-generation when the host's own request returned the tokens of
-the host's own reference decode. A probe that reports a server stage without handing the server over
-fails it. A server that failed to start with its network cut, after trying to download something,
-names the URL in the reason (and its class in the hint).
+The probe's report of the server can only make the server stage worse (it failed, it was stopped because
+a GPU check beside it failed, the profile does not apply; a false warm-cache claim is its warning); it can
+never make it pass: the stage passes when the host got 200 from the readiness path, and first-generation
+when the host's own request returned the tokens of the host's own reference decode. A probe that reports a
+server stage without handing the server over fails it. A server that failed to start with its network cut,
+after trying to download something, names the URL in the reason (and its class in the hint).
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ def server_stage(probe: StageResult, observation: Observation | None) -> StageRe
     if "warning" in observation.network:
         evidence["warning"] = observation.network["warning"]
     log = probe.log_excerpt or probe.evidence.get("log_tail")
+    if probe.status is Status.ABORTED:   # stopped by the probe because a GPU check beside it failed
+        return probe.model_copy(update={"evidence": evidence})
     if observation.refused:
         return _failed(probe, observation.refused, evidence, log, observation.refused_class)
     ready = observation.readiness

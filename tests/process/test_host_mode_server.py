@@ -35,7 +35,8 @@ def model() -> host_model.TinyModel:
     return host_model.make(seed=92)
 
 
-def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch) -> dict[str, StageResult]:
+def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch,
+             plan: Plan = PLAN) -> dict[str, StageResult]:
     try:
         import tokenizers  # noqa: F401 - the probe makes the tiny model's tokenizer with it, as in an image
     except ImportError:
@@ -45,7 +46,7 @@ def run_host(tmp_path: Path, answer: list[int], monkeypatch: pytest.MonkeyPatch)
     env = {"PYTHONPATH": str(STAND_IN), "PATH": f"{STAND_IN / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "SGLANG_TEST_OUTPUT_IDS": json.dumps(answer)}
     stages = verify(HostRunner(sys.executable, env, tmp_path / "work"),
-                    Options(plan=PLAN, log_file=tmp_path / "probe.log", handed=Handed((H200,))))
+                    Options(plan=plan, log_file=tmp_path / "probe.log", handed=Handed((H200,))))
     return {s.name: s for s in stages}
 
 
@@ -72,3 +73,16 @@ def test_other_tokens_fail_the_first_generation(tmp_path: Path, monkeypatch: pyt
     generation = found["first-generation"]
     assert generation.status is Status.FAILED and generation.failure_class == "generation-mismatch"
     assert "GPU token 0 is" in (generation.reason or "")
+
+
+def test_a_failed_kernel_smoke_stops_the_server_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in's torch has no C++ extension support, so kernel-smoke fails; the server, started beside it,
+    is stopped at once and the host records it as aborted (not failed, not observed as passed)."""
+    plan = Plan.make(archs=["sm_90a"], lane_cuda=None, stages=["gpu-visible", "kernel-smoke", "server",
+                                                               "first-generation"], stage_timeout=60)
+    found = run_host(tmp_path, list(model().reference.output_ids), monkeypatch, plan)
+    assert [s.status for s in found.values()] == [Status.PASSED, Status.FAILED, Status.ABORTED, Status.ABORTED]
+    server = found["server"]
+    assert "a GPU check beside it failed" in (server.reason or "")
+    assert server.evidence["started_beside"] == "kernel-smoke" and server.evidence["observed_by"] == "host"
+    assert "@@probe-server-exit " in (tmp_path / "probe.log").read_text()   # the host stopped polling at once

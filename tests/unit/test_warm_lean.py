@@ -112,7 +112,7 @@ def test_server_env_decides_which_cache_folders_are_watched() -> None:
     assert not any("triton" in d for d in dirs)  # Triton compiles at first start by design
 
 
-def test_a_start_that_compiles_into_the_baked_caches_fails(tmp_path: Path) -> None:
+def test_a_start_that_compiles_into_the_baked_caches_is_named(tmp_path: Path) -> None:
     module = tmp_path / "sgl_kernel_jit_rope__arch_9.0a__tvmffi_0.1.11"
     module.mkdir()
     (module / "rope.so").write_bytes(b"baked")
@@ -126,7 +126,7 @@ def test_a_start_that_compiles_into_the_baked_caches_fails(tmp_path: Path) -> No
     assert why is not None and "sgl_kernel_jit_clamp" in why and "compiled at server start" in why
 
 
-def test_a_warm_start_passes_and_an_empty_claim_fails(tmp_path: Path) -> None:
+def test_a_warm_start_is_clean_and_an_empty_claim_is_named(tmp_path: Path) -> None:
     (tmp_path / "rope.so").write_bytes(b"baked")
     warm = warmcheck.Watch([str(tmp_path)]).start().stop()
     assert warmcheck.verdict(warm) is None
@@ -138,6 +138,22 @@ def test_a_false_warm_claim_has_its_own_failure_class() -> None:
     result = {"baked_files": 9, "compiled_count": 1, "compiled_files": ["/c/sgl_kernel_jit_x/x.so"],
               "compiler_processes": ["nvcc"]}
     assert classify.classify(warmcheck.verdict(result) or "", "server").id == "warm-cache-compiled-at-start"
+
+
+def test_a_compile_at_start_warns_on_an_arch_the_image_baked_and_is_recorded_on_another() -> None:
+    """The server came up, so a false warm claim is a warning (with what compiled), never a failure; on a GPU
+    the image never baked for, compiling at start is what the claim says, a record only."""
+    watched = {"baked_files": 9, "compiled_count": 2, "compiler_processes": ["nvcc"], "declared_at_start": [],
+               "archs": ["sm_90a", "sm_100a"],
+               "compiled_files": ["/c/sgl_kernel_jit_clamp/x.so", "/c/sgl_kernel_jit_rope/y.so"]}
+    claimed = warmcheck.cold_start(watched, "sm_90")
+    assert list(claimed) == ["warnings"]
+    said = claimed["warnings"][0]
+    assert "sgl_kernel_jit_clamp" in said and "on sm_90, an arch the image claims" in said
+    other = warmcheck.cold_start(watched, "sm_120")
+    assert "warnings" not in other and "the image bakes sm_90a, sm_100a" in other["cold_expected"]
+    assert warmcheck.cold_start({**watched, "compiled_count": 0, "compiled_files": [], "compiler_processes": []},
+                                "sm_90") == {}
 
 
 def test_only_a_baked_profile_is_held_to_a_warm_start() -> None:
