@@ -150,15 +150,19 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
-    # Only a profile the image baked is held to "nothing compiles", on an arch it baked: a compile there is a
-    # warning naming the kernels (the claim is false, the server works); another profile compiles at first
-    # start, as the bake report says, and its compiles are kept as evidence.
+    _judge_warm(evidence, str((ctx.gpu or {}).get("arch") or "an unknown arch"))
+    return evidence
+
+
+def _judge_warm(evidence: Dict[str, Any], gpu_arch: str) -> None:
+    """Only a profile the image baked is held to "nothing compiles", on an arch it baked: a compile there is a
+    warning naming the kernels (the claim is false, the server works); another profile compiles at first
+    start, as the bake report says, and its compiles are kept as evidence."""
     warm = evidence.get("warm")
     if warm and warm["profile_baked"]:
-        found = warmcheck.cold_start(warm, str((ctx.gpu or {}).get("arch") or "an unknown arch"))
+        found = warmcheck.cold_start(warm, gpu_arch)
         warm.update({k: v for k, v in found.items() if k != "warnings"})
         evidence.update({k: v for k, v in found.items() if k == "warnings"})
-    return evidence
 
 
 def _stopped_beside(srv: server.Server) -> None:
