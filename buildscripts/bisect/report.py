@@ -44,7 +44,7 @@ def lines_of(h: Handback) -> tuple[str, ...]:
 
 def reproduce(h: Handback) -> str:
     """Shell lines: the good lock with the culprit's pins on top, built and verified up to the stage."""
-    moved = [c for c in culprit_changes(h.result)]
+    moved = culprit_changes(h.result)
     installs = [c.requirement() for c in moved if c.requirement()]
     removes = [c.name for c in moved if c.bad is None]
     lines = [f"# the cell {h.cell} from the good locks ({h.good.ref}), then the culprit's pins on top:"]
@@ -55,8 +55,10 @@ def reproduce(h: Handback) -> str:
     stages = stages_upto(h.target.stage)
     if stages:
         lines.append(f"nox -s verify -- IMAGE --stages {','.join(stages)}")
-    lines.append(f"# the whole bisection again: nox -s bisect -- {shlex.quote(h.cell)} --good {shlex.quote(h.good.ref)} "
-                 f"--bad {shlex.quote(h.bad.ref)} --stage {h.target.stage}")
+    chosen = ["--class", h.target.failure_class] if h.target.failure_class else []
+    again = shlex.join(["nox", "-s", "bisect", "--", h.cell, "--good", h.good.ref, "--bad", h.bad.ref,
+                        "--stage", h.target.stage, *chosen])
+    lines.append(f"# the whole bisection again: {again}")
     return "\n".join(lines)
 
 
@@ -95,15 +97,15 @@ def _culprit(r: Result) -> list[str]:
 def issue_draft(h: Handback) -> str:
     moved = culprit_changes(h.result)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(h.good.versions().items()))
-    title = " + ".join(c.line().lstrip("~+-# ") for c in moved) or "(no culprit named)"
+    named = [c.line().lstrip("~+-# ") for c in moved]
+    title = " + ".join(named) or "(no culprit named)"
     where = h.bad_record.where() if h.bad_record else "(where the bad record was made)"
     decisive = lines_of(h)
     parts = [f"### {title} breaks `{h.target.stage}`", "",
              "**Versions.** " + (versions or "(see the locks)") + ".", "",
-             "**What broke.** With every other package as before, " + (", ".join(c.line().lstrip('~+-# ') for c in moved)
-                                                                       or "the change") +
-             f" makes the `{h.target.stage}` check fail" +
-             (f" ({h.target.failure_class})" if h.target.failure_class else "") + ":", "",
+             f"**What broke.** With every other package as before, {', '.join(named) or 'the change'} makes the "
+             f"`{h.target.stage}` check fail" + (f" ({h.target.failure_class})" if h.target.failure_class else "")
+             + ":", "",
              "```", *(decisive or ("(no decisive line recorded)",)), "```", "",
              "**Smallest reproduction.**", "", "```sh", reproduce(h), "```", "",
              f"**Where it was seen.** {where}; {h.cell}."]

@@ -55,7 +55,8 @@ def read_side(ref: str, layers: Sequence[str], root: Path) -> Side:
         if missing:
             msg = f"{ref} holds no {', '.join(missing)}"
             raise ConfigError(msg, hint="give a lockfiles folder that holds the cell's layer locks, or a lock file")
-        return Side(ref, tuple(s for s, _ in found), tuple(_checked(p.read_text(encoding="utf-8"), s) for s, p in found))
+        read = tuple(_checked(p.read_text(encoding="utf-8", errors="replace"), shown) for shown, p in found)
+        return Side(ref, tuple(shown for shown, _ in found), read)
     if ref.startswith("-") or not ref.strip():
         msg = f"{ref!r} is neither a lock file, a lockfiles folder nor a git ref"
         raise ConfigError(msg, hint="give a path to a lock, or a git ref such as main~3 or a commit")

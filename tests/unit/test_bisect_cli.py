@@ -34,7 +34,8 @@ def locks(tmp_path: Path) -> tuple[Path, Path]:
     good = write_lock(tmp_path / "good.txt", entry("torch", "2.11.0", "a"), entry("triton", "3.5.0", "a"),
                       entry("Flash_Attn", "2.8.0", "a"), entry("numpy", "2.3.0", "a"), entry("filecheck", "1.0.6", "a"))
     bad = write_lock(tmp_path / "bad.txt", entry("torch", "2.11.0", "a"), entry("triton", "3.5.1", "a"),
-                     entry("flash-attn", "2.8.0", "a", "b"), entry("numpy", "2.3.0", "a"), entry("cython", "3.3.1", "a"))
+                     entry("flash-attn", "2.8.0", "a", "b"), entry("numpy", "2.3.0", "a"),
+                     entry("cython", "3.3.1", "a"))
     return good, bad
 
 
