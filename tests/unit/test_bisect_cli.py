@@ -10,23 +10,11 @@ from buildscripts.bisect.diff import Kind, lock_diff
 from buildscripts.bisect.sources import read_side
 from buildscripts.commands import bisect
 from buildscripts.errors import BisectError, LockError
-from buildscripts.lock.lockfile import Lockfile, sha256
 from buildscripts.workspace import Workspace
+from tests.bisect_locks import entry, write_lock
 from tests.commands import call
 
 CELL = "sglang0.5.16-torch2.11.0-cu130-pip-bookworm"
-
-
-def entry(name: str, version: str, *files: str) -> str:
-    hashes = " \\\n".join(f"    --hash=sha256:{sha256(version + '-' + f)}" for f in files)
-    return f"{name}=={version} \\\n{hashes}\n    # via -r requirements.in\n"
-
-
-def write_lock(path: Path, *entries: str) -> Path:
-    header = {"layer": "sglang test", "python": "3.11", "platform": "x86_64-manylinux_2_36",
-              "index": "(the host's pip index)", "inputs-sha256": sha256("inputs")}
-    path.write_text(Lockfile(header=header, body="".join(entries)).render())
-    return path
 
 
 @pytest.fixture
