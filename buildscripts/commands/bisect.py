@@ -103,9 +103,9 @@ def run(options: Options) -> int:
 
 class NotYetBuild:
     """The step that builds the cell from a composed lock and runs the ladder up to the stage: not written yet.
-    It needs the composed set written back as the cell's three layer locks (each package in the layer that holds
-    it, headers chained as `nox -s lock` chains them) and a build of those (pipeline.py). Until then a bisection
-    stops at its first build, after the diff and the plan, and says so."""
+    The step's layer locks are made by bisect/compose.py; what is missing is a lockfiles folder of them that a build
+    accepts (its index.json entry) and a build of it cut at the stage (pipeline.py). Until then a bisection stops
+    at its first build, after the diff and the plan, and says so."""
 
     def __init__(self, cell: str, stage: str) -> None:
         self.cell, self.stage = cell, stage
