@@ -1,10 +1,10 @@
 """Changes that must move together: a step installs a set of packages the resolver accepts, or none at all.
 
 A change is tried alone on the good set; one the resolver refuses alone (a new torch that needs its new triton)
-is tried with each other change in turn, and joins the first it resolves with; one that resolves with no single
-partner joins every other change that cannot stand alone, in one group that cannot be split. Changes of hashes
-only move no version and are never asked about. `UvCheck` asks the resolver `nox -s lock` uses (`uv pip compile`,
-for the lock's Python and platform, from the lock's index), with every package pinned.
+is tried with each other change in turn (those refused alone first) and joins the first it resolves with; one
+that resolves with no single partner joins every other change that cannot stand alone, in one group that cannot be
+split. Changes of hashes only move no version and are never asked about. `UvCheck` asks the resolver `nox -s lock`
+uses (`uv pip compile`, for the lock's Python and platform, from the lock's index), with every package pinned.
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def group_changes(changes: Sequence[Change], good: Mapping[str, Pin], check: Res
     for change in stuck:
         if change.name in partner:
             continue
-        mate = next((o for o in moving if o is not change and o.name not in partner
-                     and check(compose(good, [change, o]))), None)
+        # the others that cannot stand alone first: a new torch and its new triton are each refused alone
+        others = [o for o in stuck if o is not change] + [o for o in moving if o.name in alone]
+        mate = next((o for o in others if o.name not in partner and check(compose(good, [change, o]))), None)
         if mate is not None:
             partner[change.name], partner[mate.name] = mate.name, change.name
     loose = [c for c in stuck if c.name not in partner]
