@@ -6,7 +6,7 @@
 REF is a git ref of lockfiles/ (the cell's layer locks as committed), a lockfiles folder, or one lock file. Prints
 the lock diff (one line per change) and the plan (the groups that move together, the budget); `--dry-run` stops
 there. A bisection builds the cell with a subset of the changes at each step and runs the ladder up to the stage
-bisected, nothing past it (bisect/search.py); building a step is not implemented yet (docs/bisect.md).
+bisected, nothing past it (bisect/search.py, bisect_step.py), each step in runs/bisect-CELL/step-N/.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from ..bisect.groups import ResolverCheck
     from ..bisect.plan import Plan
     from ..bisect.records import Seen
-    from ..bisect.search import Outcome, Result, Target
+    from ..bisect.search import Result, Target
     from ..bisect.sources import Side
-    from ..lock.lockfile import Pin
+    from ..bisect_step import StepBuild
 
 ABOUT = "the smallest set of lock changes that breaks a cell (--dry-run: the diff and plan)"
 
@@ -96,25 +96,31 @@ def run(options: Options) -> int:
     target = _target(options, bad_record)
     log.info(f"bisecting the failure at {target.stage}" + (f" ({target.failure_class})" if target.failure_class
                                                             else ""))
-    result = search.bisect(made.groups, good.pins, NotYetBuild(options.cell, target.stage), target, check=check,
+    result = search.bisect(made.groups, good.pins, _step_build(options, made, target), target, check=check,
                            budget=made.budget)
     return _hand_back(options, made, target, result, (good_record, bad_record))
 
 
-class NotYetBuild:
-    """The step that builds the cell from a composed lock and runs the ladder up to the stage: not written yet.
-    The step's layer locks are made by bisect/compose.py; what is missing is a lockfiles folder of them that a build
-    accepts (its index.json entry) and a build of it cut at the stage (pipeline.py). Until then a bisection stops
-    at its first build, after the diff and the plan, and says so."""
+def _step_build(options: Options, made: Plan, target: Target) -> StepBuild:
+    """The real step (bisect_step.py) for this cell; a step's tag a killed bisection left behind goes first."""
+    from .. import engine
+    from .. import matrix as matrix_mod
+    from ..bisect.report import stages_upto
+    from ..bisect_step import StepBuild, leftovers, untag
 
-    def __init__(self, cell: str, stage: str) -> None:
-        self.cell, self.stage = cell, stage
-
-    def __call__(self, pins: Mapping[str, Pin], label: str) -> Outcome:
-        msg = (f"{label} of the bisection would build {self.cell} from a composed lock ({len(pins)} packages) and "
-               f"run the ladder up to {self.stage}: building a step is not implemented yet")
-        raise BisectError(msg, hint="`--dry-run` gives the diff and the groups; build a subset by hand "
-                                    "(docs/bisect.md says how) until the step is written")
+    matrix = matrix_mod.load(options.ws.matrix, options.env)
+    cell = next((c for c in matrix.cells if c.id == options.cell), None)
+    if cell is None or cell.excluded:
+        why = "is no cell of" if cell is None else f"is excluded ({cell.excluded}) in"
+        msg = f"{options.cell} {why} {options.ws.matrix}: a step cannot build it"
+        raise SelectionError(msg, hint="`nox -s matrix -- --all` lists the cells; `--dry-run` needs none")
+    client = engine.connect()
+    left = leftovers(client, matrix, cell)
+    if left:
+        log.info(f"removing {len(left)} step tag(s) an interrupted bisection left: {', '.join(left)}")
+        untag(client, matrix, left)
+    return StepBuild(ws=options.ws, env=options.env, matrix=matrix, cell=cell, good=made.good, bad=made.bad,
+                     changes=made.changes, stages=stages_upto(target.stage))
 
 
 def _records(options: Options) -> tuple[Seen | None, Seen | None]:

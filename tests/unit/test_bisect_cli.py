@@ -9,7 +9,7 @@ import pytest
 from buildscripts.bisect.diff import Kind, lock_diff
 from buildscripts.bisect.sources import read_side
 from buildscripts.commands import bisect
-from buildscripts.errors import BisectError, LockError
+from buildscripts.errors import LockError, SelectionError
 from buildscripts.workspace import Workspace
 from tests.bisect_locks import entry, write_lock
 from tests.commands import call
@@ -56,13 +56,15 @@ def test_dry_run_prints_the_diff_and_the_groups(locks: tuple[Path, Path], tmp_pa
     assert not (tmp_path / "runs").exists()   # a dry run writes nothing
 
 
-def test_a_bisection_says_that_building_a_step_is_not_there_yet(locks: tuple[Path, Path], tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bisection_of_a_cell_the_matrix_lacks_stops_after_the_plan(locks: tuple[Path, Path], tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     good, bad = locks
     ws = Workspace.at(runs=tmp_path / "runs")
-    with pytest.raises(BisectError, match="building a step is not implemented yet"):
-        call(bisect, [CELL, "--good", str(good), "--bad", str(bad), "--stage", "kernel-smoke", "--no-resolve"], ws)
+    with pytest.raises(SelectionError, match=r"no-such-cell is no cell of .*a step cannot build it"):
+        call(bisect, ["no-such-cell", "--good", str(good), "--bad", str(bad), "--stage", "import", "--no-resolve"],
+             ws)
     assert "~ triton 3.5.0 -> 3.5.1" in capsys.readouterr().out   # the plan came first
+    assert not (tmp_path / "runs").exists()                         # and no step was written
 
 
 def test_a_bisection_needs_the_stage_it_bisects(locks: tuple[Path, Path]) -> None:
