@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import PackageIndexError
-from ..lock.lockfile import Pin
+from ..lock.lockfile import Pin, parse_pins
 from ..lock.resolver import Target, compile_requirements
 from .diff import Change, Kind, compose
 
@@ -63,7 +63,9 @@ class UvCheck:
             msg = f"the package index cannot be reached to check a step: {done.error}"
             raise PackageIndexError(msg, hint="check the index settings (PIP_*, UV_*) and the network, then run "
                                               "the bisection again")
-        return done.ok
+        # A set that needs a package it lacks resolves only because uv adds it: the step installs with
+        # `--no-deps` and would go without it (a removal whose dependant stays), so it is refused.
+        return done.ok and not set(parse_pins(done.body)) - set(pins)
 
     @classmethod
     def from_header(cls, python: str | None, platform: str | None, index: str | None, env: Mapping[str, str],
