@@ -14,6 +14,7 @@ starts. Each step's locks, logs and results.json are in runs/bisect-CELL/step-N/
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,9 +63,11 @@ class StepBuild:
         name = label.replace(" ", "-")
         locks = write_step_folder(self.home / name / "lockfiles", self.matrix, self.cell,
                                   composed_locks(self.good, self.bad, moved), project_locks=self.ws.locks)
+        started = time.monotonic()
         record = self.build(name, locks)
         outcome = outcome_of(record, self.stages)
-        log.info(f"{label}: {len(moved)} change(s) moved; {layers_line(record)}; {outcome.line()}")
+        log.info(f"{label}: {len(moved)} change(s) moved ({', '.join(c.name for c in moved)}); {layers_line(record)}; "
+                 f"{outcome.line()}; {time.monotonic() - started:.0f} s")
         return outcome
 
     def build(self, name: str, locks: Path) -> CellResult:
@@ -109,7 +112,7 @@ def layers_line(record: CellResult) -> str:
         return "not built"
     if not build.layers:
         return "layers: " + ("all cached" if build.cached else "no layer times in the log")
-    said = [f"{stage} {'cache hit' if secs == 0 else f'built {secs:.0f} s'}" for stage, secs in build.layers.items()]
+    said = [f"{stage} {'cache hit' if secs == 0 else f'built {secs:.1f} s'}" for stage, secs in build.layers.items()]
     return "layers: " + ", ".join(said)
 
 

@@ -81,7 +81,7 @@ def test_a_stage_missing_from_the_record_or_a_cell_not_built_is_an_error(tmp_pat
 
 def test_the_step_line_says_which_layers_were_cache_hits() -> None:
     record = cell_record(CELL, build=BuildResult(status=Status.PASSED, layers={"torch": 0.0, "sglang": 312.4}))
-    assert layers_line(record) == "layers: torch cache hit, sglang built 312 s"
+    assert layers_line(record) == "layers: torch cache hit, sglang built 312.4 s"
 
 
 class _Images:
