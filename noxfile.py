@@ -80,6 +80,12 @@ def watch(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bisect(session: nox.Session) -> None:
+    """The smallest set of lock changes that breaks a cell (`-- CELL --good REF --bad REF [--stage S] [--dry-run]`)."""
+    _cli(session, "bisect", BUILDER)
+
+
+@nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
     """Run the verification ladder on an image (`-- IMAGE`), here (`-- --host`) or in LXC (`-- --lxc CTID`)."""
     _cli(session, "verify", BUILDER)

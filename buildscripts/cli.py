@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from . import log
 from .commands import (
+    bisect,
     build,
     check,
     compare,
@@ -52,7 +53,7 @@ class Command(Protocol):
 COMMANDS: dict[str, Command] = {
     "build": build, "matrix": matrix, "lock": lock, "verify": verify, "report": report, "tag": tag,
     "promote": promote, "export": export, "check": check, "here": here, "preflight": preflight, "watch": watch,
-    "import-probe": import_probe, "keygen": keygen, "setup": setup, "compare": compare,
+    "import-probe": import_probe, "keygen": keygen, "setup": setup, "compare": compare, "bisect": bisect,
 }
 
 

@@ -150,3 +150,9 @@ class ImagesDiffer(FatalError):
     """`compare`: the two images differ (the lines before say how, file by file; the report has every one)."""
 
     exit_code = 22
+
+
+class BisectError(FatalError):
+    """`bisect`: a bisection cannot go on (a step it cannot build yet, two locks it cannot compare)."""
+
+    exit_code = 23
