@@ -5,11 +5,14 @@ The step goes through the build's own pieces (pipeline.prepare, check_locks, run
 same base and recipe and meets the same BuildKit cache: a layer whose lock the step leaves as the good side's
 is a cache hit (the lock is copied in by name and content, not by path), and the step's line says, layer by
 layer, which were. What the normal build does after a cell is left out on purpose: a step is never tagged good
-(no tag step), never staged or promoted, removes and supersedes nothing (no disk bounding, no cache pruning),
-and its record is not sealed, so it vouches for nothing. Its image has a tag of its own repository
-(`REPOSITORY-bisect:CELL-INPUTS`, never one the build or `tag` uses) only while the step runs: the tag goes
-when the step ends, however it ends; one left by a killed bisection goes when the next bisection of the cell
-starts. Each step's locks, logs and results.json are in runs/bisect-CELL/step-N/.
+(no tag step), never staged or promoted, removes and supersedes nothing (no cache bound after it), and its record
+is not sealed, so it vouches for nothing. What the build does before a cell it builds is kept: on a disk short of
+room, the BuildKit cache that no image holds goes first (build/footprint.py's make_room). A step's layers are held
+by no image once its tag is gone, so each step makes room for the next; without it a bisection on an 80 GB runner
+was refused at its third step (some 12 GB of unheld layers a step, an 11 GB download cache). Its image has a
+tag of its own repository (`REPOSITORY-bisect:CELL-INPUTS`, never one the build or `tag` uses) only while the step
+runs: the tag goes when the step ends, however it ends; one left by a killed bisection goes when the next
+bisection of the cell starts. Each step's locks, logs and results.json are in runs/bisect-CELL/step-N/.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .bisect.folder import write_step_folder
 from .bisect.outcome import outcome_of
 from .bisect.search import Outcome
 from .bisect.sources import Side
+from .build import footprint
 from .errors import BisectError
 from .lock.lockfile import Pin
 from .matrix import Cell, Matrix
@@ -79,9 +83,13 @@ class StepBuild:
         opts = BuildOptions(ws=ws, matrix=self.matrix, env=self.env, run_id=name, stages=self.stages,
                             verify=bool(self.stages), reverify=True, keep_superseded=True, cache_keep=None)
         client = engine.connect()
-        engine.check_disk(engine.check(client), 1)
+        found = engine.check(client)
         run_dir = ws.run_dir(name)
         ctx = pipeline.prepare(client, self.matrix, [self.cell], opts, run_dir)
+        # The good side's cells are images, so their layers stay cache hits: what goes is earlier steps' layers
+        # and the download caches (a keep of 0 only says "bounded": make_room prunes whole when short).
+        footprint.make_room(engine.local_root(found, self.env), 0, ctx.builder.name, ctx.builder.driver)
+        engine.check_disk(found, 1)
         inputs, _ = ctx.candidates[self.cell.id]
         tag = step_tag(self.matrix, self.cell, inputs)
         ctx.candidates[self.cell.id] = (inputs, tag)

@@ -104,3 +104,40 @@ def test_untag_removes_only_the_steps_own_tags() -> None:
                            "sglang-images:sglang0.5.16-torch2.11.0-cu130-pip", "other-bisect:x",
                            "sglang-images-bisectx:y"])
     assert client.images.removed == ["sglang-images-bisect:cell-abc"]
+
+
+def test_a_step_makes_room_as_the_build_does_before_its_disk_check(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layers of earlier steps, held by no image once their tags are gone, go before a step on a disk short of
+    room (without it a real bisection was refused at its third step); then the step's disk check."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from buildscripts import engine, pipeline
+    from buildscripts.bisect.sources import Side
+    from buildscripts.bisect_step import StepBuild
+    from buildscripts.build import footprint
+    from buildscripts.matrix import Cell, Matrix
+    from buildscripts.workspace import Workspace
+
+    class Refused(Exception):
+        pass
+
+    calls: list[tuple[Any, ...]] = []
+
+    def check_disk(found: engine.Engine, cells: int) -> None:
+        calls.append(("disk check", cells))
+        raise Refused
+
+    monkeypatch.setattr(engine, "connect", object)
+    monkeypatch.setattr(engine, "check", lambda client: engine.Engine("20.10", str(tmp_path), (), ""))
+    monkeypatch.setattr(pipeline, "prepare",
+                        lambda *args: SimpleNamespace(builder=SimpleNamespace(name="default", driver="docker")))
+    monkeypatch.setattr(footprint, "make_room", lambda *args: calls.append(("make room", *args)))
+    monkeypatch.setattr(engine, "check_disk", check_disk)
+    step = StepBuild(ws=Workspace.at(tmp_path), env={}, matrix=cast(Matrix, None),
+                     cell=cast(Cell, SimpleNamespace(id=CELL)), good=cast(Side, None), bad=cast(Side, None),
+                     changes=(), stages=UPTO_IMPORT)
+    with pytest.raises(Refused):
+        step.build("step-1", tmp_path / "runs" / f"bisect-{CELL}" / "step-1" / "lockfiles")
+    assert calls == [("make room", str(tmp_path), 0, "default", "docker"), ("disk check", 1)]
