@@ -3,7 +3,8 @@
 An image built with `warm:` on its toolkit carries a bake report (images/warm/bake.py) naming its
 cache folders and the server profiles it baked. While the server starts, `Watch` records every file
 that appears or changes under the compiled-kernel caches (SGLang's TVM-FFI JIT, FlashInfer, DeepGEMM)
-and every CUDA compiler process (nvcc and the tools it drives); a start with a baked profile that
+and every CUDA compiler process (nvcc and the tools it drives) outside the probe's own session; a start with a
+baked profile that
 compiled anything on an arch the image baked is a warning naming what it compiled (`cold_start`), on
 another arch, or with another profile, a record. Triton is not
 watched: it compiles at first start with its own ptxas by design, and the bake report lists it under
@@ -90,13 +91,28 @@ def changed(before: Dict[str, Tuple[int, float]], after: Dict[str, Tuple[int, fl
     return sorted(p for p, stamp in after.items() if before.get(p) != stamp)
 
 
-def compiler_processes() -> Set[str]:
-    """Names of CUDA compiler processes running now (from /proc; empty where there is none)."""
+def _session(pid: str) -> Optional[int]:
+    """The session a process belongs to (the fourth field after its name in /proc/PID/stat), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()   # the name may hold spaces and parentheses: cut at the last ")"
+    return int(fields[3]) if len(fields) > 3 else None
+
+
+def compiler_processes(own_session: Optional[int] = None) -> Tuple[Set[str], Set[str]]:
+    """Names of CUDA compiler processes running now (from /proc; empty where there is none): those outside
+    `own_session`, and those in it. The server runs in a session of its own (server.start), and no process can
+    move into another session, so whatever the server's tree starts, detached or not, is in the first set; the
+    second holds the compiles of the probe's own stages beside the server (kernel-smoke's JIT checks)."""
     found: Set[str] = set()
+    own: Set[str] = set()
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return found
+        return found, own
     for pid in pids:
         try:
             with open(f"/proc/{pid}/comm", errors="replace") as fh:   # any process's name, UTF-8 or not
@@ -104,17 +120,22 @@ def compiler_processes() -> Set[str]:
         except OSError:
             continue
         if name in COMPILERS:
-            found.add(name)
-    return found
+            mine = own_session is not None and _session(pid) == own_session
+            (own if mine else found).add(name)
+    return found, own
 
 
 class Watch:
-    """Records compiles while a server starts: files before/after, compiler processes in between."""
+    """Records compiles while a server starts: files before/after, compiler processes in between. Compilers of
+    the watching process's own session are kept apart: kernel-smoke compiles there while the server starts
+    beside it, and they are not the server's."""
 
     def __init__(self, dirs: List[str], interval_s: float = 0.2) -> None:
         self.dirs, self.interval_s = dirs, interval_s
         self.before: Dict[str, Tuple[int, float]] = {}
         self.processes: Set[str] = set()
+        self.beside: Set[str] = set()
+        self.own_session = os.getsid(0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -125,14 +146,17 @@ class Watch:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.processes |= compiler_processes()
+            found, own = compiler_processes(self.own_session)
+            self.processes |= found
+            self.beside |= own
 
     def stop(self) -> Dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=5)
         new = changed(self.before, snapshot(self.dirs))
         return {"watched": self.dirs, "baked_files": len(self.before), "compiled_files": new[:40],
-                "compiled_count": len(new), "compiler_processes": sorted(self.processes)}
+                "compiled_count": len(new), "compiler_processes": sorted(self.processes),
+                "compiler_processes_beside": sorted(self.beside)}
 
 
 def verdict(result: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> Optional[str]:
