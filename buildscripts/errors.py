@@ -156,3 +156,9 @@ class BisectError(FatalError):
     """`bisect`: a bisection cannot go on (a step it cannot build yet, two locks it cannot compare)."""
 
     exit_code = 23
+
+
+class RebuildFailed(FatalError):
+    """`compare --rebuild`: the cold rebuild of the cell did not build, so there is nothing to compare."""
+
+    exit_code = 24

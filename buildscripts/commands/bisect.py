@@ -106,7 +106,7 @@ def _step_build(options: Options, made: Plan, target: Target) -> StepBuild:
     from .. import engine
     from .. import matrix as matrix_mod
     from ..bisect.report import stages_upto
-    from ..bisect_step import StepBuild, leftovers, untag
+    from ..bisect_step import StepBuild, aside_of
 
     matrix = matrix_mod.load(options.ws.matrix, options.env)
     cell = next((c for c in matrix.cells if c.id == options.cell), None)
@@ -115,10 +115,11 @@ def _step_build(options: Options, made: Plan, target: Target) -> StepBuild:
         msg = f"{options.cell} {why} {options.ws.matrix}: a step cannot build it"
         raise SelectionError(msg, hint="`nox -s matrix -- --all` lists the cells; `--dry-run` needs none")
     client = engine.connect()
-    left = leftovers(client, matrix, cell)
+    aside = aside_of(matrix)
+    left = aside.leftovers(client, cell)
     if left:
         log.info(f"removing {len(left)} step tag(s) an interrupted bisection left: {', '.join(left)}")
-        untag(client, matrix, left)
+        aside.untag(client, left)
     return StepBuild(ws=options.ws, env=options.env, matrix=matrix, cell=cell, good=made.good, bad=made.bad,
                      changes=made.changes, stages=stages_upto(target.stage))
 

@@ -12,7 +12,7 @@ from buildscripts import results
 from buildscripts.bisect.outcome import outcome_of
 from buildscripts.bisect.report import stages_upto
 from buildscripts.bisect.search import Target, Verdict
-from buildscripts.bisect_step import layers_line, untag
+from buildscripts.bisect_step import aside_of, layers_line
 from buildscripts.matrix import load
 from buildscripts.results import BuildResult, RunResults, StageResult, Status, cell_record
 from buildscripts.results.decisive import EVIDENCE_KEY
@@ -100,9 +100,9 @@ class _Client:
 def test_untag_removes_only_the_steps_own_tags() -> None:
     client = _Client()
     matrix = load(ROOT / "matrix.yaml")
-    untag(client, matrix, ["sglang-images-bisect:cell-abc", "sglang-images:cell-abc",  # type: ignore[arg-type]
-                           "sglang-images:sglang0.5.16-torch2.11.0-cu130-pip", "other-bisect:x",
-                           "sglang-images-bisectx:y"])
+    aside_of(matrix).untag(client, ["sglang-images-bisect:cell-abc", "sglang-images:cell-abc",  # type: ignore[arg-type]
+                                    "sglang-images:sglang0.5.16-torch2.11.0-cu130-pip", "other-bisect:x",
+                                    "sglang-images-bisectx:y"])
     assert client.images.removed == ["sglang-images-bisect:cell-abc"]
 
 
