@@ -57,6 +57,7 @@ class Context:
     cache: cache.CachePlan | None
     key: SigningKey                     # seals every record this run judges (trust/seal.py)
     trusted: list[PublicKey]            # whose seals count: for reused records and the tag step
+    layer_compression: str = "gzip"     # the layers' compression (an input: zstd is another image of the same files)
     # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
     # base of another platform's cells -> the build machine's base their wheels are installed on (build/native.py)
@@ -155,6 +156,7 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
     # A tensor-parallel profile spans every GPU of the runner, in the build as in `verify IMAGE` (verify/tp.py)
     given = provision.find(client, opts.gpu, info, all_gpus=tp.wants_all_gpus(matrix.spec.profiles[opts.profile]))
     builder = cache.builder(opts.builder, info)
+    check_compression(builder, opts.layer_compression)
     shared, notes = cache.plan(shared_cache(matrix, opts), builder) if buildable else (None, [])
     for note in notes:
         log.warn(note)
@@ -173,9 +175,19 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
     key = keys.signing_key(opts.env)
     ctx = Context(client=client, provision=given, bases=bases, recipe=buildx.Recipe.of(opts.ws), history=history,
                   builder=builder, cache=shared, key=key, trusted=keys.trusted(opts.ws.root, opts.env),
-                  natives=natives)
+                  natives=natives, layer_compression=opts.layer_compression)
     ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
     return ctx
+
+
+def check_compression(builder: cache.Builder, compression: str) -> None:
+    """zstd layers come only from a builder whose output the build names (a stamped docker archive, BuildKit 0.13 or
+    later): Docker 20.10's own builder (BuildKit 0.8) writes gzip into the engine's store, and nothing else."""
+    if compression != "gzip" and not builder.rewrites_timestamps:
+        named = f"{builder.name or '(default)'} ({builder.driver} driver, BuildKit {builder.buildkit or '?'})"
+        msg = (f"the builder {named} cannot write {compression} layers: this project writes them only through a "
+               "builder of BuildKit 0.13 or later, whose docker-archive output it stamps (docs/speed.md)")
+        raise ConfigError(msg, hint="drop --layer-compression, or build with such a builder (--builder)")
 
 
 def shared_cache(matrix: Matrix, opts: BuildOptions) -> Cache | None:
@@ -202,7 +214,7 @@ def related_cells(cell: Cell, matrix: Matrix) -> list[str]:
 def candidate(cell: Cell, matrix: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
     """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed."""
     inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe,
-                                ctx.native_of(cell))
+                                ctx.native_of(cell), ctx.layer_compression)
     return inputs, tags.candidate_tag(cell, inputs, matrix.spec.tags)
 
 
@@ -245,13 +257,17 @@ def run_cell(cell: Cell, matrix: Matrix, status: LockStatus, ctx: Context, opts:
     inputs, tag = ctx.candidates[cell.id]
     build_log = run_dir / cell.id / "build.log"
     with log.group(f"build {cell.id}"), log.working(f"building {cell.id} (log: {build_log})"):
-        extra = ctx.builder.args() + (ctx.cache.args(cell.id, related_cells(cell, matrix)) if ctx.cache else [])
+        # Cold (`compare --rebuild`): no layer from any cache, every download and install again (the base image
+        # stays), and nothing exported to the shared cache either.
+        shared = [] if ctx.cache is None or opts.cold else ctx.cache.args(cell.id, related_cells(cell, matrix))
+        extra = ctx.builder.args() + shared + (["--no-cache"] if opts.cold else [])
         what = buildx.CellInputs(cell, base, locks, ctx.recipe, ctx.native_of(cell))
         # Layer file times clamped to the base's date where the builder can (BuildKit >= 0.13), else as built.
         epoch = (buildx.source_date_epoch(ctx.client, ctx.bases[cell.base_name].ref)
                  if ctx.builder.rewrites_timestamps else None)
         build, image = buildx.build_cell(what, tag=tag, inputs=inputs, client=ctx.client, log_file=build_log,
-                                         env=opts.env, extra_args=extra, epoch=epoch)
+                                         env=opts.env, extra_args=extra, epoch=epoch,
+                                         compression=opts.layer_compression)
     log.step(cell.id, "build", build.status.value, build.duration_s,
              "cached" if build.cached else (build.reason or ""))
     if build.status is Status.PASSED and opts.verify:

@@ -101,10 +101,13 @@ def warm_skipped(cell: Cell) -> str | None:
 
 
 def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe,
-                native: BaseImage | None = None) -> str:
+                native: BaseImage | None = None, compression: str = "gzip") -> str:
     """Content hash of everything the cell's image is built from: its candidate tag. `native`: the build machine's
-    base that another platform's install stages run on (its id is an input of those layers)."""
+    base that another platform's install stages run on (its id is an input of those layers). `compression`: the
+    layers' (zstd makes another image of the same files: other blobs, another manifest digest)."""
     h = hashlib.sha256()
+    if compression != "gzip":   # gzip's hash is the one every image built before the option has
+        h.update(b"layers\0" + compression.encode() + b"\0")
     manifest = recipe.warm_manifest(cell)
     warm = (manifest, manifest.parent / "bake.py") if manifest else ()
     dockerfile = recipe.dockerfile_for(cell)
@@ -214,8 +217,9 @@ class Output:
 
 
 @contextmanager
-def reproducible_output(epoch: int | None, folder: Path) -> Iterator[Output]:
-    """The output flags for a build stamped with `epoch` (None: the builder's default, as Docker 20.10 builds).
+def reproducible_output(epoch: int | None, folder: Path, compression: str = "gzip") -> Iterator[Output]:
+    """The output flags for a build stamped with `epoch` (None: the builder's default, as Docker 20.10 builds), its
+    layers compressed with `compression` (zstd only where stamped: a BuildKit >= 0.13 builder, pipeline.prepare).
 
     `rewrite-timestamp` cannot go to the engine's own image store: BuildKit refuses it with `unpack`, which
     Docker's exporter always sets ("conflicts with unpack", moby/buildkit#4057), so the image is written as a
@@ -223,18 +227,21 @@ def reproducible_output(epoch: int | None, folder: Path) -> Iterator[Output]:
     if epoch is None:
         yield Output()
         return
+    # zstd is named only by OCI media types (Docker's own would be a non-standard `tar.zstd`)
+    layers = "" if compression == "gzip" else f",compression={compression},force-compression=true,oci-mediatypes=true"
     with tempfile.TemporaryDirectory(prefix="sglang-image-", dir=folder) as tmp:
         archive = Path(tmp) / "image.tar"
         yield Output(("--build-arg", f"SOURCE_DATE_EPOCH={epoch}", "--provenance=false", "--output",
-                      f"type=docker,dest={archive},rewrite-timestamp=true"), archive)
+                      f"type=docker,dest={archive},rewrite-timestamp=true{layers}"), archive)
 
 
 def build_cell(what: CellInputs, *, tag: str, inputs: str, client: docker.DockerClient, log_file: Path,
                env: Mapping[str, str], timeout: float = 3600, extra_args: Sequence[str] = (),
-               epoch: int | None = None) -> tuple[BuildResult, ImageInfo]:
+               epoch: int | None = None, compression: str = "gzip") -> tuple[BuildResult, ImageInfo]:
     """Build one cell's image under its candidate `tag` (skipped when that tag already exists); `inputs` is the
     hash of `what` (inputs_hash). `extra_args`: the builder and shared-cache flags (build/cache.py). `epoch`: the
-    SOURCE_DATE_EPOCH to clamp every layer's file times to, where the builder can (cache.Builder)."""
+    SOURCE_DATE_EPOCH to clamp every layer's file times to, where the builder can (cache.Builder); `compression`: the
+    layers' there."""
     import docker.errors  # the SDK where the engine is reached, not when the CLI starts (cli.py)
 
     try:
@@ -250,7 +257,7 @@ def build_cell(what: CellInputs, *, tag: str, inputs: str, client: docker.Docker
     cell_json.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
     started = time.monotonic()
     platform = [] if cell.platform == DEFAULT_PLATFORM else ["--platform", cell.platform]
-    with build_secrets(env) as secrets, reproducible_output(epoch, recipe.cell_files) as output:
+    with build_secrets(env) as secrets, reproducible_output(epoch, recipe.cell_files, compression) as output:
         argv = [
             "docker", "buildx", "build", "--progress=plain", *platform, "--target", "cell", "--tag", tag,
             "--file", str(recipe.dockerfile_for(cell)), *secrets,

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 from .. import arguments
 from ..errors import ConfigError, RunFailed
-from ..pipeline_options import BUILDER_ENV, CACHE_ENV, CACHE_KEEP_ENV, KEEP_SUPERSEDED_ENV, BuildOptions
+from ..pipeline_options import (
+    BUILDER_ENV,
+    CACHE_ENV,
+    CACHE_KEEP_ENV,
+    COMPRESSIONS,
+    KEEP_SUPERSEDED_ENV,
+    LAYER_COMPRESSION_ENV,
+    BuildOptions,
+)
 from ..verify.asked import KEEP_ENV
 from ..workspace import Workspace
 
@@ -63,10 +71,15 @@ def parse(argv: Sequence[str], ws: Workspace, env: Mapping[str, str]) -> Options
                     help="build once for GPU jobs elsewhere: run the CPU stages, push what passed them to this "
                          "registry repository and record its digest (then `nox -s matrix -- --github --staged "
                          "RESULTS` lists the verify jobs)")
+    ap.add_argument("--layer-compression", choices=COMPRESSIONS, default=env.get(LAYER_COMPRESSION_ENV) or "gzip",
+                    help="the image layers' compression: zstd pulls faster on Docker 23+ and containerd, which alone "
+                         "can pull it (not Docker 20.10); written by a builder of BuildKit 0.13 or later only "
+                         f"(default: ${LAYER_COMPRESSION_ENV}, else gzip)")
     a = ap.parse_args(list(argv))
     stages, gpu, cache_keep = stages_argument(a.stages), arguments.check_gpu(a.gpu), _cache_keep(a.cache_keep, env)
     opts = Options(ws=dataclasses.replace(ws, matrix=a.matrix, runs=a.runs), matrix=load(a.matrix, env), env=env,
-                   only=tuple(a.only), skip=tuple(a.skip), stage=a.stage, fail_fast=a.fail_fast, verify=a.verify,
+                   only=tuple(a.only), skip=tuple(a.skip), stage=a.stage, layer_compression=a.layer_compression,
+                   fail_fast=a.fail_fast, verify=a.verify,
                    stages=tuple(stages) if stages else None, profile=a.profile, gpu=gpu, per_gpu=a.per_gpu,
                    reverify=a.reverify, builder=a.builder, cache_ref=a.cache_ref, cache_keep=cache_keep,
                    keep_superseded=a.keep_superseded, keep_containers=env.get(KEEP_ENV) == "1",

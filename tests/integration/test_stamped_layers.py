@@ -109,3 +109,41 @@ def test_docker_20_10s_builder_cannot_and_its_builds_differ_in_mtime_and_config(
     assert [(d.reason, d.path) for d in found.groups["mtime"]] == [("mtime", "hello.txt")]
     assert set(found.groups) == {"mtime", "config"}
     assert "created" in {d.path for d in found.groups["config"]}
+
+
+def test_zstd_layers_are_written_by_a_stamping_builder_and_pushed_as_they_are(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--layer-compression zstd` on BuildKit 0.13: the loaded image's layers are zstd, and the engine pushes them as
+    they are (an OCI manifest of `+zstd` layers), so the digest a GPU job pulls is the zstd image's."""
+    from tests.registry_server import RegistryServer
+
+    second_engine.require()
+    needs.tool("skopeo")
+    folder = context(tmp_path)
+    registry = RegistryServer(tmp_path / "registry")
+    registry.folder.mkdir()
+    registry.start()
+    try:
+        with second_engine.second_engine(tmp_path / "engine") as engine:
+            monkeypatch.setenv("DOCKER_HOST", engine.host)
+            builder = cache.builder(None, engine.client().info())
+            assert builder.rewrites_timestamps, builder
+            ref = f"{registry.url}/stamped/hello:zstd"
+            with buildx.reproducible_output(EPOCH, tmp_path, "zstd") as output:
+                build(engine.env, folder, ref, output)
+            pushed = subprocess.run(["docker", "push", ref], env=engine.env, capture_output=True, text=True,
+                                    timeout=300)
+            assert pushed.returncode == 0, pushed.stderr
+        done = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{ref}"],
+                              capture_output=True, text=True, check=True)
+        manifest = json.loads(done.stdout)
+        if "manifests" in manifest:   # an index: its one image manifest
+            (entry,) = [m for m in manifest["manifests"] if m.get("platform", {}).get("os") != "unknown"]
+            done = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
+                                   f"docker://{registry.url}/stamped/hello@{entry['digest']}"],
+                                  capture_output=True, text=True, check=True)
+            manifest = json.loads(done.stdout)
+        assert manifest["layers"]
+        assert all(layer["mediaType"].endswith("+zstd") for layer in manifest["layers"]), manifest["layers"]
+    finally:
+        registry.stop()

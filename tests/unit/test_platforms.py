@@ -282,3 +282,24 @@ def test_the_builds_help_is_never_stopped_by_setup(monkeypatch: pytest.MonkeyPat
     asked = _no_emulation_here(monkeypatch)
     (tmp_path / "matrix.yaml").write_text(DEFAULT)   # the whole matrix would need the missing handler
     assert call(setup_command, ["--for", "build", "--", "--help"], Workspace.at(tmp_path), {}) == 0 and asked == []
+
+
+def test_zstd_layers_are_another_input_and_only_a_stamping_builder_writes_them() -> None:
+    """`--layer-compression zstd`: another image of the same files (another candidate tag; gzip's hash as before),
+    refused before anything is built on a builder that cannot write it (Docker 20.10's, BuildKit 0.8)."""
+    from buildscripts import pipeline
+    from buildscripts.build import cache
+
+    ws = Workspace.at(ROOT)
+    recipe = buildx.Recipe.of(ws)
+    amd = cells()[AMD64]
+    locks = paths_for(amd, ws.locks)
+    gzip = buildx.inputs_hash(amd, _base("a"), locks, recipe)
+    assert buildx.inputs_hash(amd, _base("a"), locks, recipe, compression="gzip") == gzip
+    assert buildx.inputs_hash(amd, _base("a"), locks, recipe, compression="zstd") != gzip
+    old = cache.Builder("", "docker", exports_cache=False, buildkit="v0.8.2", rewrites_timestamps=False)
+    with pytest.raises(ConfigError, match="cannot write zstd layers"):
+        pipeline.check_compression(old, "zstd")
+    pipeline.check_compression(old, "gzip")
+    pipeline.check_compression(cache.Builder("", "docker", exports_cache=False, buildkit="v0.13.2",
+                                             rewrites_timestamps=True), "zstd")
