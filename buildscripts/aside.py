@@ -7,8 +7,7 @@ step (bisect_step.py) and a cold rebuild to compare (rebuild_cell.py) are such b
 What the build does before a cell it builds is kept: on a disk short of room, the BuildKit cache that no image
 holds goes first (build/footprint.py's make_room). The tag lives only while the caller uses the image (or until
 the next run of that kind for the cell, when the caller asked to keep it): it goes when the `built` block ends,
-however it ends; one a killed run left goes when the next run of that kind for the cell starts (`leftovers`,
-`untag`).
+however it ends; one a killed run left goes when the next build of that kind for the cell starts.
 """
 
 from __future__ import annotations
@@ -74,6 +73,7 @@ class Built:
     run: RunResults
     tag: str
     candidate: str
+    client: docker.DockerClient        # the engine it was built in, which holds both images
 
 
 @contextmanager
@@ -100,7 +100,10 @@ def built(aside: Aside, cell: Cell, opts: BuildOptions, *, against_candidate: bo
             msg = f"there is no image of {cell.id} for its inputs as they are now ({candidate})"
             raise SelectionError(msg, hint=f"build it first: nox -s build -- --only {cell.id} --no-verify") from None
     tag = aside.tag(cell, inputs)
-    aside.untag(client, [tag])                   # a tag left by a killed run would pass for this build
+    left = aside.leftovers(client, cell)         # a tag left by a killed run would pass for this very build
+    if left:
+        log.info(f"removing {len(left)} tag(s) of {aside.repository} an earlier run left: {', '.join(left)}")
+        aside.untag(client, left)
     ctx.candidates[cell.id] = (inputs, tag)
     status = pipeline.check_locks(aside.matrix, [cell], opts.ws)[cell.id]
     run = RunResults(run_id=opts.run_id, started=results.now(), matrix=str(opts.ws.matrix),
@@ -108,7 +111,7 @@ def built(aside: Aside, cell: Cell, opts: BuildOptions, *, against_candidate: bo
     try:
         record = pipeline.run_cell(cell, aside.matrix, status, ctx, opts, run_dir)
         run.finished = results.now()
-        yield Built(record=record, run=run, tag=tag, candidate=candidate)
+        yield Built(record=record, run=run, tag=tag, candidate=candidate, client=client)
     finally:
         if not keep:
             aside.untag(client, [tag])

@@ -19,7 +19,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import log
 from .aside import Aside, built
@@ -36,9 +35,6 @@ from .pipeline_options import BuildOptions
 from .results import CellResult
 from .trust import seal
 from .workspace import Workspace
-
-if TYPE_CHECKING:
-    pass
 
 REPOSITORY_SUFFIX = "-bisect"   # the steps' own repository beside the matrix's: never a tag the build uses
 

@@ -57,7 +57,6 @@ class Context:
     cache: cache.CachePlan | None
     key: SigningKey                     # seals every record this run judges (trust/seal.py)
     trusted: list[PublicKey]            # whose seals count: for reused records and the tag step
-    layer_compression: str = "gzip"     # the layers' compression (an input: zstd is another image of the same files)
     # cell id -> (inputs hash, candidate tag) of every buildable cell, hashed once per run (`candidate`)
     candidates: dict[str, tuple[str, str]] = field(default_factory=dict)
     # base of another platform's cells -> the build machine's base their wheels are installed on (build/native.py)
@@ -175,8 +174,8 @@ def prepare(client: docker.DockerClient, matrix: Matrix, buildable: Sequence[Cel
     key = keys.signing_key(opts.env)
     ctx = Context(client=client, provision=given, bases=bases, recipe=buildx.Recipe.of(opts.ws), history=history,
                   builder=builder, cache=shared, key=key, trusted=keys.trusted(opts.ws.root, opts.env),
-                  natives=natives, layer_compression=opts.layer_compression)
-    ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts.ws) for c in buildable})
+                  natives=natives)
+    ctx.candidates.update({c.id: candidate(c, matrix, ctx, opts) for c in buildable})
     return ctx
 
 
@@ -211,10 +210,11 @@ def related_cells(cell: Cell, matrix: Matrix) -> list[str]:
             if c.excluded is None and c.id != cell.id and c.lane_layer_id == cell.lane_layer_id]
 
 
-def candidate(cell: Cell, matrix: Matrix, ctx: Context, ws: Workspace) -> tuple[str, str]:
-    """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed."""
-    inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, ws.locks), ctx.recipe,
-                                ctx.native_of(cell), ctx.layer_compression)
+def candidate(cell: Cell, matrix: Matrix, ctx: Context, opts: BuildOptions) -> tuple[str, str]:
+    """(inputs hash, candidate tag) of a buildable cell: the tag exists exactly when nothing changed (the layers'
+    compression is an input: zstd is another image of the same files)."""
+    inputs = buildx.inputs_hash(cell, ctx.bases[cell.base_name], paths_for(cell, opts.ws.locks), ctx.recipe,
+                                ctx.native_of(cell), opts.layer_compression)
     return inputs, tags.candidate_tag(cell, inputs, matrix.spec.tags)
 
 

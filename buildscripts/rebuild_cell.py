@@ -16,12 +16,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import engine, log
+from . import log
 from .aside import Aside, built
 from .compare import diff, images
 from .compare.diff import Comparison
-from .errors import RebuildFailed, SelectionError
+from .errors import RebuildFailed
 from .matrix import Cell, Matrix
+from .matrix.cells import buildable
 from .pipeline_options import BuildOptions
 from .results import Status
 from .workspace import Workspace
@@ -41,12 +42,8 @@ class Rebuilt:
 
 
 def cell_of(matrix: Matrix, cell_id: str) -> Cell:
-    cell = next((c for c in matrix.cells if c.id == cell_id), None)
-    if cell is None or cell.excluded:
-        why = "is no cell of" if cell is None else f"is excluded ({cell.excluded}) in"
-        msg = f"{cell_id} {why} the matrix: it cannot be rebuilt"
-        raise SelectionError(msg, hint="`nox -s matrix` lists the cells that build")
-    return cell
+    return buildable(matrix.cells, cell_id, where="the matrix", doing="it cannot be rebuilt",
+                     hint="`nox -s matrix` lists the cells that build")
 
 
 def rebuild(ws: Workspace, env: Mapping[str, str], matrix: Matrix, cell: Cell, *, builder: str | None, keep: bool,
@@ -54,14 +51,8 @@ def rebuild(ws: Workspace, env: Mapping[str, str], matrix: Matrix, cell: Cell, *
     """Build `cell` again from cold and compare it with the image the build made of the same inputs."""
     opts = BuildOptions(ws=ws, matrix=matrix, env=env, run_id=run_id, verify=False, keep_superseded=True,
                         cache_keep=None, builder=builder, cold=True, cache_ref="")
-    aside = Aside(matrix, REPOSITORY_SUFFIX)
-    client = engine.connect()
-    left = aside.leftovers(client, cell)
-    if left:
-        log.info(f"removing {len(left)} rebuilt image tag(s) an earlier rebuild left: {', '.join(left)}")
-        aside.untag(client, left)
     started = time.monotonic()
-    with built(aside, cell, opts, against_candidate=True, keep=keep) as made:
+    with built(Aside(matrix, REPOSITORY_SUFFIX), cell, opts, against_candidate=True, keep=keep) as made:
         build = made.record.build
         if build is None or build.status is not Status.PASSED:
             why = build.reason if build is not None else made.record.verdict
@@ -69,6 +60,6 @@ def rebuild(ws: Workspace, env: Mapping[str, str], matrix: Matrix, cell: Cell, *
             raise RebuildFailed(msg, hint=f"its log: {build.log if build else ws.run_dir(run_id)}")
         seconds = round(time.monotonic() - started, 1)
         with log.working(f"comparing {made.candidate} with {made.tag}"):
-            comparison = diff.compare(images.read(client, made.candidate), images.read(client, made.tag))
+            comparison = diff.compare(images.read(made.client, made.candidate), images.read(made.client, made.tag))
         return Rebuilt(reference=made.candidate, rebuilt=made.tag, comparison=comparison, build_s=seconds,
                        layers=dict(build.layers))

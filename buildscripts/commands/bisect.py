@@ -102,24 +102,16 @@ def run(options: Options) -> int:
 
 
 def _step_build(options: Options, made: Plan, target: Target) -> StepBuild:
-    """The real step (bisect_step.py) for this cell; a step's tag a killed bisection left behind goes first."""
-    from .. import engine
+    """The real step (bisect_step.py) for this cell (a step's tag a killed bisection left goes when a step starts:
+    aside.built)."""
     from .. import matrix as matrix_mod
     from ..bisect.report import stages_upto
-    from ..bisect_step import StepBuild, aside_of
+    from ..bisect_step import StepBuild
+    from ..matrix.cells import buildable
 
     matrix = matrix_mod.load(options.ws.matrix, options.env)
-    cell = next((c for c in matrix.cells if c.id == options.cell), None)
-    if cell is None or cell.excluded:
-        why = "is no cell of" if cell is None else f"is excluded ({cell.excluded}) in"
-        msg = f"{options.cell} {why} {options.ws.matrix}: a step cannot build it"
-        raise SelectionError(msg, hint="`nox -s matrix -- --all` lists the cells; `--dry-run` needs none")
-    client = engine.connect()
-    aside = aside_of(matrix)
-    left = aside.leftovers(client, cell)
-    if left:
-        log.info(f"removing {len(left)} step tag(s) an interrupted bisection left: {', '.join(left)}")
-        aside.untag(client, left)
+    cell = buildable(matrix.cells, options.cell, where=str(options.ws.matrix), doing="a step cannot build it",
+                     hint="`nox -s matrix -- --all` lists the cells; `--dry-run` needs none")
     return StepBuild(ws=options.ws, env=options.env, matrix=matrix, cell=cell, good=made.good, bad=made.bad,
                      changes=made.changes, stages=stages_upto(target.stage))
 

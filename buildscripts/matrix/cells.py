@@ -176,6 +176,17 @@ def selected(cell_id: str, only: Sequence[str], skip: Sequence[str] = ()) -> boo
             and not any(fnmatch.fnmatchcase(cell_id, p) for p in skip))
 
 
+def buildable(cells: Sequence[Cell], cell_id: str, *, where: str, doing: str, hint: str) -> Cell:
+    """The cell `cell_id` of `cells`, when it builds; else a SelectionError saying it is no cell of `where`, or is
+    excluded there (and why), so that `doing` cannot be done."""
+    cell = next((c for c in cells if c.id == cell_id), None)
+    if cell is None or cell.excluded:
+        why = "is no cell of" if cell is None else f"is excluded ({cell.excluded}) in"
+        msg = f"{cell_id} {why} {where}: {doing}"
+        raise SelectionError(msg, hint=hint)
+    return cell
+
+
 def select(
     cells: Sequence[Cell], only: Sequence[str] = (), skip: Sequence[str] = (), *, include_excluded: bool = False,
     include_opt_in: bool = False,
