@@ -205,20 +205,14 @@ def _group_alive(pgid: int) -> bool:
         if os.path.isdir("/proc") else True
 
 
-def stat_fields(pid: str) -> Optional[List[bytes]]:
-    """/proc/PID/stat's fields after the process's name (state, ppid, pgrp, session, ...); None when it is gone.
-    Bytes, cut at the last ")": the name is whatever a process of the machine set (prctl), UTF-8 or not, with
-    spaces and parentheses if it likes."""
+def _member_alive(pid: str, pgid: int) -> bool:
+    # Bytes: the name in parentheses is whatever a process of the machine set (prctl), UTF-8 or not.
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()
+            fields = fh.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return None
-
-
-def _member_alive(pid: str, pgid: int) -> bool:
-    fields = stat_fields(pid)
-    return fields is not None and int(fields[2]) == pgid and fields[0] != b"Z"
+        return False
+    return int(fields[2]) == pgid and fields[0] != b"Z"
 
 
 def last_traceback(lines: List[str]) -> str:
