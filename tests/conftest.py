@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """pytest-xdist's `--dist loadfile` (a file to a worker), handing a worker its next file later than xdist does.
 
-    A file that holds gigabytes of disk while it runs (test_build_once.py, up to 36 GB) is an ordinary unit of
+    A file that holds gigabytes of disk while it runs (test_build_once.py, up to 26 GB) is an ordinary unit of
     work here: it reserves its room (tests/disk_room.py), so it runs beside the others where the disk has room
     and waits where it has not."""
     if config.getvalue("dist") != "loadfile":

@@ -20,8 +20,8 @@
     the pip cell's, which the registry holds already, so only its own small ones are compressed): inside LXC
     too it fails at import with cuda-home-missing, its expected failure.
 
-Holds up to ~36 GB of disk while it runs (the registry's copy, engine B's, two LXC containers'), all removed at
-the end: it reserves that room first (tests/disk_room.py).
+Holds up to ~26 GB of disk while it runs (the registry's copy, engine B's, one LXC container at a time), all
+removed at the end: it reserves that room first (tests/disk_room.py).
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ from tests.lxc_container import LXC_WRITES, attach, container, verified_in
 from tests.registry_server import RegistryServer, push_as_is
 
 ROOT = Path(__file__).resolve().parents[2]
-# The registry's copy (3.4 GB) and engine B's (11 GB) beside two LXC containers made side by side, each the
-# template's copy of its blobs, kept until it is made, and the root file system (3.4 + 7.4 GB for the pip cell,
-# 3.3 + 7.2 GB for the seed incident's): 35.7 GB, and a little for the seed cell's own layers in the registry.
-NEEDS_BYTES = 36 * 10**9
+# The registry's copy (3.4 GB) and engine B's (11 GB) beside one LXC container at a time, the template's copy of
+# its blobs, kept until it is made, and the root file system (3.4 + 7.4 GB for the pip cell, 3.3 + 7.2 GB for the
+# seed incident's, made after the first is destroyed): 25.2 GB, and a little for the seed cell's own layers in the
+# registry. Two containers side by side needed 36 GB, more than a whole-matrix build leaves free on an 80 GB disk.
+NEEDS_BYTES = 26 * 10**9
 CPU_STAGES = ",".join(results.CPU_STAGES)
 SEED_CELL = "sglang0.5.16-torch2.11.0-cu130-none-bookworm"
 GOOD = ["0.5.16-torch2.11.0-cu130-pip-verified-sm100", "0.5.16-torch2.11.0-cu130-pip-verified-sm120",
@@ -123,19 +124,15 @@ def build_verify_promote(tmp_path: Path, seed: results.CellResult) -> None:
         assert [(j["cell"], j["arch"], j["image"]) for j in jobs] == [
             (PIP_CELL, "sm_100a", built.image.subject), (PIP_CELL, "sm_120a", built.image.subject)]
         seed_ref = pushed(str(seed.image.id), staging, "seed-incident")
-        # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest, and
-        #    the seed incident.
+        # 2. Engine B, a fresh runner, pulls the digest and verifies it; beside it, LXC runs the same digest, then
+        #    the seed incident (one container at a time: see NEEDS_BYTES).
         home = server.insecure_home()
-        with ThreadPoolExecutor(max_workers=2) as beside:
-            in_container = beside.submit(in_lxc, str(built.image.subject), home, tmp_path / "lxc")
-            seed_in_container = beside.submit(seed_in_lxc, seed_ref, home, tmp_path / "seed")
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            in_containers = beside.submit(both_in_lxc, str(built.image.subject), seed_ref, home, tmp_path)
             try:
                 pulled = verify_on_engine_b(jobs[0]["image"], tmp_path, collected)
-            finally:   # the LXC branches' own failures are raised too (chained to engine B's, if that failed)
-                try:
-                    lxc_cell, seen = in_container.result()
-                finally:
-                    seed_cell = seed_in_container.result()
+            finally:   # the LXC branch's own failure is raised too (chained to engine B's, if that failed)
+                (lxc_cell, seen), seed_cell = in_containers.result()
         assert_ready_in_lxc(lxc_cell, seen)
         assert_seed_incident_in_lxc(seed_cell, seed)
         assert (pulled.cell_id, pulled.verdict, pulled.image.subject) == (PIP_CELL, Verdict.CPU_CHECKED,
@@ -199,6 +196,13 @@ def in_lxc(staged: str, home: Path, folder: Path) -> tuple[dict[str, object], di
             "shm": attach(name, "/bin/sh", "-c", "grep ' /dev/shm ' /proc/mounts"),
         }
     return cell, env
+
+
+def both_in_lxc(staged: str, seed_ref: str, home: Path, tmp_path: Path) -> tuple[tuple[dict[str, object],
+                                                                                     dict[str, str]],
+                                                                               dict[str, object]]:
+    """The staged digest in LXC, then, once that container is destroyed, the seed incident's."""
+    return in_lxc(staged, home, tmp_path / "lxc"), seed_in_lxc(seed_ref, home, tmp_path / "seed")
 
 
 def seed_in_lxc(seed_ref: str, home: Path, folder: Path) -> dict[str, object]:
