@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from . import jitlog
+from . import jitlog, procstat
 
 TRACEBACK_START = "Traceback (most recent call last):"
 # Python prints "ExcType: message" (or a bare "ExcType") as the last line of a traceback.
@@ -206,13 +206,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _member_alive(pid: str, pgid: int) -> bool:
-    # Bytes: the name in parentheses is whatever a process of the machine set (prctl), UTF-8 or not.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return int(fields[2]) == pgid and fields[0] != b"Z"
+    fields = procstat.fields(pid)
+    return fields is not None and len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z"
 
 
 def last_traceback(lines: List[str]) -> str:

@@ -19,6 +19,8 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from . import procstat
+
 REPORT = "/etc/sglang-images/warm.json"
 REPORT_ENV = "SGLANG_IMAGES_WARM_REPORT"  # another report path (host mode: no image file system)
 COMPILERS = {"nvcc", "cicc", "cudafe++", "nvlink", "fatbinary"}
@@ -92,14 +94,9 @@ def changed(before: Dict[str, Tuple[int, float]], after: Dict[str, Tuple[int, fl
 
 
 def _session(pid: str) -> Optional[int]:
-    """The session a process belongs to (the fourth field after its name in /proc/PID/stat), None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()   # the name may hold spaces and parentheses: cut at the last ")"
-    return int(fields[3]) if len(fields) > 3 else None
+    """The session a process belongs to, None if it is gone."""
+    fields = procstat.fields(pid)
+    return int(fields[3]) if fields and len(fields) > 3 else None
 
 
 def compiler_processes(own_session: Optional[int] = None) -> Tuple[Set[str], Set[str]]:
