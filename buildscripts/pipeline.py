@@ -331,11 +331,8 @@ def verified(request: VerificationRequest, ctx: Context, given: Given, build: Bu
             return record
     with log.working(f"verifying {request.cell_id} (log: {request.log_file})"):
         stages = _verify(ctx.client, image.id or str(image.ref), request)
-    for stage in stages:
-        said = stage.failure_class or stage.reason or ""
-        emulated = "under emulation" if "under emulation" in stage.where else ""   # verify/emulated.py
-        log.step(request.cell_id, stage.name, stage.status.value, stage.duration_s,
-                 "; ".join(x for x in (emulated, said) if x))
+    status, detail = report.console.verification_step(stages)
+    log.step(request.cell_id, "verify", status, sum(s.duration_s for s in stages), detail)
     return cell_record(request.cell_id, given, build=build, image=image, stages=stages, verification_key=key)
 
 

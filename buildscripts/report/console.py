@@ -18,7 +18,7 @@ from rich.text import Text
 
 from .. import log
 from ..errors import RunFailed
-from ..results import CellResult, Status, Verdict, is_unexpected
+from ..results import CellResult, StageResult, Status, Verdict, is_unexpected
 from ..results.notes import warnings
 from . import bygpu, common, grid
 from .weigh import Weighed
@@ -51,6 +51,29 @@ def cell_line(cell: CellResult, weighed: Weighed) -> list[str]:
         words.append(f"verification reused from {cell.reused_from}")
     return words
 
+
+def verification_step(stages: Sequence[StageResult]) -> tuple[str, str]:
+    """A cell's verification as one progress line (its status and detail), not a line per stage: how many stages
+    passed, the failed ones by class, the aborted and skipped ones with the first reason given (the GPU stages of a
+    runner without a GPU all say the same). Every stage's own line is in the reports."""
+    by_status = {status: [s for s in stages if s.status is status] for status in Status}
+    parts = ["under emulation"] if any("under emulation" in s.where for s in stages) else []   # verify/emulated.py
+    if by_status[Status.PASSED]:
+        parts.append(f"{len(by_status[Status.PASSED])} passed")
+    if by_status[Status.FAILED]:
+        classes: dict[str, list[str]] = {}
+        for stage in by_status[Status.FAILED]:
+            classes.setdefault(stage.failure_class or stage.reason or "no class", []).append(stage.name)
+        parts.append(f"{len(by_status[Status.FAILED])} failed: " +
+                     "; ".join(f"{', '.join(names)} ({why})" for why, names in classes.items()))
+    for status in (Status.ABORTED, Status.SKIPPED):
+        if by_status[status]:
+            first = by_status[status][0]
+            parts.append(f"{len(by_status[status])} {status.value} from {first.name}" +
+                         (f" ({first.reason})" if first.reason else ""))
+    status = Status.FAILED if by_status[Status.FAILED] else Status.PASSED if by_status[Status.PASSED] \
+        else Status.SKIPPED
+    return status.value, ", ".join(parts)
 
 def fit(words: Sequence[str], width: int, indent: str = INDENT) -> list[str]:
     """`words` joined by spaces into lines of at most `width` characters where they fit, each later line indented;
