@@ -75,8 +75,9 @@ def measure_inside(client: docker.DockerClient, image: str) -> dict[str, Any]:
             _tag, path, text = line.split(" ", 2)
             report = json.loads(text)
             if path.endswith("warm.json"):
-                found["warm"] = {"archs": report["archs"], "seconds": report["seconds"],
-                                 "modules": [(r["arch"], b["module"].rsplit("/", 1)[-1], b["seconds"])
+                # a stamped build's report holds no seconds (images/warm/bake.py): None there
+                found["warm"] = {"archs": report["archs"], "seconds": report.get("seconds"),
+                                 "modules": [(r["arch"], b["module"].rsplit("/", 1)[-1], b.get("seconds"))
                                              for r in report["baked"] for b in r["built"]]}
             else:
                 layer = Path(path).stem

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     import docker
     from docker.models.images import Image
 
+# What a warm cell's bake runs beside its recorded manifest (images/warm/, copied in by the Dockerfile): inputs of
+# the cell, as the manifest is.
+WARM_SCRIPTS = ("bake.py", "repeatable.py")
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -109,7 +113,7 @@ def inputs_hash(cell: Cell, base: BaseImage, locks: LockPaths, recipe: Recipe,
     if compression != "gzip":   # gzip's hash is the one every image built before the option has
         h.update(b"layers\0" + compression.encode() + b"\0")
     manifest = recipe.warm_manifest(cell)
-    warm = (manifest, manifest.parent / "bake.py") if manifest else ()
+    warm = (manifest, *(manifest.parent / script for script in WARM_SCRIPTS)) if manifest else ()
     dockerfile = recipe.dockerfile_for(cell)
     cross = recipe.cross[1:] if dockerfile != recipe.dockerfile else ()
     if native is not None and cross:

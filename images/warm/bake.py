@@ -15,6 +15,8 @@ by device, so they can be built for any target:
 One process per arch: FlashInfer reads FLASHINFER_CUDA_ARCH_LIST once, at import.
 What cannot be built here (Triton kernels, DeepGEMM's shape-specific kernels) is copied from the
 manifest's `first_start` into the report, which the verifier reads to know the image claims warm caches.
+What it builds comes out the same in every build of the same inputs (repeatable.py); a stamped build's
+report holds no seconds (they go to the build's log).
 Standard library only, plus the image's SGLang and FlashInfer.
 """
 
@@ -29,6 +31,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Tuple
+
+import repeatable  # beside this script (images/warm/repeatable.py)
 
 
 def arch_parts(arch: str) -> Tuple[int, int, str]:
@@ -116,6 +120,44 @@ def _module_name(jit: Any, call: Dict[str, Any]) -> str:
     return name + "_" + jit._local_jit_source_hash(sources) if sources else name
 
 
+def bake_archs(archs: List[str], profiles: List[str]) -> Tuple[List[Dict[str, Any]], str]:
+    """Every arch's modules, one process per arch: (each arch's results, "") or ([], what failed)."""
+    def bake_arch(arch: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", arch],
+                              stdout=subprocess.PIPE, text=True, check=False)
+
+    # The archs side by side, one process each, as many at once as there are cores: each module's
+    # compile is mostly one nvcc process, so a lone arch leaves cores idle.
+    if not profiles:  # nothing recorded to bake: the report still says what compiles at first start
+        runs = [subprocess.CompletedProcess([], 0, json.dumps({"arch": arch, "built": []})) for arch in archs]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+            runs = list(pool.map(bake_arch, archs))
+    results = []
+    for arch, done in zip(archs, runs):
+        if done.returncode != 0:
+            return [], f"building the kernel caches for {arch} failed (exit {done.returncode})"
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    missing = [f"{r['arch']}: {b['module']}" for r in results for b in r["built"] if not b["ok"]]
+    return ([], "no library was built for " + "; ".join(missing)) if missing else (results, "")
+
+
+def report_of(manifest: Dict[str, Any], archs: List[str], profiles: List[str], unrecorded: List[str],
+              results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The report the verifier reads (/etc/sglang-images/warm.json)."""
+    return {
+        "sglang": manifest["sglang"], "archs": archs, "profiles": profiles, "recorded": manifest["recorded"],
+        "caches": {k: os.environ.get(k, "") for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+                                                      "TRITON_CACHE_DIR", "SGLANG_CACHE_DIR")},
+        "baked": results, "not_recorded": unrecorded,
+        # Modules a baked profile is known to compile at first start on some GPU (the warm check allows them).
+        "compiled_at_start": {p: manifest["profiles"][p].get("compiled_at_start", []) for p in profiles},
+        "first_start": manifest.get("first_start", []) + [
+            f"everything the `{p}` profile compiles: no start of it was recorded for SGLang {manifest['sglang']}"
+            for p in unrecorded],
+    }
+
+
 def main(argv: List[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bake")
     ap.add_argument("manifest")
@@ -135,48 +177,32 @@ def main(argv: List[str] | None = None) -> int:
         json.dump(bake_one(manifest, a.one, profiles), sys.stdout)
         return 0
     started, archs = time.monotonic(), [x for x in a.archs.split(",") if x]
-
-    def bake_arch(arch: str) -> "subprocess.CompletedProcess[str]":
-        return subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", arch],
-                              stdout=subprocess.PIPE, text=True, check=False)
-
-    # The archs side by side, one process each, as many at once as there are cores: each module's
-    # compile is mostly one nvcc process, so a lone arch leaves cores idle.
-    if not profiles:  # nothing recorded to bake: the report still says what compiles at first start
-        runs = [subprocess.CompletedProcess([], 0, json.dumps({"arch": arch, "built": []})) for arch in archs]
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, min(len(archs), os.cpu_count() or 1))) as pool:
-            runs = list(pool.map(bake_arch, archs))
-    results = []
-    for arch, done in zip(archs, runs):
-        if done.returncode != 0:
-            sys.stderr.write(f"bake: building the kernel caches for {arch} failed (exit {done.returncode})\n")
-            return 1
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    missing = [f"{r['arch']}: {b['module']}" for r in results for b in r["built"] if not b["ok"]]
-    if missing:
-        sys.stderr.write("bake: no library was built for " + "; ".join(missing) + "\n")
+    results, failed = bake_archs(archs, profiles)
+    # A stamped build (SOURCE_DATE_EPOCH, every file time clamped to it) records no time of its making: not in
+    # ninja's records (repeatable.py) and not in the report, whose seconds go to the build's log only.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or None
+    try:
+        made = {} if failed else repeatable.make_repeatable(
+            [os.path.expanduser(os.environ[k]) for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE")
+             if os.environ.get(k)], epoch)
+    except ValueError as exc:   # a ninja whose records this bake does not know: say so rather than guess
+        failed = f"the kernel caches cannot be made repeatable: {exc}"
+    if failed:
+        sys.stderr.write(f"bake: {failed}\n")
         return 1
-    report = {
-        "sglang": manifest["sglang"], "archs": archs, "profiles": profiles, "recorded": manifest["recorded"],
-        "caches": {k: os.environ.get(k, "") for k in ("TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
-                                                      "TRITON_CACHE_DIR", "SGLANG_CACHE_DIR")},
-        "baked": results, "not_recorded": unrecorded,
-        # Modules a baked profile is known to compile at first start on some GPU (the warm check allows them).
-        "compiled_at_start": {p: manifest["profiles"][p].get("compiled_at_start", []) for p in profiles},
-        "first_start": manifest.get("first_start", []) + [
-            f"everything the `{p}` profile compiles: no start of it was recorded for SGLang {manifest['sglang']}"
-            for p in unrecorded],
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    seconds = round(time.monotonic() - started, 1)
+    timings = [f"{r['arch']} {b['module'].rsplit('/', 1)[-1]} {b.pop('seconds') if epoch else b['seconds']}s"
+               for r in results for b in r["built"]]
+    report = report_of(manifest, archs, profiles, unrecorded, results)
+    if not epoch:
+        report["seconds"] = seconds
     os.makedirs(os.path.dirname(a.report) or ".", exist_ok=True)
     with open(a.report, "w") as fh:
         json.dump(report, fh, indent=1, sort_keys=True)
         fh.write("\n")
-    print(f"bake: {sum(len(r['built']) for r in results)} modules for {', '.join(archs)} "
-          f"in {report['seconds']}s")
+    print(f"bake: {len(timings)} modules for {', '.join(archs)} in {seconds}s ({'; '.join(timings)}); made "
+          f"repeatable: {', '.join(f'{n} {kind}' for kind, n in made.items())}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

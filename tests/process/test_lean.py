@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from buildscripts.probe import sitesize
 from buildscripts.report import sizes
+from tests import image_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,18 +36,10 @@ def test_lean_applies_flavour_lines_to_that_flavour_only(tmp_path: Path) -> None
         assert "lean: removed lib/x.a" in done.stdout
 
 
-def _script(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_bytecode_compiles_what_the_entry_points_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    bytecode = _script(ROOT / "images" / "bytecode.py")
+    bytecode = image_scripts.load(ROOT / "images" / "bytecode.py")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("from . import used\n")
     (tmp_path / "pkg" / "used.py").write_text("X = 1\n")

@@ -4,12 +4,11 @@ check, the size report, the matrix key and the build arguments (no Docker, no GP
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -25,24 +24,16 @@ from buildscripts.results import RunResults
 from buildscripts.verify import classify
 from buildscripts.verify.plan import Plan
 from buildscripts.workspace import Workspace
+from tests import image_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _script(path: Path) -> ModuleType:
-    """Load a script of images/ (it runs inside the image, so it is no package of ours)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # ------------------------------------------------------------------------------------------- bake
 
 def test_bake_names_cache_folders_as_the_server_detects_the_device() -> None:
-    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    bake = image_scripts.load(ROOT / "images" / "warm" / "bake.py")
     assert bake.arch_parts("sm_90a") == (9, 0, "a")
     assert bake.arch_parts("sm_100a") == (10, 0, "a")
     assert bake.arch_parts("sm_120a") == (12, 0, "f")  # SM 12.0 is detected as the 12.0f family
@@ -68,7 +59,7 @@ def test_recorded_manifest_names_what_cannot_be_baked() -> None:
 
 
 def test_bake_lists_a_profile_with_no_recorded_start_as_compiled_at_first_start(tmp_path: Path) -> None:
-    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    bake = image_scripts.load(ROOT / "images" / "warm" / "bake.py")
     report = tmp_path / "r.json"
     code = bake.main([str(ROOT / "images" / "warm" / "sglang-0.5.16.json"), "--archs", "sm_90a,sm_100a",
                       "--profiles", "long-context", "--report", str(report)])
@@ -81,7 +72,7 @@ def test_bake_lists_a_profile_with_no_recorded_start_as_compiled_at_first_start(
 
 
 def test_a_module_limited_to_some_gpus_is_built_for_those_only() -> None:
-    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    bake = image_scripts.load(ROOT / "images" / "warm" / "bake.py")
     fa3 = {"ref": "m:gen", "archs": ["sm_90a"]}
     assert bake.applies(fa3, "sm_90a") and bake.applies(fa3, "sm_90")
     assert not bake.applies(fa3, "sm_100a") and not bake.applies(fa3, "sm_120a")
@@ -89,7 +80,7 @@ def test_a_module_limited_to_some_gpus_is_built_for_those_only() -> None:
 
 
 def test_bake_turns_recorded_arguments_back_into_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    bake = _script(ROOT / "images" / "warm" / "bake.py")
+    bake = image_scripts.load(ROOT / "images" / "warm" / "bake.py")
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(bfloat16="torch.bfloat16"))
     assert bake._decode(["fa2", {"torch.dtype": "bfloat16"}, 64, False, {"k": [{"torch.dtype": "bfloat16"}]}]) == \
         ["fa2", "torch.bfloat16", 64, False, {"k": ["torch.bfloat16"]}]
