@@ -24,6 +24,9 @@
 #           CPU stages only: the record a build runner would hand the GPU job, sealed by this machine's key
 #   gpu     `verify --pull REF --cpu-record THAT --trust-key ITS_KEY`: the GPU stages only, timed from outside
 #   gpu-pulled  the same after the image was removed from the engine: the pull counted in
+#   smoke   the kernel-smoke hole's test input (evidence/h200-smoke/make-pruned-site.sh): gpu-visible,kernel-smoke on
+#           the site whose sgl_kernel was pruned to sm_100a,sm_120a (must fail, kernel-image-missing), then the control
+#   host    the GPU stages in host mode, beside, cold (the staged site, no baked caches)
 # Results under $OUT: console.txt, the verifiers' output, RUN.tar.gz of each run folder.
 set -u
 R=$(pwd); O=${OUT:-/tmp/out}; H=/tmp/h; mkdir -p "$O" "$H"
@@ -63,8 +66,8 @@ install() {  # install VENV WHEEL: the user's way, a fresh environment, nothing 
 
 verify_host() {  # verify_host VENV RUN WRAPPER: the GPU stages in host mode, timed from outside
   mkdir -p /var/tmp/vg && cd /var/tmp/vg || exit 5; local t0; t0=$(date +%s.%N)
-  timeout 290 "$1/bin/sglang-images" verify --host --python "$3" --archs sm_90a,sm_100a,sm_120a --lane-cuda 13.0 \
-    --stages $GPU_STAGES --stage-timeout 240 --run-id "$2" 2>&1 | tee "$O/verify-$2.txt" | cut -c1-300
+  timeout 290 "$1/bin/sglang-images" verify --host --python "$3" --archs "${ARCHS:-sm_90a,sm_100a,sm_120a}" --lane-cuda 13.0 \
+    --stages "${STAGES:-$GPU_STAGES}" --stage-timeout 240 --run-id "$2" 2>&1 | tee "$O/verify-$2.txt" | cut -c1-300
   say "verify $2: exit ${PIPESTATUS[0]}, wall $(wall $t0) s"; keep runs "$2"; cd "$R" || exit 5; }
 
 setup() { stage; install /opt/cv "$(ls "$R"/.gpu/wheels/sglang_images-*.whl)"; }
@@ -127,7 +130,16 @@ gpu-pulled() {
   docker image rm -f "$(cat $H/ref)" > /dev/null 2>&1; docker image ls --digests | head -5
   gpu_run $G-bydigest-gpu-pulled; }
 
+smoke() {  # the kernel-smoke hole's test input (evidence/h200-smoke): sgl_kernel pruned to sm_100a,sm_120a, and the control
+  need /opt/cv/bin/sglang-images "phase setup first"
+  OUT=$O/smoke bash evidence/h200-smoke/make-pruned-site.sh > "$O/make-pruned-site.txt" 2>&1; say "pruned: exit $?"
+  tail -2 "$O/make-pruned-site.txt"
+  ARCHS=sm_90a STAGES=gpu-visible,kernel-smoke verify_host /opt/cv $G-smoke-pruned /tmp/gs/pruned-python3
+  ARCHS=sm_90a STAGES=gpu-visible,kernel-smoke verify_host /opt/cv $G-smoke-site /tmp/gs/site-python3; }
+
+host() { verify_host /opt/cv $G-host-cold /tmp/gs/python3; }   # beside, cold: no baked caches
+
 for phase in "$@"; do
-  case $phase in carry|setup|warm|push|gpu|gpu-pulled) $phase ;; *) sed -n 2,22p "$0"; exit 2 ;; esac
+  case $phase in carry|setup|warm|push|gpu|gpu-pulled|smoke|host) $phase ;; *) sed -n 2,25p "$0"; exit 2 ;; esac
 done
 say "end"
