@@ -1,17 +1,20 @@
 #!/bin/bash
-# GPU seconds per verification on a GPU test machine (issue 50), second round, written 2026-12-06 and NOT RUN YET (no
-# GPU machine could be started that day): the warm start judged again with the warm check that keeps the probe's own
-# compiles apart (commit bacc768 against the commit before it, 5482ee4), and an image by digest in a container, its
+# GPU seconds per verification on a GPU test machine (issue 50), second round: the warm start judged again with the
+# warm check that keeps the probe's own compiles apart (commit bacc768 against the commit before it, 5482ee4; ran
+# 2026-12-06, evidence/h100-warm-2026-12-06), an image by digest in a container (ran 2026-12-06 with the GPU stages
+# alone, evidence/h100-bydigest-2026-12-06), and the kernel-smoke hole's input with its control. By digest, its
 # CPU stages carried from a record of that digest, so that only the GPU stages run. Runs there, from the repository
 # root, as root, in phases that follow each other at once (files survive between calls only while the machine stays
 # warm); what each phase needs comes under .gpu/ (ignored; a call carries at most 64 MiB with the tree):
-#   carry [.gpu/sgA]; setup warm [.gpu/sgB .gpu/wheels .gpu/wheels0]; push [.gpu/engine .gpu/extra]; gpu
+#   carry [.gpu/sgA .gpu/extra2]; setup warm [.gpu/sgB .gpu/wheels .gpu/wheels0]; push [.gpu/engine .gpu/extra]; gpu
 # .gpu/sgA and sgB: SGLang 0.5.16 and the packages it imports that the machine lacks, unpacked into one site folder
 # (xz), split at 40 MiB, sgB with the whole's sha256; .gpu/wheels: the project's wheel (pip wheel --no-deps .) and its `build` extra's wheels for CPython 3.12
 # manylinux x86_64 (pip download); .gpu/wheels0: the wheel of the commit to compare with; .gpu/engine: Debian trixie's
 # Docker 26 (dockerd, containerd, runc) and engine.sh, which starts it with CDI and makes an image of the root; .gpu/extra: Debian bookworm's docker-registry and zstd debs.
 # Its results go to an evidence folder of the day it ran, with a summary.md, and into benchmarks/gpu-seconds.md.
-#   carry   with .gpu/sgA: the first 40 MiB of SGLang 0.5.16's site (xz; a call carries at most 64 MiB)
+#   carry   with .gpu/sgA: the first 40 MiB of SGLang 0.5.16's site (xz; a call carries at most 64 MiB), and
+#           .gpu/extra2: Debian bookworm's skopeo with its libraries (libgpgme11, libassuan0, libdevmapper1.02.1) and
+#           containers-common's policy, which `verify --pull` reads the registry with
 #   setup   with .gpu/sgB (the rest and the whole's sha256) and .gpu/wheels (bacc768's wheel and its dependencies):
 #           the site checked and unpacked, the wheel installed into a fresh environment (/opt/cv)
 #   warm    with .gpu/wheels0 (5482ee4's wheel) and .gpu/wheels: that wheel into another fresh environment, the
@@ -22,7 +25,8 @@
 #           to it as one zstd layer (evidence/h200-2026-12-04/push_root.py: NOT the cell's build), the engine with
 #           CDI and an ldconfig start hook (as nvidia-ctk's update-ldcache hook); then `verify --pull REF` of the
 #           CPU stages only: the record a build runner would hand the GPU job, sealed by this machine's key
-#   gpu     `verify --pull REF --cpu-record THAT --trust-key ITS_KEY`: the GPU stages only, timed from outside
+#   gpu     `verify --pull REF --cpu-record THAT --trust-key ITS_KEY`, every stage asked (as the CI's GPU job): the
+#           CPU stages carried from that record, the GPU stages run; timed from outside
 #   gpu-pulled  the same after the image was removed from the engine: the pull counted in
 #   smoke   the kernel-smoke hole's test input (evidence/h200-smoke/make-pruned-site.sh): gpu-visible,kernel-smoke on
 #           the site whose sgl_kernel was pruned to sm_100a,sm_120a (must fail, kernel-image-missing), then the control
@@ -45,6 +49,7 @@ keep() { [ -d "$1/$2" ] && { rm -rf "$1/$2"/*/work; tar -C "$1" -czf "$O/$2.tar.
 
 carry() {
   need .gpu/sgA/site.tar.xz.p-00 "carry .gpu/sgA"; mkdir -p $H/parts && cp .gpu/sgA/* $H/parts/
+  [ -d .gpu/extra2 ] && mkdir -p $H/extra2 && cp .gpu/extra2/*.deb $H/extra2/   # skopeo and its libraries, for push
   nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv,noheader; uname -srm; nproc
   say "carry done"; }
 
@@ -90,9 +95,12 @@ warm() {  # OLD=0: bacc768's verifier only (a short device budget)
 push() {
   need .gpu/engine/engine.sh "carry .gpu/engine"; need .gpu/extra "carry .gpu/extra"; need /tmp/gs/site/.ok "phase setup first"
   need /opt/cv/bin/sglang-images "phase setup first"
-  local x=$H/extra lib f; mkdir -p $x $H/bin; for f in .gpu/extra/*.deb; do dpkg -x "$f" $x; done   # never into /
+  need $H/extra2/skopeo_1.9.3+ds1-1+b10_amd64.deb "phase carry with .gpu/extra2 first"
+  local x=$H/extra lib f; mkdir -p $x $H/bin; for f in .gpu/extra/*.deb $H/extra2/*.deb; do dpkg -x "$f" $x; done   # never into /
   lib=$x/usr/lib/x86_64-linux-gnu:$x/lib/x86_64-linux-gnu
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/zstd "$@"\n' "$lib" $x > $H/bin/zstd; chmod 755 $H/bin/zstd
+  for f in zstd skopeo; do printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/%s "$@"\n' "$lib" $x $f > $H/bin/$f; done
+  chmod 755 $H/bin/zstd $H/bin/skopeo; mkdir -p /etc/containers
+  [ -f /etc/containers/policy.json ] || cp $x/etc/containers/policy.json /etc/containers/
   printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s/registry-data\nhttp:\n  addr: 127.0.0.1:5000\n' $H > $H/registry.yml
   (setsid $x/usr/bin/docker-registry serve $H/registry.yml > $O/registry.log 2>&1 &)
   for _ in $(seq 1 20); do python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:5000/v2/", timeout=2)' 2>/dev/null && break; sleep 0.5; done
@@ -108,7 +116,7 @@ s['containerEdits']['hooks'] = [{'hookName': 'startContainer', 'path': '/sbin/ld
 json.dump(s, open(p, 'w'), indent=1)
 PYHOOK
   cp /etc/cdi/nvidia.json "$O/cdi-nvidia.json"; sleep 2
-  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$PATH
+  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
   /opt/cv/bin/python3 -c "import os; from buildscripts.trust import keys; print(keys.signing_key(os.environ).public.pem.decode(), end='')" > $H/verifier.pub
   cp $H/verifier.pub "$O/verifier.pub"
   t0=$(date +%s.%N)
@@ -118,15 +126,15 @@ PYHOOK
   say "push done"; }
 
 gpu_run() {  # gpu_run RUN: the GPU stages by digest, the CPU stages carried
-  need $H/ref "phase push first"; export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$PATH
+  need $H/ref "phase push first"; export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
   local t0; t0=$(date +%s.%N)
-  timeout $(( $(left) - 10 )) /opt/cv/bin/sglang-images verify --pull "$(cat $H/ref)" --cell-id $CELL --stages $GPU_STAGES \
+  timeout $(( $(left) - 10 )) /opt/cv/bin/sglang-images verify --pull "$(cat $H/ref)" --cell-id $CELL \
     --cpu-record runs/$G-bydigest-cpu/results.json --trust-key $H/verifier.pub --run-id $1 2>&1 | tee "$O/verify-$1.txt" | cut -c1-300
   say "verify $1: exit ${PIPESTATUS[0]}, wall $(wall $t0) s"; keep runs "$1"; }
 
 gpu() { gpu_run $G-bydigest-gpu; }
 gpu-pulled() {
-  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$PATH
+  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
   docker image rm -f "$(cat $H/ref)" > /dev/null 2>&1; docker image ls --digests | head -5
   gpu_run $G-bydigest-gpu-pulled; }
 

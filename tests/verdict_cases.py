@@ -138,6 +138,9 @@ CASES = [
     Case("a test that is no string", tests_of(lambda p: p["passedTests"].append(5)), False),
     Case("no failedTests", tests_of(lambda p: p.pop("failedTests")), False),
     Case("no server stage", tests_of(lambda p: p["passedTests"].remove(f"server@{ARCH}")), False),
+    Case("a GPU-only run's: no CPU stage", tests_of(lambda p: p.update(
+        passedTests=[t for t in p["passedTests"] if not t.endswith("@cpu")])), False),
+    Case("one CPU stage left out (arch-audit)", tests_of(lambda p: p["passedTests"].remove("arch-audit@cpu")), False),
     Case("no signedAt", tests_of(lambda p: p.pop("signedAt")), False),
     Case("signedAt to the millisecond", predicate(signedAt="2026-12-01T10:00:00.500Z"), False),
     Case("signedAt on 30 February", predicate(signedAt="2026-02-30T10:00:00Z"), False),

@@ -31,7 +31,7 @@ from typing import Any
 from .. import log, strictjson
 from ..errors import ConfigError, NotVerified
 from ..registry import manifests, references
-from ..results import GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, family
+from ..results import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, Status, family
 from ..workspace import checked_name
 from . import cosign, dsse, freshness, keys, statement, verdict_form
 from .freshness import age_text, parse_time, stamp
@@ -73,6 +73,11 @@ class SignedVerdict:
         missing = [s for s in REQUIRED_GPU_STAGES if f"{s}@{self.arch}" not in self.passed + self.warned]
         if missing:
             return f"GPU stages did not pass on {self.arch}: {', '.join(missing)}"
+        # as the judge (results/judge.py) claims nothing for a cell whose CPU stages did not all pass, here or
+        # carried from the build runner: a GPU-only run's verdict shows what ran, never an arch verified
+        missing = cpu_stages_missing(self.passed + self.warned)
+        if missing:
+            return f"CPU stages did not pass, here or carried: {', '.join(missing)}"
         return None
 
     def names_arch(self, arch: str) -> bool:
@@ -83,6 +88,11 @@ class SignedVerdict:
         if self.signed_at is None:
             return "undated"
         return f"signed {stamp(self.signed_at)} ({age_text((now - self.signed_at).total_seconds())})"
+
+
+def cpu_stages_missing(passed: Sequence[str]) -> list[str]:
+    """The CPU stages absent from a verdict's passed (or warned) tests, `STAGE@cpu`: each must be there."""
+    return [s for s in CPU_STAGES if f"{s}@cpu" not in passed]
 
 
 def arch_matches(asked: str, named: str) -> bool:
@@ -159,6 +169,10 @@ def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, 
         written.append(path)
     log.info(f"{cell.cell_id}: signed verdicts for {', '.join(archs)} of {digest[:19]} with key "
              f"{key.public.keyid[:16]} ({folder})")
+    missing = cpu_stages_missing([s.name + "@cpu" for s in cell.stages if s.status is Status.PASSED])
+    if missing:
+        log.warn(f"{cell.cell_id}: these verdicts verify no arch: CPU stages neither ran here nor were carried "
+                 f"({', '.join(missing)}); run them, or give the build runner's record with --cpu-record")
     return written
 
 

@@ -5,6 +5,7 @@ for `lxc-attach`): no GPU stage passes, with no GPU on the machine and with one 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from buildscripts.commands import verify as verify_command
 from buildscripts.errors import RunFailed
 from buildscripts.lxc.target import Target
 from buildscripts.results import StageResult, Status
+from buildscripts.trust.keys import KEY_DIR_ENV
 from buildscripts.verify import gpus, host, lxcrunner
 from buildscripts.verify.gpus import Gpu, Handed
 from buildscripts.verify.host import HostRunner
@@ -47,7 +49,8 @@ def test_verify_host_with_a_forged_python_passes_no_gpu_stage(open_tmp: Path, se
     out = open_tmp / "results.json"
     with pytest.raises(RunFailed):
         call(verify_command, ["--host", "--python", str(forged.write(open_tmp)), "--out", str(out), "--stage-timeout",
-                              "30"], Workspace.at(runs=open_tmp / "runs"), {"SGLANG_TEST_SERVE": serve})
+                              "30"], Workspace.at(runs=open_tmp / "runs"),
+             {"SGLANG_TEST_SERVE": serve, KEY_DIR_ENV: os.environ[KEY_DIR_ENV]})   # the session's key, not the user's
     cell = json.loads(out.read_text())["cells"][0]
     found = {s["name"]: s for s in cell["stages"]}
     assert [n for n in forged.GPU_STAGES if found[n]["status"] == "passed"] == []

@@ -80,6 +80,23 @@ def test_gpu_stages_left_out_do_not_verify(tmp_path: Path, matrix: Path, env: di
     assert "did not pass on sm_100a: kernel-smoke, server, first-generation" in str(verdict.why_not())  # ... not all
 
 
+def test_a_gpu_only_run_is_signed_as_it_ran_but_verifies_no_arch(tmp_path: Path, matrix: Path, env: dict[str, str],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --stages` of the GPU stages alone, no CPU record carried: the judge claims nothing for that cell, and
+    its signed verdict must not claim more (the reader, like the cosign policy, wants every CPU stage on cpu)."""
+    (path,) = sign(finish(make_cell("verified"), stages=gpu_passed("NVIDIA H100 80GB HBM3", "sm_90")),
+                   tmp_path, matrix, env)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "verify no arch: CPU stages neither ran here nor were carried" in said
+    verdict = verdicts.open_verdict(json.loads(path.read_text()), keys.trusted(tmp_path, env))
+    assert verdict.result == "PASSED"   # what ran passed, as signed ...
+    assert "CPU stages did not pass, here or carried: facts, import" in str(verdict.why_not())   # ... not enough
+    one_short = [s for s in cpu_passed() if s.name != "arch-audit"] + gpu_passed("NVIDIA B200", "sm_100")
+    (path,) = sign(finish(make_cell("verified"), stages=one_short), tmp_path / "b", matrix, env)
+    verdict = verdicts.open_verdict(json.loads(path.read_text()), keys.trusted(tmp_path, env))
+    assert verdict.why_not() == "CPU stages did not pass, here or carried: arch-audit"
+
+
 def test_an_edited_verdict_and_another_key_are_refused(tmp_path: Path, matrix: Path, env: dict[str, str]) -> None:
     stages = cpu_passed() + [StageResult(name=n, status=Status.FAILED, gpu="NVIDIA B200", arch="sm_100")
                              for n in GPU_STAGES]
