@@ -25,7 +25,7 @@ err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 ON_GITHUB = False  # set by configure(): steps fold into ::group:: on GitHub Actions
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✕[/]", "skipped": "[yellow]–[/]", "aborted": "[dim]·[/]",
-        "reused": "[green]↺[/]"}
+        "reused": "[green]↺[/]", "expected": "[green]x[/]", "unexpected": "[red]![/]"}
 
 
 def configure(env: Mapping[str, str]) -> None:

@@ -331,9 +331,10 @@ def verified(request: VerificationRequest, ctx: Context, given: Given, build: Bu
             return record
     with log.working(f"verifying {request.cell_id} (log: {request.log_file})"):
         stages = _verify(ctx.client, image.id or str(image.ref), request)
-    status, detail = report.console.verification_step(stages)
+    record = cell_record(request.cell_id, given, build=build, image=image, stages=stages, verification_key=key)
+    status, detail = report.console.verification_step(stages, record.verdict)
     log.step(request.cell_id, "verify", status, sum(s.duration_s for s in stages), detail)
-    return cell_record(request.cell_id, given, build=build, image=image, stages=stages, verification_key=key)
+    return record
 
 
 def tag_cell(run: RunResults, matrix: Matrix, ctx: Context, path: Path) -> None:

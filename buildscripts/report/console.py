@@ -52,10 +52,12 @@ def cell_line(cell: CellResult, weighed: Weighed) -> list[str]:
     return words
 
 
-def verification_step(stages: Sequence[StageResult]) -> tuple[str, str]:
+def verification_step(stages: Sequence[StageResult], verdict: Verdict | None = None) -> tuple[str, str]:
     """A cell's verification as one progress line (its status and detail), not a line per stage: how many stages
     passed, the failed ones by class, the aborted and skipped ones with the first reason given (the GPU stages of a
-    runner without a GPU all say the same). Every stage's own line is in the reports."""
+    runner without a GPU all say the same). Every stage's own line is in the reports. A cell matrix.yaml declares
+    to fail reads as its judged verdict: `expected` where it failed as declared (not an error of the run, as
+    pytest's xfail), `unexpected` where it passed."""
     by_status = {status: [s for s in stages if s.status is status] for status in Status}
     parts = ["under emulation"] if any("under emulation" in s.where for s in stages) else []   # verify/emulated.py
     if by_status[Status.PASSED]:
@@ -73,6 +75,10 @@ def verification_step(stages: Sequence[StageResult]) -> tuple[str, str]:
                          (f" ({first.reason})" if first.reason else ""))
     status = Status.FAILED if by_status[Status.FAILED] else Status.PASSED if by_status[Status.PASSED] \
         else Status.SKIPPED
+    if verdict is Verdict.EXPECTED_FAILURE:
+        return "expected", "failed as declared: " + ", ".join(parts)
+    if verdict is Verdict.UNEXPECTED_PASS:
+        return "unexpected", "declared to fail, but it passed: " + ", ".join(parts)
     return status.value, ", ".join(parts)
 
 def fit(words: Sequence[str], width: int, indent: str = INDENT) -> list[str]:

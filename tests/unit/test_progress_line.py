@@ -4,7 +4,7 @@ counted by status, the failed ones by class, the skipped ones once with their fi
 from __future__ import annotations
 
 from buildscripts.report.console import verification_step
-from buildscripts.results import StageResult, Status
+from buildscripts.results import StageResult, Status, Verdict
 
 NO_GPU = "no GPU visible: nvidia-smi not found on PATH"
 
@@ -43,3 +43,15 @@ def test_emulation_is_said_once_and_nothing_that_ran_reads_as_skipped() -> None:
     stages = [stage("facts", Status.PASSED, where=emulated), stage("import", Status.PASSED, where=emulated)]
     assert verification_step(stages) == ("passed", "under emulation, 2 passed")
     assert verification_step(gpu_skipped())[0] == "skipped"
+
+
+def test_a_cell_declared_to_fail_reads_as_its_verdict_not_as_a_failure_of_the_run() -> None:
+    stages = [stage("facts", Status.PASSED),
+              stage("toolchain", Status.FAILED, "no CUDA home", "cuda-home-missing"), *gpu_skipped()]
+    assert verification_step(stages, Verdict.EXPECTED_FAILURE) == (
+        "expected", f"failed as declared: 1 passed, 1 failed: toolchain (cuda-home-missing), "
+                    f"3 skipped from gpu-visible ({NO_GPU})")
+    assert verification_step(stages, Verdict.FAILED)[0] == "failed"   # a failure that was not declared stays one
+    passed = [stage("facts", Status.PASSED), stage("toolchain", Status.PASSED)]
+    assert verification_step(passed, Verdict.UNEXPECTED_PASS) == (
+        "unexpected", "declared to fail, but it passed: 2 passed")
