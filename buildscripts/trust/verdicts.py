@@ -31,7 +31,7 @@ from typing import Any
 from .. import log, strictjson
 from ..errors import ConfigError, NotVerified
 from ..registry import manifests, references
-from ..results import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, Status, family
+from ..results import CPU_STAGES, GPU_STAGES, REQUIRED_GPU_STAGES, CellResult, Verdict, family
 from ..workspace import checked_name
 from . import cosign, dsse, freshness, keys, statement, verdict_form
 from .freshness import age_text, parse_time, stamp
@@ -153,6 +153,10 @@ def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, 
     if not archs:
         log.info(f"{cell.cell_id}: no GPU stage ran on a target arch: no verdict to sign")
         return []
+    if cell.verdict is Verdict.BUILT:   # the judge claims nothing (a GPU-only run): a verdict would be attached, read
+        log.warn(f"{cell.cell_id}: no verdict signed: {cell.verdict_reason}; run every CPU stage, or give the build "
+                 "runner's record of this digest with --cpu-record")
+        return []
     key = keys.signing_key(env)
     config, url = configuration(cell, matrix=matrix, probe=probe), run_url(env)
     folder = run_dir / FOLDER / checked_name(cell.cell_id, "cell id")
@@ -169,10 +173,6 @@ def sign_verdicts(cell: CellResult, run_dir: Path, *, image: str, matrix: Path, 
         written.append(path)
     log.info(f"{cell.cell_id}: signed verdicts for {', '.join(archs)} of {digest[:19]} with key "
              f"{key.public.keyid[:16]} ({folder})")
-    missing = cpu_stages_missing([s.name + "@cpu" for s in cell.stages if s.status is Status.PASSED])
-    if missing:
-        log.warn(f"{cell.cell_id}: these verdicts verify no arch: CPU stages neither ran here nor were carried "
-                 f"({', '.join(missing)}); run them, or give the build runner's record with --cpu-record")
     return written
 
 
@@ -376,8 +376,8 @@ def _finding(arch: str, valid: Sequence[SignedVerdict], unplaced: Sequence[Signe
     newest = max(freshness.second_of(v.signed_at) for v in group if v.signed_at)
     used = tuple(v for v in group if v.signed_at and freshness.second_of(v.signed_at) == newest)
     reasons = list(dict.fromkeys(why for why in (v.why_not() for v in used) if why))
-    said = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in used}))}: every GPU " \
-                                              f"stage passed on {arch}"
+    said = "; ".join(reasons) if reasons else f"{', '.join(sorted({v.result for v in used}))}: every CPU " \
+                                              f"stage and every GPU stage on {arch} passed"
     tie = f" ({len(used)} verdicts signed in one second: all must pass)" if len(used) > 1 else ""
     older = len(group) - len(used)
     also = f", outdating {older} older verdict{'s' if older > 1 else ''}" if older else ""

@@ -13,7 +13,7 @@ import pytest
 from buildscripts.errors import ConfigError, NotVerified
 from buildscripts.registry import manifests
 from buildscripts.results import GPU_STAGES, ImageInfo, StageResult, Status
-from buildscripts.trust import cosign, keys, verdicts
+from buildscripts.trust import cosign, dsse, keys, verdicts
 from tests.results_factory import cpu_passed, finish, gpu_passed, make_cell
 
 DIGEST = "sha256:" + "d" * 64
@@ -80,20 +80,24 @@ def test_gpu_stages_left_out_do_not_verify(tmp_path: Path, matrix: Path, env: di
     assert "did not pass on sm_100a: kernel-smoke, server, first-generation" in str(verdict.why_not())  # ... not all
 
 
-def test_a_gpu_only_run_is_signed_as_it_ran_but_verifies_no_arch(tmp_path: Path, matrix: Path, env: dict[str, str],
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """`verify --stages` of the GPU stages alone, no CPU record carried: the judge claims nothing for that cell, and
-    its signed verdict must not claim more (the reader, like the cosign policy, wants every CPU stage on cpu)."""
-    (path,) = sign(finish(make_cell("verified"), stages=gpu_passed("NVIDIA H100 80GB HBM3", "sm_90")),
-                   tmp_path, matrix, env)
+def test_a_gpu_only_run_signs_nothing_and_a_verdict_without_a_cpu_stage_verifies_no_arch(
+        tmp_path: Path, matrix: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --stages` of the GPU stages alone, no CPU record carried: the judge claims nothing for that cell, so
+    no verdict is signed (one would be attached and read); and a verdict that lacks a CPU stage anyway (a verifier
+    before this rule) shows no arch verified: the reader, like the cosign policy, wants every CPU stage on cpu."""
+    assert sign(finish(make_cell("verified"), stages=gpu_passed("NVIDIA H100 80GB HBM3", "sm_90")),
+                tmp_path, matrix, env) == []
     said = " ".join(capsys.readouterr().err.split())
-    assert "verify no arch: CPU stages neither ran here nor were carried" in said
-    verdict = verdicts.open_verdict(json.loads(path.read_text()), keys.trusted(tmp_path, env))
-    assert verdict.result == "PASSED"   # what ran passed, as signed ...
-    assert "CPU stages did not pass, here or carried: facts, import" in str(verdict.why_not())   # ... not enough
-    one_short = [s for s in cpu_passed() if s.name != "arch-audit"] + gpu_passed("NVIDIA B200", "sm_100")
-    (path,) = sign(finish(make_cell("verified"), stages=one_short), tmp_path / "b", matrix, env)
-    verdict = verdicts.open_verdict(json.loads(path.read_text()), keys.trusted(tmp_path, env))
+    assert "no verdict signed: stages did not run: facts, import, flavour, arch-audit, toolchain, jit-compile" in said
+    (path,) = sign(finish(make_cell("verified"), stages=cpu_passed() + gpu_passed("NVIDIA B200", "sm_100")),
+                   tmp_path, matrix, env)
+    envelope = json.loads(path.read_text())
+    document = json.loads(base64.b64decode(envelope["payload"]))
+    document["predicate"]["passedTests"].remove("arch-audit@cpu")
+    payload = json.dumps(document).encode()
+    forged_old = dsse.sign(payload, dsse.IN_TOTO, keys.signing_key(env))   # signed as an older verifier would
+    verdict = verdicts.open_verdict(forged_old, keys.trusted(tmp_path, env))
+    assert verdict.result == "PASSED"
     assert verdict.why_not() == "CPU stages did not pass, here or carried: arch-audit"
 
 
