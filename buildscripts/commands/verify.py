@@ -188,6 +188,7 @@ def check_arguments(a: argparse.Namespace) -> Target | None:
     from ..matrix.schema import MAX_TIMEOUT_S
     from ..matrix.spellings import arch_problem
     from ..refs import FORMS, reference_problem
+    from ..results import CPU_STAGES
     from ..verify import pulled
     from ..verify.plan import stages_argument
 
@@ -212,7 +213,13 @@ def check_arguments(a: argparse.Namespace) -> Target | None:
         msg = "--python '' names no interpreter"
         raise ConfigError(msg, hint="give the interpreter's path, e.g. --python /opt/venv/bin/python, or leave "
                                     "--python out (with --host: this one; with --lxc: python3)")
-    stages_argument(a.stages)
+    stages = stages_argument(a.stages)
+    if a.cpu_record and stages and not a.rerun_cpu and not set(stages) & set(CPU_STAGES):
+        # a record stands for CPU stages this run asks for: with none asked it goes unused, and a run of the GPU
+        # stages alone claims nothing (verdict `built`, nothing signed): GPU time spent for no verdict
+        msg = f"--cpu-record carries CPU stages, and --stages {a.stages} asks for none: the record would go unused"
+        raise ConfigError(msg, hint="leave --stages out: the record's CPU stages then stand for this run's and only "
+                                    "the GPU stages run here (or leave --cpu-record out)")
     if a.stage_timeout is not None and not (0 < a.stage_timeout <= MAX_TIMEOUT_S):  # NaN compares False
         msg = f"--stage-timeout {a.stage_timeout} is not a number of seconds up to a day"
         raise ConfigError(msg, hint="give a positive number, e.g. --stage-timeout 900")

@@ -207,6 +207,17 @@ def test_cpu_records_go_with_an_image_by_digest_only(tmp_path: Path, argv: list[
         verify_command.parse([*argv, "--cpu-record", str(path)], Workspace.at(ROOT), {})
 
 
+def test_a_record_with_the_gpu_stages_alone_asked_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """It would go unused, and a run of the GPU stages alone claims nothing: GPU minutes for no verdict."""
+    path, ref = staged(tmp_path), f"{REPO}@{DIGEST}"
+    gpu_only = ["--stages", ",".join(GPU_STAGES)]
+    with pytest.raises(ConfigError, match="asks for none: the record would go unused") as caught:
+        verify_command.parse([ref, "--cpu-record", str(path), *gpu_only], Workspace.at(ROOT), {})
+    assert "leave --stages out" in (caught.value.hint or "")
+    some = ["--stages", "facts," + ",".join(GPU_STAGES)]   # a CPU stage asked: the record may stand for it
+    assert verify_command.parse([ref, "--cpu-record", str(path), *some], Workspace.at(ROOT), {}).cpu_records
+
+
 def test_the_records_are_read_before_the_pull_and_set_aside_with_rerun_cpu(tmp_path: Path) -> None:
     path, ref = staged(tmp_path), f"{REPO}@{DIGEST}"
     opts = verify_command.parse([ref, "--cpu-record", str(path)], Workspace.at(ROOT), {})
