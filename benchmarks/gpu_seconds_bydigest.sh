@@ -45,6 +45,7 @@ CPU_STAGES=facts,import,flavour,arch-audit,toolchain,jit-compile
 CELL=sglang0.5.16-torch2.11.0-cu130-pip-bookworm
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9]\+' | tr H h); G=${G:-gpu}
 wall() { /usr/bin/python3 -c "import time; print(round(time.time() - $1, 1))"; }
+engine_path() { export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH; }   # the engine, skopeo, zstd
 keep() { [ -d "$1/$2" ] && { rm -rf "$1/$2"/*/work; tar -C "$1" -czf "$O/$2.tar.gz" "$2"; }; true; }
 
 carry() {
@@ -116,7 +117,7 @@ s['containerEdits']['hooks'] = [{'hookName': 'startContainer', 'path': '/sbin/ld
 json.dump(s, open(p, 'w'), indent=1)
 PYHOOK
   cp /etc/cdi/nvidia.json "$O/cdi-nvidia.json"; sleep 2
-  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
+  engine_path
   /opt/cv/bin/python3 -c "import os; from buildscripts.trust import keys; print(keys.signing_key(os.environ).public.pem.decode(), end='')" > $H/verifier.pub
   cp $H/verifier.pub "$O/verifier.pub"
   t0=$(date +%s.%N)
@@ -126,7 +127,7 @@ PYHOOK
   say "push done"; }
 
 gpu_run() {  # gpu_run RUN: the GPU stages by digest, the CPU stages carried
-  need $H/ref "phase push first"; export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
+  need $H/ref "phase push first"; engine_path
   local t0; t0=$(date +%s.%N)
   timeout $(( $(left) - 10 )) /opt/cv/bin/sglang-images verify --pull "$(cat $H/ref)" --cell-id $CELL \
     --cpu-record runs/$G-bydigest-cpu/results.json --trust-key $H/verifier.pub --run-id $1 2>&1 | tee "$O/verify-$1.txt" | cut -c1-300
@@ -134,7 +135,7 @@ gpu_run() {  # gpu_run RUN: the GPU stages by digest, the CPU stages carried
 
 gpu() { gpu_run $G-bydigest-gpu; }
 gpu-pulled() {
-  export PATH=/tmp/engine/usr/bin:/tmp/engine/usr/sbin:$H/bin:$PATH
+  engine_path
   docker image rm -f "$(cat $H/ref)" > /dev/null 2>&1; docker image ls --digests | head -5
   gpu_run $G-bydigest-gpu-pulled; }
 
@@ -148,6 +149,6 @@ smoke() {  # the kernel-smoke hole's test input (evidence/h200-smoke): sgl_kerne
 host() { verify_host /opt/cv $G-host-cold /tmp/gs/python3; }   # beside, cold: no baked caches
 
 for phase in "$@"; do
-  case $phase in carry|setup|warm|push|gpu|gpu-pulled|smoke|host) $phase ;; *) sed -n 2,25p "$0"; exit 2 ;; esac
+  case $phase in carry|setup|warm|push|gpu|gpu-pulled|smoke|host) $phase ;; *) sed -n "2,$(( $(grep -n '^set -u' "$0" | cut -d: -f1) - 1 ))p" "$0"; exit 2 ;; esac
 done
 say "end"

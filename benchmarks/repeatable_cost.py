@@ -12,7 +12,6 @@ of a few tens of MB of shared libraries (a Python environment's compiled extensi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import shutil
 import statistics
 import struct
@@ -20,18 +19,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 EPOCH = "1783764997"
 
-
-def load_repeatable() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("repeatable", ROOT / "images" / "warm" / "repeatable.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.image_scripts import load  # noqa: E402 - the images' scripts as the tests load them
 
 
 def ninja_records(folder: Path, outputs: list[str]) -> None:
@@ -78,7 +71,7 @@ def main() -> int:
     if missing:
         print(f"error: not a folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    repeatable = load_repeatable()
+    repeatable = load(Path("images/warm/repeatable.py"))
     steps, reads = [], []
     for n in range(args.rounds):
         with tempfile.TemporaryDirectory() as scratch:

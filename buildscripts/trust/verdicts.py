@@ -75,7 +75,7 @@ class SignedVerdict:
             return f"GPU stages did not pass on {self.arch}: {', '.join(missing)}"
         # as the judge (results/judge.py) claims nothing for a cell whose CPU stages did not all pass, here or
         # carried from the build runner: a GPU-only run's verdict shows what ran, never an arch verified
-        missing = cpu_stages_missing(self.passed + self.warned)
+        missing = [s for s in CPU_STAGES if f"{s}@cpu" not in self.passed + self.warned]
         if missing:
             return f"CPU stages did not pass, here or carried: {', '.join(missing)}"
         return None
@@ -88,11 +88,6 @@ class SignedVerdict:
         if self.signed_at is None:
             return "undated"
         return f"signed {stamp(self.signed_at)} ({age_text((now - self.signed_at).total_seconds())})"
-
-
-def cpu_stages_missing(passed: Sequence[str]) -> list[str]:
-    """The CPU stages absent from a verdict's passed (or warned) tests, `STAGE@cpu`: each must be there."""
-    return [s for s in CPU_STAGES if f"{s}@cpu" not in passed]
 
 
 def arch_matches(asked: str, named: str) -> bool:
