@@ -11,7 +11,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 RESULT_PREFIX = "@@probe-result "
 # The server hand-over (serving.py): the probe names its server's port and waits; the host observes it.
@@ -45,6 +45,9 @@ class Context:
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
     # Set when a stage failed while a later one ran beside it (run_all): that one stops early (aborted).
     halt: threading.Event = field(default_factory=threading.Event, repr=False)
+    # Files kernel-smoke's checks compiled into the image's baked caches: its own warning names them, and the
+    # server's warm watch beside it leaves them out where the server's session ran no compiler.
+    compiled_by_checks: Set[str] = field(default_factory=set, repr=False)
 
     def every_arch(self) -> List[str]:
         """The targets, then the archs only audited (each once)."""

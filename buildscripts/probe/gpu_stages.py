@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import core, devnodes, gpumemory, jitlog, pruned, server, smokeparts
+from . import core, devnodes, gpumemory, jitlog, pruned, server, smokeparts, warmcheck
 from .cudatools import Deadline
 
 JSON_PREFIX = "@@json "
@@ -193,7 +193,8 @@ def _last_error(output: str) -> str:
 @core.stage("kernel-smoke", needs=("gpu-visible",), gpu=True)
 def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
     """One compiled op of every kernel library the image ships, launched, waited for and compared with torch
-    (smokeparts.py); a library not installed is skipped with the reason."""
+    (smokeparts.py); a library not installed is skipped with the reason. In an image that claims baked kernel
+    caches the checks load from them, as a server does; what a check had to compile into them is named."""
     gpu = ctx.gpu or {}
     work = os.path.join(ctx.workdir, "smoke")
     shutil.rmtree(work, ignore_errors=True)   # a fresh Triton cache: its kernel compiles here, for this GPU
@@ -201,12 +202,23 @@ def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
     env = {"TORCH_CUDA_ARCH_LIST": str(gpu.get("capability", "")),  # build only for the GPU in hand
            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", os.path.join(ctx.workdir, "torch_ext")),
            "TRITON_CACHE_DIR": os.path.join(work, "triton-cache")}
+    claim = warmcheck.load_claim()
+    caches = warmcheck.watched_dirs(claim, {**os.environ, **env}) if claim else []
     deadline = Deadline(ctx.stage_timeout)   # the host ends a stage that runs past it: every part shares it
     checks: Dict[str, Any] = {}
+    compiled: Dict[str, List[str]] = {}
     for part in smokeparts.PARTS:
         why = smokeparts.skip_reason(part, gpu)
-        checks[part.key] = (smokeparts.skipped(part, why) if why else
-                            _run_part(part, gpu, deadline.capped(600.0), env, work))
+        if why:
+            checks[part.key] = smokeparts.skipped(part, why)
+            continue
+        before = warmcheck.snapshot(caches)
+        checks[part.key] = _run_part(part, gpu, deadline.capped(600.0), env, work)
+        wrote = warmcheck.changed(before, warmcheck.snapshot(caches))
+        if wrote:   # the server beside may have written some of them too: both name the module, neither hides it
+            checks[part.key]["compiled_into_caches"] = wrote[:40]
+            compiled[part.key] = wrote
+            ctx.compiled_by_checks.update(wrote)
     rewritten = sorted(pruned.libraries())
     if rewritten:  # every fatbin the image's pruner rewrote that has code for this GPU must load
         loaded = _kernel_check("pruned fatbins", pruned.driver_snippet(rewritten), deadline.capped(600.0),
@@ -217,6 +229,8 @@ def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
         logs = "\n\n".join(f"== {k}\n{v.get('log', '')}" for k, v in failed.items())
         evidence = {k: {f: x for f, x in v.items() if f != "log"} for k, v in checks.items()}
         raise core.StageFailed("; ".join(f"{k}: {v['error']}" for k, v in failed.items()), evidence, logs)
+    if claim:
+        checks.update(warmcheck.checks_compiled(claim, compiled, str(gpu.get("arch") or "an unknown arch")))
     return checks
 
 

@@ -25,7 +25,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from . import core, server, warmcheck
 
@@ -150,16 +150,18 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
-    _judge_warm(evidence, str((ctx.gpu or {}).get("arch") or "an unknown arch"))
+    _judge_warm(evidence, str((ctx.gpu or {}).get("arch") or "an unknown arch"), set(ctx.compiled_by_checks))
     return evidence
 
 
-def _judge_warm(evidence: Dict[str, Any], gpu_arch: str) -> None:
+def _judge_warm(evidence: Dict[str, Any], gpu_arch: str, by_checks: Set[str]) -> None:
     """Only a profile the image baked is held to "nothing compiles", on an arch it baked: a compile there is a
     warning naming the kernels (the claim is false, the server works); another profile compiles at first
-    start, as the bake report says, and its compiles are kept as evidence."""
+    start, as the bake report says, and its compiles are kept as evidence. What kernel-smoke compiled beside
+    the start is its warning, not the server's (warmcheck.apart_from_checks)."""
     warm = evidence.get("warm")
     if warm and warm["profile_baked"]:
+        warm.update(warmcheck.apart_from_checks(warm, by_checks))
         found = warmcheck.cold_start(warm, gpu_arch)
         warm.update({k: v for k, v in found.items() if k != "warnings"})
         evidence.update({k: v for k, v in found.items() if k == "warnings"})

@@ -162,7 +162,7 @@ def verdict(result: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> Optional[s
     if not result["baked_files"]:
         return "the image claims baked kernel caches, but its cache folders hold no compiled kernel"
     parts = []
-    folder = [os.path.basename(os.path.dirname(p)) for p in result["compiled_files"]]
+    folder = [os.path.basename(os.path.dirname(p)) for p in result["compiled_files"]]  # one per file, not _modules
     declared_files = sum(1 for name in folder if name in allowed)
     unexplained = result["compiled_count"] - declared_files  # compiled_files is capped; the count is not
     if unexplained > 0:
@@ -175,8 +175,24 @@ def verdict(result: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> Optional[s
     return "the image claims baked kernel caches but compiled at server start: " + "; ".join(parts)
 
 
+def apart_from_checks(watched: Dict[str, Any], by_checks: Set[str]) -> Dict[str, Any]:
+    """The server's watch less the files kernel-smoke's checks beside it compiled into the same caches (their own
+    warning names them, checks_compiled), where no compiler ran in the server's session: those files were the
+    checks', and the server waited for them under FlashInfer's lock. With a compiler of its own the server's list
+    stays whole (a file both sides wrote cannot be told apart); either way each file is named by one warning."""
+    theirs = [p for p in watched["compiled_files"] if p in by_checks]
+    if watched["compiler_processes"] or not theirs:
+        return {}
+    return {"compiled_files": [p for p in watched["compiled_files"] if p not in by_checks],
+            "compiled_count": watched["compiled_count"] - len(theirs), "compiled_by_checks_beside": theirs}
+
+
 def _arch_number(arch: str) -> str:
     return "".join(re.findall(r"\d", arch))     # sm_90a, sm_90 and 9.0 are one GPU generation: "90"
+
+
+def _claims(archs: List[Any], gpu_arch: str) -> bool:
+    return _arch_number(gpu_arch) in {_arch_number(str(a)) for a in archs}
 
 
 def cold_start(watched: Dict[str, Any], gpu_arch: str) -> Dict[str, Any]:
@@ -187,6 +203,28 @@ def cold_start(watched: Dict[str, Any], gpu_arch: str) -> Dict[str, Any]:
     if said is None:
         return {}
     claimed = [str(a) for a in watched.get("archs", [])]
-    if _arch_number(gpu_arch) in {_arch_number(a) for a in claimed}:
+    if _claims(claimed, gpu_arch):
         return {"warnings": [f"{said} (on {gpu_arch}, an arch the image claims baked)"]}
     return {"cold_expected": f"compiled at start on {gpu_arch}: the image bakes {', '.join(claimed) or 'no arch'}"}
+
+
+def checks_compiled(claim: Dict[str, Any], compiled: Dict[str, List[str]], gpu_arch: str) -> Dict[str, Any]:
+    """What kernel-smoke's checks compiled into the image's baked caches (library -> files), judged as a start is:
+    they load modules a server loads (FlashInfer's norm) from the same caches in the image's environment, so a
+    module they had to build is one the bake does not cover there. A warning naming the library and the modules
+    where the image claims this arch, a plain record where it does not."""
+    if not compiled:
+        return {}
+    said = "; ".join(f"{library}: {len(files)} file(s) ({', '.join(_modules(files)[:6])})"
+                     for library, files in sorted(compiled.items()))
+    claimed = [str(a) for a in claim.get("archs", [])]
+    if _claims(claimed, gpu_arch):
+        return {"warnings": [f"the image claims baked kernel caches but kernel-smoke compiled into them: {said} "
+                             f"(on {gpu_arch}, an arch the image claims baked)"]}
+    return {"cold_expected": f"compiled into the caches on {gpu_arch}: the image bakes "
+                             f"{', '.join(claimed) or 'no arch'}: {said}"}
+
+
+def _modules(files: List[str]) -> List[str]:
+    """The module folders `files` lie in (FlashInfer's cached_ops/norm, a TVM-FFI module's folder)."""
+    return sorted({os.path.basename(os.path.dirname(p)) for p in files})

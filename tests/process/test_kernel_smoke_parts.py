@@ -8,6 +8,7 @@ arch, and is classified `kernel-image-missing`; a library that is not installed 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,76 @@ def test_launch_waits_right_after_the_op_with_a_checked_torch_launch() -> None:
     tries = [n for n in ast.walk(funcs["launch"]) if isinstance(n, ast.Try)]
     after = [dotted(c.func) for s in tries[1].body for c in calls(s)]
     assert after == ["call", "settle"]   # the op, then at once the wait, in the same try
+
+
+# A check that loads a module from the image's baked caches and finds it must build it first (as FlashInfer's norm was
+# rebuilt by kernel-smoke in an image by digest on an H100 test machine): the stand-in writes the module's library.
+REBUILDS_NORM = '''
+import os
+os.makedirs(os.path.dirname(os.environ["FAKE_REBUILD"]), exist_ok=True)
+open(os.environ["FAKE_REBUILD"], "wb").write(b"rebuilt")
+''' + smokeparts.SGL_KERNEL
+
+
+@pytest.fixture
+def baked(fake_cuda: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """An image's bake report claiming sm_90a, with one baked FlashInfer module; the checks of kernel-smoke are the
+    sgl_kernel stand-in and a part that rebuilds that module's library when FAKE_REBUILD names it."""
+    base = fake_cuda / "caches" / "flashinfer"
+    norm = base / ".cache" / "flashinfer" / "0.6.14" / "90a" / "cached_ops" / "norm"
+    norm.mkdir(parents=True)
+    (norm / "norm.so").write_bytes(b"baked")
+    report = fake_cuda / "warm.json"
+    report.write_text(json.dumps({"archs": ["sm_90a"], "profiles": ["default"],
+                                  "caches": {"FLASHINFER_WORKSPACE_BASE": str(base)}}))
+    monkeypatch.setenv("SGLANG_IMAGES_WARM_REPORT", str(report))
+    rebuilds = smokeparts.Part("flashinfer", "sgl_kernel", ("sglang-kernel",), "silu_and_mul", REBUILDS_NORM)
+    monkeypatch.setattr(smokeparts, "PARTS", (smokeparts.PARTS[0], rebuilds))
+    return fake_cuda, norm / "norm.so"     # the test's folder, the baked library
+
+
+def smoke_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], core.Context]:
+    monkeypatch.setenv("FAKE_CUDA", "ok")
+    ctx = core.Context(archs=["sm_90a"], mode="host", workdir=str(tmp_path / "work"), stage_timeout=120)
+    ctx.gpu = dict(H200)
+    ctx.results["gpu-visible"] = {"name": "gpu-visible", "status": core.PASSED}
+    return core.run_stage(ctx, core.REGISTRY["kernel-smoke"]), ctx
+
+
+def test_a_check_that_compiles_into_the_baked_caches_is_a_warning_naming_the_library_and_the_module(
+        baked: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, norm = baked
+    monkeypatch.setenv("FAKE_REBUILD", str(norm))
+    result, ctx = smoke_with(root, monkeypatch)
+    assert result["status"] == core.PASSED, result.get("reason")
+    evidence = result["evidence"]
+    assert evidence["flashinfer"]["compiled_into_caches"] == [str(norm)]
+    assert "compiled_into_caches" not in evidence["sgl_kernel"]
+    assert evidence["warnings"] == [
+        "the image claims baked kernel caches but kernel-smoke compiled into them: flashinfer: 1 file(s) (norm) "
+        "(on sm_90, an arch the image claims baked)"]
+    assert ctx.compiled_by_checks == {str(norm)}   # the server's watch beside leaves it to this warning
+
+
+def test_a_check_on_an_arch_the_image_does_not_bake_is_a_record_not_a_warning(
+        baked: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, norm = baked
+    report = root / "warm.json"
+    report.write_text(json.dumps({**json.loads(report.read_text()), "archs": ["sm_100a", "sm_120a"]}))
+    monkeypatch.setenv("FAKE_REBUILD", str(norm))
+    result, _ = smoke_with(root, monkeypatch)
+    assert result["status"] == core.PASSED
+    assert "warnings" not in result["evidence"]
+    assert result["evidence"]["cold_expected"].startswith("compiled into the caches on sm_90: the image bakes sm_100a, "
+                                                          "sm_120a: flashinfer: 1 file(s) (norm)")
+
+
+def test_checks_that_load_from_the_baked_caches_say_nothing_of_them(
+        baked: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = baked
+    monkeypatch.setenv("FAKE_REBUILD", str(root / "elsewhere" / "norm.so"))   # outside the caches
+    result, ctx = smoke_with(root, monkeypatch)
+    assert result["status"] == core.PASSED
+    assert "warnings" not in result["evidence"] and "cold_expected" not in result["evidence"]
+    assert all("compiled_into_caches" not in v for v in result["evidence"].values())
+    assert ctx.compiled_by_checks == set()

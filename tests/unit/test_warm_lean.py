@@ -271,3 +271,42 @@ def test_the_sizes_page_says_what_was_pruned_and_what_still_compiles_at_first_st
     assert "| 1.11 GB from 24 libraries (sm_80, sm_86) |" in row
     assert "| 10 modules for sm_90a, sm_100a | Triton kernels; DeepGEMM |" in row
 
+
+
+def test_what_kernel_smoke_compiled_beside_the_start_is_its_warning_not_the_servers() -> None:
+    """kernel-smoke rebuilt FlashInfer's norm into the baked caches while the server started beside it (the server
+    waited on FlashInfer's lock, its own session ran no compiler): kernel-smoke names it, the server does not."""
+    norm = ["/c/90a/cached_ops/norm/norm.so", "/c/90a/cached_ops/norm/norm.cuda.o"]
+    watched = {"baked_files": 11, "compiled_count": 2, "compiled_files": norm, "compiler_processes": [],
+               "compiler_processes_beside": ["nvcc", "cicc"], "declared_at_start": [], "archs": ["sm_90a"]}
+    apart = warmcheck.apart_from_checks(watched, set(norm))
+    assert apart == {"compiled_files": [], "compiled_count": 0, "compiled_by_checks_beside": norm}
+    assert warmcheck.cold_start({**watched, **apart}, "sm_90") == {}
+    # a file the checks did not write stays the server's
+    rope = "/c/tvm-ffi/sgl_kernel_jit_rope/rope.so"
+    more = {**watched, "compiled_count": 3, "compiled_files": [*norm, rope]}
+    left = {**more, **warmcheck.apart_from_checks(more, set(norm))}
+    assert left["compiled_files"] == [rope] and left["compiled_count"] == 1
+    assert "sgl_kernel_jit_rope" in warmcheck.cold_start(left, "sm_90")["warnings"][0]
+
+
+def test_a_server_whose_own_session_compiled_keeps_every_file() -> None:
+    """A compiler in the server's session: a file both sides wrote cannot be told apart, so none is left out (and
+    the checks' warning names it too: never hidden, at worst named twice)."""
+    norm = ["/c/90a/cached_ops/norm/norm.so"]
+    watched = {"baked_files": 11, "compiled_count": 1, "compiled_files": norm, "compiler_processes": ["nvcc"],
+               "declared_at_start": [], "archs": ["sm_90a"]}
+    assert warmcheck.apart_from_checks(watched, set(norm)) == {}
+    assert "norm" in warmcheck.cold_start(watched, "sm_90")["warnings"][0]
+    assert warmcheck.apart_from_checks({**watched, "compiler_processes": []}, set()) == {}
+
+
+def test_kernel_smokes_compiles_are_judged_against_the_claimed_archs() -> None:
+    claim = {"archs": ["sm_90a", "sm_100a"]}
+    files = {"flashinfer": ["/c/90a/cached_ops/norm/norm.so", "/c/90a/cached_ops/norm/norm.cuda.o"],
+             "deep_gemm": ["/c/deep_gemm/cache/kernel.abc/kernel.cubin"]}
+    said = warmcheck.checks_compiled(claim, files, "sm_90")["warnings"][0]
+    assert said == ("the image claims baked kernel caches but kernel-smoke compiled into them: deep_gemm: 1 file(s) "
+                    "(kernel.abc); flashinfer: 2 file(s) (norm) (on sm_90, an arch the image claims baked)")
+    assert list(warmcheck.checks_compiled(claim, files, "sm_120")) == ["cold_expected"]
+    assert warmcheck.checks_compiled(claim, {}, "sm_90") == {}
