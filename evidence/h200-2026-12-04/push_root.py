@@ -5,7 +5,7 @@ package index, so the image is NOT a cell's build but its own root (Python 3.12,
 13.0 toolkit) with SGLang 0.5.16 staged in EXTRA and put on PYTHONPATH, as ../../shared engine.sh's `image`
 makes it. Streamed: tar -> zstd -> the registry (no copy on disk, no `docker save`), in one pass.
 
-  push_root.py REGISTRY REPO TAG [--root /] [--extra /tmp/gs/site] [--exclude PATTERN]... [--out FILE]
+  push_root.py REGISTRY REPO TAG [--root /] [--extra /tmp/gs/site] [--exclude PATTERN]... [--env K=V]... [--out FILE]
 
 Writes an OCI image manifest (config + one application/vnd.oci.image.layer.v1.tar+zstd layer), tagged TAG,
 and prints `REGISTRY/REPO@sha256:…`, also to FILE. Standard library only; plain HTTP (a loopback registry).
@@ -126,6 +126,8 @@ def main() -> int:
     ap.add_argument("--extra", default="/tmp/gs/site", help="a folder outside the excluded ones, added and put on "
                                                            "PYTHONPATH ('' for none)")
     ap.add_argument("--exclude", action="append", default=None)
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="another variable of the image's config (a warm image's cache folders)")
     ap.add_argument("--path", default=None, help="PATH in the image (default: python3's folder first)")
     ap.add_argument("--zstd", default=shutil.which("zstd") or "zstd")
     ap.add_argument("--out")
@@ -137,7 +139,7 @@ def main() -> int:
     layer_digest = reg.stream_blob(a.repo, layer(a.root, a.extra or None, excludes, zstd, stats))
     python_dir = os.path.dirname(shutil.which("python3") or "/usr/bin/python3")
     path = a.path or f"{python_dir}:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    env = [f"PATH={path}", "CUDA_HOME=/usr/local/cuda"] + ([f"PYTHONPATH={a.extra}"] if a.extra else [])
+    env = [f"PATH={path}", "CUDA_HOME=/usr/local/cuda"] + ([f"PYTHONPATH={a.extra}"] if a.extra else []) + a.env
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     config = json.dumps({
         "created": created, "architecture": "amd64", "os": "linux", "config": {"Env": env},
