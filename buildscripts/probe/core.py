@@ -45,8 +45,9 @@ class Context:
     gpu: Optional[Dict[str, Any]] = None  # filled by gpu-visible: {"name", "arch", "driver", ...}
     # Set when a stage failed while a later one ran beside it (run_all): that one stops early (aborted).
     halt: threading.Event = field(default_factory=threading.Event, repr=False)
-    # Files kernel-smoke's checks compiled into the image's baked caches: its own warning names them, and the
-    # server's warm watch beside it leaves them out where the server's session ran no compiler.
+    # Files that changed in the image's baked caches while one of kernel-smoke's checks ran: its own warning names
+    # them, and the server's warm start, judged at its turn (its settle), leaves them out where the server's
+    # session ran no compiler.
     compiled_by_checks: Set[str] = field(default_factory=set, repr=False)
 
     def every_arch(self) -> List[str]:
@@ -83,6 +84,9 @@ class Stage:
     func: Callable[[Context], Dict[str, Any]]  # returns evidence; raises StageFailed/StageSkipped
     needs: Tuple[str, ...] = ()
     gpu: bool = False
+    # Run by run_all on a passed result at the stage's turn, when every stage before it, and any it ran beside,
+    # has its result: what the stage judges from their findings (the server's warm start, serving.py).
+    settle: Optional[Callable[["Context", Dict[str, Any]], None]] = None
 
 
 REGISTRY: Dict[str, Stage] = {}
@@ -93,9 +97,10 @@ ORDER = ["facts", "import", "flavour", "arch-audit", "toolchain", "jit-compile",
 StageFunc = Callable[[Context], Dict[str, Any]]
 
 
-def stage(name: str, needs: Tuple[str, ...] = (), gpu: bool = False) -> Callable[[StageFunc], StageFunc]:
+def stage(name: str, needs: Tuple[str, ...] = (), gpu: bool = False,
+          settle: Optional[Callable[[Context, Dict[str, Any]], None]] = None) -> Callable[[StageFunc], StageFunc]:
     def register(func: StageFunc) -> StageFunc:
-        REGISTRY[name] = Stage(name, func, needs, gpu)
+        REGISTRY[name] = Stage(name, func, needs, gpu, settle)
         return func
     return register
 
@@ -142,6 +147,13 @@ def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[D
         if name == beside_server(ctx, planned):
             beside["server"] = Beside(ctx, REGISTRY["server"], name)
         res = beside.pop(name).result() if name in beside else run_stage(ctx, REGISTRY[name])
+        settle = REGISTRY[name].settle
+        if settle is not None and res["status"] == PASSED:
+            try:
+                settle(ctx, res)
+            except Exception as exc:  # as in run_stage: a bug in a judgement fails the stage, not the probe
+                res.update(status=FAILED, reason=f"{type(exc).__name__}: {exc}",
+                           log_excerpt=traceback.format_exc()[-6000:])
         if res["status"] == FAILED and beside:
             ctx.halt.set()   # the verdict is lost: the stage beside stops rather than spend the GPU's time
         ctx.results[name] = res

@@ -224,14 +224,13 @@ def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
         loaded = _kernel_check("pruned fatbins", pruned.driver_snippet(rewritten), deadline.capped(600.0),
                                {**env, **pruned.DRIVER_ENV})
         checks["pruned-fatbins"] = {**loaded, "outcome": "passed" if loaded.get("ok") else "failed"}
+    said = warmcheck.checks_compiled(claim, compiled, str(gpu.get("arch") or "an unknown arch")) if claim else {}
     failed = {k: v for k, v in checks.items() if v.get("ok") is False}
-    if failed:
+    if failed:   # what the checks compiled is said on a failure too: the server beside left it to this stage
         logs = "\n\n".join(f"== {k}\n{v.get('log', '')}" for k, v in failed.items())
         evidence = {k: {f: x for f, x in v.items() if f != "log"} for k, v in checks.items()}
-        raise core.StageFailed("; ".join(f"{k}: {v['error']}" for k, v in failed.items()), evidence, logs)
-    if claim:
-        checks.update(warmcheck.checks_compiled(claim, compiled, str(gpu.get("arch") or "an unknown arch")))
-    return checks
+        raise core.StageFailed("; ".join(f"{k}: {v['error']}" for k, v in failed.items()), {**evidence, **said}, logs)
+    return {**checks, **said}
 
 
 def _run_part(part: smokeparts.Part, gpu: Dict[str, Any], timeout: float, env: Dict[str, str],

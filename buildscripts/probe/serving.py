@@ -25,7 +25,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional
 
 from . import core, server, warmcheck
 
@@ -39,6 +39,7 @@ STARTED_LINE = "The server is fired up and ready to roll"
 # What the host may take after readiness: the generation request (120 s), the chat request (120 s), slack.
 AFTER_READY_S = 300.0
 _LIVE: Dict[str, Any] = {}          # the running server, stopped at exit whatever happens
+_WATCHED: Dict[str, warmcheck.Watch] = {}   # the server's warm watch, judged at its turn (settle_warm)
 
 
 def _flag(args: List[str], name: str) -> Optional[str]:
@@ -97,7 +98,24 @@ def _wait_for_host(srv: server.Server, stop_file: str, deadline_s: float, watch:
     return srv.proc.poll(), watched, False
 
 
-@core.stage("server", needs=("gpu-visible",), gpu=True)
+def settle_warm(ctx: core.Context, result: Dict[str, Any]) -> None:
+    """The server's warm start judged at its turn, when kernel-smoke's checks beside it have their results (and
+    have said what they compiled into the caches): only a profile the image baked is held to "nothing compiles",
+    on an arch it baked, and a compile there is a warning naming the kernels (the claim is false, the server
+    works); another profile compiles at first start, as the bake report says, and its compiles are kept as
+    evidence. What changed while a check ran is the check's warning, not the server's (apart_from_checks)."""
+    watch = _WATCHED.pop("server", None)
+    evidence = result.get("evidence") or {}
+    warm = evidence.get("warm")
+    if watch is None or not warm or not warm["profile_baked"]:
+        return
+    warm.update(warmcheck.apart_from_checks(warm, watch.compiled, set(ctx.compiled_by_checks)))
+    found = warmcheck.cold_start(warm, str(result.get("arch") or (ctx.gpu or {}).get("arch") or "an unknown arch"))
+    warm.update({k: v for k, v in found.items() if k != "warnings"})
+    evidence.update({k: v for k, v in found.items() if k == "warnings"})
+
+
+@core.stage("server", needs=("gpu-visible",), gpu=True, settle=settle_warm)
 def launch_server(ctx: core.Context) -> Dict[str, Any]:
     if ctx.server_skip:   # the host's decision (e.g. a tensor-parallel profile given one GPU)
         raise core.StageSkipped(ctx.server_skip)
@@ -150,21 +168,9 @@ def launch_server(ctx: core.Context) -> Dict[str, Any]:
         if trace:
             why += ": " + trace.strip().splitlines()[-1][:300]
         raise core.StageFailed(why, evidence, excerpt)
-    _judge_warm(evidence, str((ctx.gpu or {}).get("arch") or "an unknown arch"), set(ctx.compiled_by_checks))
+    if watch is not None:
+        _WATCHED["server"] = watch   # judged at the server's turn (settle_warm), after the checks beside it
     return evidence
-
-
-def _judge_warm(evidence: Dict[str, Any], gpu_arch: str, by_checks: Set[str]) -> None:
-    """Only a profile the image baked is held to "nothing compiles", on an arch it baked: a compile there is a
-    warning naming the kernels (the claim is false, the server works); another profile compiles at first
-    start, as the bake report says, and its compiles are kept as evidence. What kernel-smoke compiled beside
-    the start is its warning, not the server's (warmcheck.apart_from_checks)."""
-    warm = evidence.get("warm")
-    if warm and warm["profile_baked"]:
-        warm.update(warmcheck.apart_from_checks(warm, by_checks))
-        found = warmcheck.cold_start(warm, gpu_arch)
-        warm.update({k: v for k, v in found.items() if k != "warnings"})
-        evidence.update({k: v for k, v in found.items() if k == "warnings"})
 
 
 def _stopped_beside(srv: server.Server) -> None:

@@ -25,6 +25,7 @@ REPORT = "/etc/sglang-images/warm.json"
 REPORT_ENV = "SGLANG_IMAGES_WARM_REPORT"  # another report path (host mode: no image file system)
 COMPILERS = {"nvcc", "cicc", "cudafe++", "nvlink", "fatbinary"}
 BUILT = (".so", ".o", ".cubin", ".ptx")
+SHOWN = 40   # files a record names; its count is whole
 
 
 def load_claim() -> Optional[Dict[str, Any]]:
@@ -132,6 +133,7 @@ class Watch:
         self.before: Dict[str, Tuple[int, float]] = {}
         self.processes: Set[str] = set()
         self.beside: Set[str] = set()
+        self.compiled: List[str] = []
         self.own_session = os.getsid(0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -150,9 +152,9 @@ class Watch:
     def stop(self) -> Dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=5)
-        new = changed(self.before, snapshot(self.dirs))
-        return {"watched": self.dirs, "baked_files": len(self.before), "compiled_files": new[:40],
-                "compiled_count": len(new), "compiler_processes": sorted(self.processes),
+        self.compiled = changed(self.before, snapshot(self.dirs))   # every one; the record names SHOWN
+        return {"watched": self.dirs, "baked_files": len(self.before), "compiled_files": self.compiled[:SHOWN],
+                "compiled_count": len(self.compiled), "compiler_processes": sorted(self.processes),
                 "compiler_processes_beside": sorted(self.beside)}
 
 
@@ -175,16 +177,16 @@ def verdict(result: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> Optional[s
     return "the image claims baked kernel caches but compiled at server start: " + "; ".join(parts)
 
 
-def apart_from_checks(watched: Dict[str, Any], by_checks: Set[str]) -> Dict[str, Any]:
-    """The server's watch less the files kernel-smoke's checks beside it compiled into the same caches (their own
-    warning names them, checks_compiled), where no compiler ran in the server's session: those files were the
-    checks', and the server waited for them under FlashInfer's lock. With a compiler of its own the server's list
-    stays whole (a file both sides wrote cannot be told apart); either way each file is named by one warning."""
-    theirs = [p for p in watched["compiled_files"] if p in by_checks]
+def apart_from_checks(watched: Dict[str, Any], compiled: List[str], by_checks: Set[str]) -> Dict[str, Any]:
+    """The server's watch (`compiled`: every file it saw) less the files that changed while one of kernel-smoke's
+    checks beside it ran (kernel-smoke's own warning names them, checks_compiled), where no compiler ran in the
+    server's session. Whose a file is cannot be read from the file: with a compiler of the server's own the list
+    stays whole, and either way each file is named by one warning or the other, never by none."""
+    theirs = [p for p in compiled if p in by_checks]
     if watched["compiler_processes"] or not theirs:
         return {}
-    return {"compiled_files": [p for p in watched["compiled_files"] if p not in by_checks],
-            "compiled_count": watched["compiled_count"] - len(theirs), "compiled_by_checks_beside": theirs}
+    rest = [p for p in compiled if p not in by_checks]
+    return {"compiled_files": rest[:SHOWN], "compiled_count": len(rest), "compiled_by_checks_beside": theirs[:SHOWN]}
 
 
 def _arch_number(arch: str) -> str:

@@ -286,3 +286,19 @@ def test_checks_that_load_from_the_baked_caches_say_nothing_of_them(
     assert "warnings" not in result["evidence"] and "cold_expected" not in result["evidence"]
     assert all("compiled_into_caches" not in v for v in result["evidence"].values())
     assert ctx.compiled_by_checks == set()
+
+
+def test_a_failed_kernel_smoke_still_names_what_its_checks_compiled_into_the_caches(
+        baked: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server beside leaves such files to kernel-smoke's record, failed or not: its warning is kept."""
+    root, norm = baked
+    monkeypatch.setenv("FAKE_REBUILD", str(norm))
+    monkeypatch.setenv("FAKE_CUDA", "wrong")
+    ctx = core.Context(archs=["sm_90a"], mode="host", workdir=str(root / "work"), stage_timeout=120)
+    ctx.gpu = dict(H200)
+    ctx.results["gpu-visible"] = {"name": "gpu-visible", "status": core.PASSED}
+    result = core.run_stage(ctx, core.REGISTRY["kernel-smoke"])
+    assert result["status"] == core.FAILED and "computed a wrong result" in result["reason"]
+    assert result["evidence"]["flashinfer"]["compiled_into_caches"] == [str(norm)]
+    assert result["evidence"]["warnings"][0].startswith(
+        "the image claims baked kernel caches but kernel-smoke compiled into them: flashinfer: 1 file(s) (norm)")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from buildscripts.probe import core
+from buildscripts.probe import core, serving, warmcheck
 
 PLANNED = ["gpu-visible", "kernel-smoke", "nccl-allreduce", "server", "first-generation"]
 
@@ -134,3 +134,50 @@ def test_no_gpu_no_thread_and_every_gpu_stage_skipped(monkeypatch: pytest.Monkey
     before = threading.active_count()
     results = core.run_all(core.Context(archs=["sm_90a"]), PLANNED)
     assert [r["status"] for r in results] == [core.SKIPPED] * 5 and threading.active_count() == before
+
+
+def test_the_servers_warm_start_is_judged_at_its_turn_knowing_what_the_checks_beside_compiled(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server is ready before kernel-smoke's check has said what it built into the baked caches (as FlashInfer's
+    norm on an H100 test machine): judged at once, the file would be the server's; judged at its turn (its settle),
+    it is left to kernel-smoke's warning."""
+    norm = "/c/90a/cached_ops/norm/norm.so"
+    stages = Stages()
+
+    def smoke(ctx: core.Context) -> dict[str, Any]:
+        time.sleep(0.5)
+        ctx.compiled_by_checks.add(norm)
+        return {"warnings": ["the image claims baked kernel caches but kernel-smoke compiled into them: ..."]}
+
+    def server(ctx: core.Context) -> dict[str, Any]:
+        watch = warmcheck.Watch([])
+        watch.compiled = [norm]
+        serving._WATCHED["server"] = watch
+        return {"warm": {"profile_baked": True, "baked_files": 11, "compiled_count": 1, "compiled_files": [norm],
+                         "compiler_processes": [], "declared_at_start": [], "archs": ["sm_90a"]}}
+
+    registry = stages.registry()
+    registry["kernel-smoke"] = core.Stage("kernel-smoke", smoke, ("gpu-visible",), gpu=True)
+    registry["server"] = core.Stage("server", server, ("gpu-visible",), gpu=True, settle=serving.settle_warm)
+    monkeypatch.setattr(core, "REGISTRY", registry)
+    found = {r["name"]: r for r in core.run_all(core.Context(archs=["sm_90a"], mode="host"), PLANNED)}
+    capsys.readouterr()
+    assert found["server"]["status"] == core.PASSED and "warnings" not in found["server"]["evidence"]
+    warm = found["server"]["evidence"]["warm"]
+    assert warm["compiled_by_checks_beside"] == [norm] and warm["compiled_count"] == 0
+    assert found["kernel-smoke"]["evidence"]["warnings"]          # named once, by the check that built it
+
+
+def test_a_judgement_that_raises_fails_its_stage_not_the_probe(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stages = Stages()
+    registry = stages.registry()
+
+    def broken(ctx: core.Context, result: dict[str, Any]) -> None:
+        raise KeyError("warm")
+    registry["server"] = core.Stage("server", registry["server"].func, ("gpu-visible",), gpu=True, settle=broken)
+    monkeypatch.setattr(core, "REGISTRY", registry)
+    found = {r["name"]: r for r in core.run_all(core.Context(archs=["sm_90a"], mode="host"), PLANNED)}
+    capsys.readouterr()
+    assert found["server"]["status"] == core.FAILED and found["server"]["reason"] == "KeyError: 'warm'"
+    assert found["first-generation"]["status"] == core.ABORTED

@@ -279,15 +279,29 @@ def test_what_kernel_smoke_compiled_beside_the_start_is_its_warning_not_the_serv
     norm = ["/c/90a/cached_ops/norm/norm.so", "/c/90a/cached_ops/norm/norm.cuda.o"]
     watched = {"baked_files": 11, "compiled_count": 2, "compiled_files": norm, "compiler_processes": [],
                "compiler_processes_beside": ["nvcc", "cicc"], "declared_at_start": [], "archs": ["sm_90a"]}
-    apart = warmcheck.apart_from_checks(watched, set(norm))
+    apart = warmcheck.apart_from_checks(watched, norm, set(norm))
     assert apart == {"compiled_files": [], "compiled_count": 0, "compiled_by_checks_beside": norm}
     assert warmcheck.cold_start({**watched, **apart}, "sm_90") == {}
     # a file the checks did not write stays the server's
     rope = "/c/tvm-ffi/sgl_kernel_jit_rope/rope.so"
     more = {**watched, "compiled_count": 3, "compiled_files": [*norm, rope]}
-    left = {**more, **warmcheck.apart_from_checks(more, set(norm))}
+    left = {**more, **warmcheck.apart_from_checks(more, [*norm, rope], set(norm))}
     assert left["compiled_files"] == [rope] and left["compiled_count"] == 1
     assert "sgl_kernel_jit_rope" in warmcheck.cold_start(left, "sm_90")["warnings"][0]
+
+
+def test_the_servers_files_past_the_shown_ones_are_named_once_the_checks_files_are_left_out() -> None:
+    """The record shows SHOWN files; what is left out comes from every file the watch saw, so the server's own files
+    beyond the first SHOWN are named, never a count with no names."""
+    checks = [f"/c/90a/cached_ops/norm/n{i}.o" for i in range(warmcheck.SHOWN)]
+    own = ["/c/tvm-ffi/sgl_kernel_jit_clamp/clamp.so"]
+    every = [*checks, *own]
+    watched = {"baked_files": 11, "compiled_count": len(every), "compiled_files": every[:warmcheck.SHOWN],
+               "compiler_processes": [], "declared_at_start": [], "archs": ["sm_90a"]}
+    left = {**watched, **warmcheck.apart_from_checks(watched, every, set(checks))}
+    assert left["compiled_files"] == own and left["compiled_count"] == 1
+    said = warmcheck.cold_start(left, "sm_90")["warnings"][0]
+    assert "1 file(s) compiled into the caches (sgl_kernel_jit_clamp)" in said
 
 
 def test_a_server_whose_own_session_compiled_keeps_every_file() -> None:
@@ -296,9 +310,9 @@ def test_a_server_whose_own_session_compiled_keeps_every_file() -> None:
     norm = ["/c/90a/cached_ops/norm/norm.so"]
     watched = {"baked_files": 11, "compiled_count": 1, "compiled_files": norm, "compiler_processes": ["nvcc"],
                "declared_at_start": [], "archs": ["sm_90a"]}
-    assert warmcheck.apart_from_checks(watched, set(norm)) == {}
+    assert warmcheck.apart_from_checks(watched, norm, set(norm)) == {}
     assert "norm" in warmcheck.cold_start(watched, "sm_90")["warnings"][0]
-    assert warmcheck.apart_from_checks({**watched, "compiler_processes": []}, set()) == {}
+    assert warmcheck.apart_from_checks({**watched, "compiler_processes": []}, norm, set()) == {}
 
 
 def test_kernel_smokes_compiles_are_judged_against_the_claimed_archs() -> None:
