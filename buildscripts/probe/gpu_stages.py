@@ -215,8 +215,8 @@ def kernel_smoke(ctx: core.Context) -> Dict[str, Any]:
         before = warmcheck.snapshot(caches)
         checks[part.key] = _run_part(part, gpu, deadline.capped(600.0), env, work)
         wrote = warmcheck.changed(before, warmcheck.snapshot(caches))
-        if wrote:   # the server beside may have written some of them too: both name the module, neither hides it
-            checks[part.key]["compiled_into_caches"] = wrote[:40]
+        if wrote:   # changed while this check ran (the server's start beside may own some: a file does not say)
+            checks[part.key]["compiled_into_caches"] = wrote[:warmcheck.SHOWN]
             compiled[part.key] = wrote
             ctx.compiled_by_checks.update(wrote)
     rewritten = sorted(pruned.libraries())

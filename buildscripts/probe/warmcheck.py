@@ -6,7 +6,9 @@ that appears or changes under the compiled-kernel caches (SGLang's TVM-FFI JIT, 
 and every CUDA compiler process (nvcc and the tools it drives) outside the probe's own session; a start with a
 baked profile that
 compiled anything on an arch the image baked is a warning naming what it compiled (`cold_start`), on
-another arch, or with another profile, a record. Triton is not
+another arch, or with another profile, a record. kernel-smoke reads the same folders around each of its
+checks, which load from them too (`checks_compiled`); what changed while a check ran beside the start is the
+check's to name (`apart_from_checks`). Triton is not
 watched: it compiles at first start with its own ptxas by design, and the bake report lists it under
 `first_start`.
 """
