@@ -128,13 +128,17 @@ def run_stage(ctx: Context, st: Stage) -> Dict[str, Any]:
     except StageFailed as exc:
         result.update(status=FAILED, reason=exc.reason, evidence=exc.evidence, log_excerpt=exc.log[-6000:])
     except Exception as exc:  # a bug or surprise inside the stage is a failed stage, not a crashed probe
-        result.update(status=FAILED, reason=f"{type(exc).__name__}: {exc}",
-                      log_excerpt=traceback.format_exc()[-6000:])
+        result.update(_crashed(exc))
     result["duration_s"] = round(time.monotonic() - started, 2)
     if ctx.gpu and (st.gpu or st.name == "gpu-visible"):  # gpu-visible found it: it ran on it too
         result["where"] = f"{ctx.mode} (gpu)"
         result.update(gpu=ctx.gpu.get("name"), arch=ctx.gpu.get("arch"))
     return result
+
+
+def _crashed(exc: Exception) -> Dict[str, Any]:
+    """What a result says of an exception nobody meant to raise (called in its `except`: the traceback is its)."""
+    return {"status": FAILED, "reason": f"{type(exc).__name__}: {exc}", "log_excerpt": traceback.format_exc()[-6000:]}
 
 
 def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -152,8 +156,7 @@ def run_all(ctx: Context, names: List[str], out: Optional[str] = None) -> List[D
             try:
                 settle(ctx, res)
             except Exception as exc:  # as in run_stage: a bug in a judgement fails the stage, not the probe
-                res.update(status=FAILED, reason=f"{type(exc).__name__}: {exc}",
-                           log_excerpt=traceback.format_exc()[-6000:])
+                res.update(_crashed(exc))
         if res["status"] == FAILED and beside:
             ctx.halt.set()   # the verdict is lost: the stage beside stops rather than spend the GPU's time
         ctx.results[name] = res

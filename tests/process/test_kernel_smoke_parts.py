@@ -113,11 +113,17 @@ def fake_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> dict[str, Any]:
+    return smoke_with(tmp_path, monkeypatch, mode)[0]
+
+
+def smoke_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               mode: str = "ok") -> tuple[dict[str, Any], core.Context]:
+    """kernel-smoke's result, and the context it ran in (what it told the stages beside it)."""
     monkeypatch.setenv("FAKE_CUDA", mode)
     ctx = core.Context(archs=["sm_90a"], mode="host", workdir=str(tmp_path / "work"), stage_timeout=120)
     ctx.gpu = dict(H200)
     ctx.results["gpu-visible"] = {"name": "gpu-visible", "status": core.PASSED}
-    return core.run_stage(ctx, core.REGISTRY["kernel-smoke"])
+    return core.run_stage(ctx, core.REGISTRY["kernel-smoke"]), ctx
 
 
 def labelled(result: dict[str, Any]) -> StageResult:
@@ -241,14 +247,6 @@ def baked(fake_cuda: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]
     return fake_cuda, norm / "norm.so"     # the test's folder, the baked library
 
 
-def smoke_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], core.Context]:
-    monkeypatch.setenv("FAKE_CUDA", "ok")
-    ctx = core.Context(archs=["sm_90a"], mode="host", workdir=str(tmp_path / "work"), stage_timeout=120)
-    ctx.gpu = dict(H200)
-    ctx.results["gpu-visible"] = {"name": "gpu-visible", "status": core.PASSED}
-    return core.run_stage(ctx, core.REGISTRY["kernel-smoke"]), ctx
-
-
 def test_a_check_that_compiles_into_the_baked_caches_is_a_warning_naming_the_library_and_the_module(
         baked: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root, norm = baked
@@ -293,11 +291,7 @@ def test_a_failed_kernel_smoke_still_names_what_its_checks_compiled_into_the_cac
     """The server beside leaves such files to kernel-smoke's record, failed or not: its warning is kept."""
     root, norm = baked
     monkeypatch.setenv("FAKE_REBUILD", str(norm))
-    monkeypatch.setenv("FAKE_CUDA", "wrong")
-    ctx = core.Context(archs=["sm_90a"], mode="host", workdir=str(root / "work"), stage_timeout=120)
-    ctx.gpu = dict(H200)
-    ctx.results["gpu-visible"] = {"name": "gpu-visible", "status": core.PASSED}
-    result = core.run_stage(ctx, core.REGISTRY["kernel-smoke"])
+    result = smoke(root, monkeypatch, "wrong")
     assert result["status"] == core.FAILED and "computed a wrong result" in result["reason"]
     assert result["evidence"]["flashinfer"]["compiled_into_caches"] == [str(norm)]
     assert result["evidence"]["warnings"][0].startswith(
